@@ -1,0 +1,262 @@
+"""One typed configuration, loaded from YAML, with `${VAR}` taken from the environment.
+
+Secrets stay out of the file: write ``password: ${SHOP_DB_PASSWORD}``. Validation errors
+name the exact key that is wrong (``sources.shop.port: ...``).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+
+from capture.errors import ConfigError
+
+CONFIG_ENV = "LOGTIDE_CONFIG"
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class MetricsConfig(_Strict):
+    host: str = "127.0.0.1"
+    port: int = Field(9187, ge=0, le=65535, description="0 turns the HTTP endpoint off")
+
+
+class DumpConfig(_Strict):
+    """Defaults for dumps of a source; a dump request or its runtime control overrides them."""
+
+    chunk_size: int = Field(1000, ge=1, le=1_000_000)
+    delay_s: float = Field(0.0, ge=0, le=3600)
+    max_rows_per_s: float | None = Field(None, gt=0)
+    pool_slots: int = Field(2, ge=1, le=64, description="Airflow pool logtide_<source>: tables dumped at once")
+    backfill_schedule: str | None = Field(None, description="cron or preset for logtide_backfill; null: none")
+    backfill_tables: list[str] = Field(default_factory=list, description="db.table list; empty: all captured")
+
+
+class SourceConfig(_Strict):
+    """A source database and what to capture from it."""
+
+    kind: Literal["mariadb", "mysql", "postgresql"]
+    host: str = "127.0.0.1"
+    port: int = Field(3306, ge=1, le=65535, description="default 3306; 5432 for postgresql")
+    user: str
+    password: SecretStr = SecretStr("")
+    server_id: int | None = Field(
+        None, ge=1, le=2**32 - 1, description="replica id; unique among the server's replicas (mariadb/mysql)"
+    )
+    database: str | None = Field(None, min_length=1, description="postgresql: the database to capture (required)")
+    slot: str | None = Field(
+        None, pattern=r"^[a-z0-9_]{1,63}$", description="postgresql replication slot; default logtide_<source>"
+    )
+    publication: str | None = Field(None, min_length=1, max_length=63, description="default logtide_<source>")
+    retained_warn_bytes: int | None = Field(
+        None, ge=1, description="postgresql: warn when the slot holds more WAL than this; null: never"
+    )
+    include: list[str] = Field(default_factory=lambda: ["*.*"], description="`db.table` patterns (fnmatch) to capture")
+    exclude: list[str] = Field(default_factory=list)
+    heartbeat_s: float = Field(0.5, gt=0, le=60)
+    metrics: MetricsConfig = MetricsConfig()
+    dump: DumpConfig = DumpConfig()
+
+    @field_validator("include", "exclude")
+    @classmethod
+    def _qualified(cls, patterns: list[str]) -> list[str]:
+        for pattern in patterns:
+            if pattern.count(".") != 1:
+                raise ValueError(f"pattern {pattern!r} must look like 'database.table' (wildcards allowed)")
+        return patterns
+
+    @model_validator(mode="before")
+    @classmethod
+    def _postgresql_port(cls, data: object) -> object:
+        if isinstance(data, dict) and data.get("kind") == "postgresql" and "port" not in data:
+            return {**data, "port": 5432}
+        return data
+
+    @model_validator(mode="after")
+    def _kind_settings(self) -> SourceConfig:
+        if self.kind == "postgresql":
+            if not self.database:
+                raise ValueError("kind 'postgresql' needs database: the database whose tables are captured")
+            if self.server_id is not None:
+                raise ValueError("server_id is for mariadb/mysql; postgresql uses a replication slot (slot)")
+        else:
+            if self.server_id is None:
+                raise ValueError(f"kind {self.kind!r} needs server_id: a replica id unique among the server's replicas")
+            for name in ("database", "slot", "publication", "retained_warn_bytes"):
+                if getattr(self, name) is not None:
+                    raise ValueError(f"{name} is for kind 'postgresql' only")
+        return self
+
+    def slot_name(self, source: str) -> str:
+        """The replication slot (postgresql): `slot`, else logtide_<source> in slot-name characters."""
+        return self.slot or "logtide_" + re.sub(r"[^a-z0-9_]", "_", source.lower())[:54]
+
+    def publication_name(self, source: str) -> str:
+        return self.publication or "logtide_" + re.sub(r"[^a-z0-9_]", "_", source.lower())[:54]
+
+    def captures(self, schema: str, table: str) -> bool:
+        """True when `schema.table` is selected by include and not by exclude."""
+        name = f"{schema}.{table}"
+        return any(fnmatch.fnmatchcase(name, p) for p in self.include) and not any(
+            fnmatch.fnmatchcase(name, p) for p in self.exclude
+        )
+
+
+class LandingConfig(_Strict):
+    path: Path = Path("var/landing")
+    flush_interval_s: float = Field(0.5, gt=0, le=300, description="max delay from commit to landed")
+    max_buffer_rows: int = Field(
+        50_000, ge=1, description="rows held in memory before they are written out, even mid-transaction"
+    )
+
+
+class CoordinationConfig(_Strict):
+    """Who may capture a source: `local` (a lock file: one instance per machine, the default) or
+    `zookeeper` (a lease per source; standbys on other hosts wait and take over)."""
+
+    kind: Literal["local", "zookeeper"] = "local"
+    hosts: str | None = Field(None, description="ZooKeeper ensemble, 'h1:2181,h2:2181'; required for zookeeper")
+    session_timeout_s: float = Field(
+        5.0, ge=0.5, le=600, description="ZooKeeper session timeout: a dead leader is replaced after about this long"
+    )
+    root: str = Field("/logtide", description="ZooKeeper path under which each source has its lease")
+
+    @field_validator("hosts")
+    @classmethod
+    def _hosts(cls, hosts: str | None) -> str | None:
+        if hosts is None:
+            return None
+        entries = [h.strip() for h in hosts.split(",")]
+        for entry in entries:
+            host, sep, port = entry.rpartition(":")
+            if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+                raise ValueError(f"{entry!r} is not host:port (expected 'h1:2181,h2:2181')")
+        return ",".join(entries)
+
+    @field_validator("root")
+    @classmethod
+    def _root(cls, root: str) -> str:
+        if not re.fullmatch(r"(/[A-Za-z0-9_.-]+)+", root):
+            raise ValueError(f"{root!r} must be an absolute ZooKeeper path like '/logtide' (no trailing '/')")
+        return root
+
+    @model_validator(mode="after")
+    def _zookeeper_needs_hosts(self) -> CoordinationConfig:
+        if self.kind == "zookeeper" and not self.hosts:
+            raise ValueError("kind 'zookeeper' needs hosts, e.g. hosts: 'zk1:2181,zk2:2181,zk3:2181'")
+        return self
+
+
+class MergeConfig(_Strict):
+    """The Spark merge of the landing zone into Apache Iceberg (spark_apps/merge.py, `logtide merge`)."""
+
+    catalog: Literal["hadoop", "jdbc"] = Field("hadoop", description="Iceberg catalog: hadoop (files) or jdbc")
+    catalog_name: str = Field("logtide", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="Spark's name for it")
+    warehouse: str = Field("var/warehouse", description="folder or URI of the table files")
+    jdbc_uri: str | None = Field(None, description="jdbc:sqlite:var/iceberg.db or jdbc:postgresql://host/db")
+    jdbc_user: str | None = None
+    jdbc_password: SecretStr = SecretStr("")
+    namespace: str | None = Field(None, description="Iceberg namespace of the targets; null: the source name")
+    spark_master: str = "local[2]"
+    jars_dir: Path = Path("var/jars")
+    spark_conf: dict[str, str] = Field(default_factory=dict, description="extra Spark settings")
+
+    @model_validator(mode="after")
+    def _jdbc_needs_uri(self) -> MergeConfig:
+        if self.catalog == "jdbc" and not self.jdbc_uri:
+            raise ValueError("jdbc_uri is required when catalog is jdbc")
+        return self
+
+
+class LogtideConfig(_Strict):
+    landing: LandingConfig = LandingConfig()
+    sources: dict[str, SourceConfig]
+    merge: MergeConfig = MergeConfig()
+    coordination: CoordinationConfig = CoordinationConfig()
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+    @field_validator("sources")
+    @classmethod
+    def _names(cls, sources: dict[str, SourceConfig]) -> dict[str, SourceConfig]:
+        if not sources:
+            raise ValueError("at least one source is required")
+        for name in sources:
+            if not re.fullmatch(r"[A-Za-z0-9_-]+", name):
+                raise ValueError(f"source name {name!r} may only hold letters, digits, '_' and '-'")
+        return sources
+
+    def source(self, name: str) -> SourceConfig:
+        try:
+            return self.sources[name]
+        except KeyError:
+            known = ", ".join(sorted(self.sources))
+            raise ConfigError(f"no source named {name!r} in the configuration (known: {known})") from None
+
+
+def _expand_env(value: object, where: str, strict: bool) -> object:
+    """Replace `${VAR}` / `${VAR:-default}`; unset variables are an error when `strict`, else empty."""
+    if isinstance(value, dict):
+        return {k: _expand_env(v, f"{where}.{k}" if where else str(k), strict) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_expand_env(v, f"{where}[{i}]", strict) for i, v in enumerate(value)]
+    if isinstance(value, str):
+
+        def substitute(match: re.Match[str]) -> str:
+            name, default = match.group(1), match.group(2)
+            if name in os.environ:
+                return os.environ[name]
+            if default is not None:
+                return default
+            if not strict:
+                return ""
+            raise ConfigError(f"{where}: environment variable {name} is not set")
+
+        return _ENV_REF.sub(substitute, value)
+    return value
+
+
+def _describe(error: ValidationError) -> str:
+    lines = []
+    for item in error.errors():
+        where = ".".join(str(p) for p in item["loc"])
+        lines.append(f"  {where}: {item['msg']}")
+    return "\n".join(lines)
+
+
+def parse_config(data: object, origin: str = "<config>", require_env: bool = True) -> LogtideConfig:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{origin}: the top level must be a mapping with a 'sources' key")
+    try:
+        return LogtideConfig.model_validate(_expand_env(data, "", require_env))
+    except ValidationError as exc:
+        raise ConfigError(f"{origin} is not valid:\n{_describe(exc)}") from None
+
+
+def load_config(path: str | os.PathLike[str] | None, require_env: bool = True) -> LogtideConfig:
+    """Load from `path`, else from $LOGTIDE_CONFIG; relative landing paths stay relative to the CWD.
+
+    Commands that never connect to a database pass `require_env=False`, so reading the
+    landing zone does not need the database password in the environment.
+    """
+    chosen = path or os.environ.get(CONFIG_ENV)
+    if not chosen:
+        raise ConfigError(f"no configuration given: pass --config FILE or set {CONFIG_ENV}")
+    file = Path(chosen)
+    try:
+        text = file.read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read configuration {file}: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{file} is not valid YAML: {exc}") from None
+    return parse_config(data, str(file), require_env)

@@ -1,0 +1,47 @@
+"""The local lease: the landing zone's lock file (one capture instance per source and machine)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from contextlib import ExitStack
+
+from capture.coordination.fencing import landed_epoch
+from capture.landing import LandingZone
+
+
+class LocalLease:
+    """`LandingZone.lock()` as a Lease. Does not wait: a second instance gets LockHeldError,
+    whose message names the holder's pid. The lock dies with its process, so it is never lost."""
+
+    kind = "local"
+    waits = False
+
+    def __init__(self, zone: LandingZone) -> None:
+        self.zone = zone
+        self.identity = f"{socket.gethostname()}:{os.getpid()}"
+        self.lost = threading.Event()
+        self._stack: ExitStack | None = None
+        self._epoch: int | None = None
+
+    def acquire(self, stop: threading.Event) -> bool:
+        if stop.is_set():
+            return False
+        stack = ExitStack()
+        stack.enter_context(self.zone.lock())  # raises LockHeldError when held
+        self._stack = stack
+        self._epoch = landed_epoch(self.zone) + 1  # under the lock: no other writer can race us
+        return True
+
+    def is_held(self) -> bool:
+        return self._stack is not None
+
+    @property
+    def epoch(self) -> int | None:
+        return self._epoch
+
+    def release(self) -> None:
+        if self._stack is not None:
+            self._stack.close()
+            self._stack = None

@@ -1,0 +1,265 @@
+"""The DBLog chunk loop, written once for every source.
+
+Per chunk of one table, in key order:
+  1. read the settings (pause blocks here, cancel stops here);
+  2. write and commit the LOW watermark;
+  3. SELECT the next chunk in a fresh snapshot (`key > last ORDER BY key LIMIT n`; a
+     key-list dump selects the next batch of keys);
+  4. if the table's columns changed meanwhile, throw the chunk away and redo it;
+  5. write the chunk file (rows + watermark ids + key range) durably;
+  6. write and commit the HIGH watermark: the log now says the chunk exists;
+  7. record progress, log one line, throttle.
+Refusals happen before anything is written: unknown tables, tables without a usable key,
+keys of the wrong arity or type. A rerun with the same dump id resumes after the last
+finished chunk; a chunk whose HIGH never committed is redone with new watermark ids.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from capture.dump.control import Controller, ControlStore, DumpSettings
+from capture.dump.keys import coerce_key
+from capture.dump.progress import ProgressStore, TableProgress
+from capture.errors import DumpInputError
+from capture.events import Row, TableSchema
+from capture.landing import LandingZone
+from capture.landing.chunks import ChunkMeta, write_chunk
+from capture.log import get_logger
+from capture.sources.base import ChunkSource, Watermark
+
+log = get_logger(__name__)
+
+
+class DumpRequest(BaseModel):
+    """What to dump. Empty `tables`: every captured table."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    dump_id: str = Field(
+        default_factory=lambda: f"dump-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}",
+        pattern=r"^[A-Za-z0-9_.:+-]{1,64}$",
+    )
+    tables: list[str] = Field(default_factory=list)
+    keys: list[Any] | None = None
+    key_from: Any = None
+    key_to: Any = None
+    settings: DumpSettings = DumpSettings()
+
+    @model_validator(mode="after")
+    def _one_table_for_keys(self) -> DumpRequest:
+        for table in self.tables:
+            if table.count(".") != 1:
+                raise ValueError(f"table {table!r} must be given as 'database.table'")
+        narrowed = self.keys is not None or self.key_from is not None or self.key_to is not None
+        if narrowed and len(self.tables) != 1:
+            raise ValueError("primary keys or a key range need exactly one table")
+        if self.keys is not None and (self.key_from is not None or self.key_to is not None):
+            raise ValueError("give either a list of primary keys or a key range, not both")
+        if self.keys is not None and not self.keys:
+            raise ValueError("the list of primary keys is empty")
+        return self
+
+
+@dataclass
+class TableSummary:
+    table: str
+    chunks: int = 0
+    rows: int = 0
+    missing_keys: int = 0
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        rate = self.rows / self.seconds if self.seconds else 0.0
+        return {
+            "table": self.table,
+            "chunks": self.chunks,
+            "rows": self.rows,
+            "seconds": round(self.seconds, 3),
+            "rows_per_s": round(rate, 1),
+            "missing_keys": self.missing_keys,
+        }
+
+
+@dataclass
+class _Plan:
+    table: TableSchema
+    keys: list[Row] | None
+    start: Row | None
+    stop: Row | None
+
+
+class DumpEngine:
+    def __init__(self, source: ChunkSource, zone: LandingZone, control: ControlStore | None = None) -> None:
+        self.source = source
+        self.zone = zone
+        self.control = control
+
+    def plan(self, request: DumpRequest) -> list[_Plan]:
+        """Resolve and check every table and key before anything is written."""
+        captured = {f"{s}.{t}" for s, t in self.source.tables()}
+        names = request.tables or sorted(captured)
+        if not names:
+            raise DumpInputError("no tables to dump: the source's include/exclude patterns match none")
+        plans = []
+        for name in names:
+            schema, _, table = name.partition(".")
+            described = self.source.describe(schema, table)
+            if name not in captured:
+                raise DumpInputError(
+                    f"table {name} is not captured (the source's include/exclude patterns leave it out): "
+                    "its changes are not in the log, so a dump of it could not be reconciled"
+                )
+            keys = None
+            if request.keys is not None:
+                keys = list(dict.fromkeys(coerce_key(described, k) for k in request.keys))
+            start = None if request.key_from is None else coerce_key(described, request.key_from)
+            stop = None if request.key_to is None else coerce_key(described, request.key_to)
+            plans.append(_Plan(described, keys, start, stop))
+        return plans
+
+    def run(self, request: DumpRequest) -> dict[str, Any]:
+        plans = self.plan(request)
+        self.source.setup()
+        controller = Controller(request.settings, self.control, request.dump_id)
+        log.info("dump.started", dump_id=request.dump_id, tables=len(plans))
+        summaries = [self._dump_table(request.dump_id, plan, controller).as_dict() for plan in plans]
+        total = sum(s["rows"] for s in summaries)
+        log.info("dump.finished", dump_id=request.dump_id, tables=len(plans), rows=total)
+        return {"dump_id": request.dump_id, "rows": total, "tables": summaries}
+
+    def _dump_table(self, dump_id: str, plan: _Plan, controller: Controller) -> TableSummary:
+        table = plan.table
+        name = table.qualified_name
+        store = ProgressStore(self.zone, dump_id)
+        progress = store.load(table.schema, table.table)
+        summary = TableSummary(name, progress.chunk, progress.rows)
+        if progress.done:
+            log.info("dump.table_already_complete", dump_id=dump_id, table=name, chunks=progress.chunk)
+            return summary
+        if progress.chunk:
+            log.info("dump.table_resumed", dump_id=dump_id, table=name, after_chunk=progress.chunk)
+        expected = len(plan.keys) if plan.keys is not None else max(self.source.estimate_rows(table), 1)
+        began, rows_at_start = time.monotonic(), progress.rows
+        while not progress.done:
+            settings = controller.next_chunk()
+            chunk_began = time.monotonic()
+            progress, table, rows_read = self._chunk(dump_id, plan, table, progress, settings)
+            store.save(table.schema, table.table, progress)
+            elapsed = time.monotonic() - began
+            window_ms = (time.monotonic() - chunk_began) * 1000
+            summary.chunks, summary.rows, summary.seconds = progress.chunk, progress.rows, elapsed
+            summary.missing_keys = progress.missing_keys
+            done_part = min(1.0, (progress.keys_done if plan.keys is not None else progress.rows) / expected)
+            rate = (progress.rows - rows_at_start) / elapsed if elapsed else 0.0
+            eta = (elapsed / done_part - elapsed) if done_part > 0 and not progress.done else 0.0
+            log.info(
+                "dump.chunk",
+                dump_id=dump_id,
+                table=name,
+                chunk=progress.chunk,
+                of_about=max(progress.chunk, -(-expected // settings.chunk_size)),
+                rows=rows_read,
+                window_ms=round(window_ms, 1),
+                rows_per_s=round(rate, 1),
+                percent=round(100 * (1.0 if progress.done else done_part), 1),
+                eta_s=round(eta, 1),
+            )
+            self._throttle(settings, rows_read, time.monotonic() - chunk_began)
+        log.info(
+            "dump.table_finished",
+            dump_id=dump_id,
+            table=name,
+            chunks=progress.chunk,
+            rows=progress.rows,
+            missing_keys=progress.missing_keys,
+            seconds=round(summary.seconds, 3),
+        )
+        return summary
+
+    def _chunk(
+        self, dump_id: str, plan: _Plan, table: TableSchema, progress: TableProgress, settings: DumpSettings
+    ) -> tuple[TableProgress, TableSchema, int]:
+        number = progress.chunk + 1
+        size = settings.chunk_size
+        while True:
+            low = Watermark(dump_id, table.qualified_name, number, "LOW", str(uuid.uuid4()))
+            high = Watermark(dump_id, table.qualified_name, number, "HIGH", str(uuid.uuid4()))
+            self.source.write_watermark(low)
+            batch: list[Row] | None = None
+            if plan.keys is not None:
+                batch = plan.keys[progress.keys_done : progress.keys_done + size]
+                rows = self.source.select_keys(table, batch)
+                last = progress.keys_done + len(batch) >= len(plan.keys)
+            else:
+                start = plan.start if progress.after is None else None
+                rows = self.source.select_chunk(table, progress.after, start, plan.stop, size)
+                last = len(rows) < size
+            current = self.source.describe(table.schema, table.table)
+            if current.fingerprint == table.fingerprint:
+                break
+            log.info(
+                "dump.schema_changed",
+                dump_id=dump_id,
+                table=table.qualified_name,
+                chunk=number,
+                action="chunk discarded and read again with the new columns",
+            )
+            table = current
+        meta = ChunkMeta(
+            dump_id=dump_id,
+            table=table.qualified_name,
+            chunk=number,
+            low_id=low.id,
+            high_id=high.id,
+            key=table.key,
+            after=progress.after,
+            start=plan.start if progress.after is None else None,
+            stop=plan.stop,
+            last=last,
+            keys=None if batch is None else tuple(batch),
+            rows=len(rows),
+            read_view=self.source.read_view(),
+        )
+        write_chunk(self.zone, table, meta, rows)
+        self.source.write_watermark(high)
+        missing = 0
+        if batch is not None:
+            found = set(zip(*(rows.field(k).to_pylist() for k in table.key), strict=True))
+            missing_keys = [k for k in batch if k not in found]
+            missing = len(missing_keys)
+            if missing_keys:
+                log.info(
+                    "dump.keys_missing",
+                    dump_id=dump_id,
+                    table=table.qualified_name,
+                    chunk=number,
+                    count=missing,
+                    note="the merge deletes them from the target",
+                )
+        after = tuple(rows.field(k)[-1].as_py() for k in table.key) if len(rows) and batch is None else progress.after
+        return (
+            TableProgress(
+                chunk=number,
+                after=after,
+                keys_done=progress.keys_done + (len(batch) if batch else 0),
+                rows=progress.rows + len(rows),
+                missing_keys=progress.missing_keys + missing,
+                done=last,
+            ),
+            table,
+            len(rows),
+        )
+
+    @staticmethod
+    def _throttle(settings: DumpSettings, rows: int, elapsed: float) -> None:
+        pause = settings.delay_s
+        if settings.max_rows_per_s:
+            pause = max(pause, rows / settings.max_rows_per_s - elapsed)
+        if pause > 0:
+            time.sleep(pause)

@@ -1,0 +1,101 @@
+"""Key values: checked against the key's column types, and encoded as JSON for progress
+files and chunk metadata without losing their type."""
+
+from __future__ import annotations
+
+import base64
+from datetime import date, datetime, timedelta
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+import pyarrow as pa
+
+from capture.errors import DumpInputError
+from capture.events import Row, TableSchema
+
+
+def encode_value(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, Decimal):
+        return {"decimal": format(value, "f")}
+    if isinstance(value, bytes):
+        return {"base64": base64.b64encode(value).decode()}
+    if isinstance(value, datetime):
+        return {"datetime": value.isoformat()}
+    if isinstance(value, date):
+        return {"date": value.isoformat()}
+    if isinstance(value, timedelta):
+        return {"micros": value // timedelta(microseconds=1)}
+    raise TypeError(f"cannot encode key value of type {type(value).__name__}")
+
+
+def decode_value(value: Any) -> Any:
+    if not isinstance(value, dict):
+        return value
+    ((kind, text),) = value.items()
+    return {
+        "decimal": Decimal,
+        "base64": base64.b64decode,
+        "datetime": datetime.fromisoformat,
+        "date": date.fromisoformat,
+        "micros": lambda n: timedelta(microseconds=n),
+    }[kind](text)
+
+
+def encode_key(key: Row | None) -> list[Any] | None:
+    return None if key is None else [encode_value(v) for v in key]
+
+
+def decode_key(key: list[Any] | None) -> Row | None:
+    return None if key is None else tuple(decode_value(v) for v in key)
+
+
+def _coerce(column: str, arrow_type: pa.DataType, value: Any) -> Any:
+    """A user-given key value (JSON: number or string) as the Python value of the column's type."""
+
+    def wrong(expected: str) -> DumpInputError:
+        return DumpInputError(f"key value {value!r} for column {column!r} is not {expected}")
+
+    if value is None:
+        raise DumpInputError(f"key value for column {column!r} is null; key columns are never null")
+    if pa.types.is_integer(arrow_type) or (pa.types.is_decimal(arrow_type) and arrow_type.scale == 0):
+        if isinstance(value, bool) or not isinstance(value, (int, str)):
+            raise wrong("an integer")
+        try:
+            return int(value)
+        except ValueError:
+            raise wrong("an integer") from None
+    if pa.types.is_decimal(arrow_type):
+        try:
+            return Decimal(str(value))
+        except InvalidOperation:
+            raise wrong("a decimal number") from None
+    if pa.types.is_floating(arrow_type):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise wrong("a number")
+        return float(value)
+    if not isinstance(value, str):
+        raise wrong("a string")
+    try:
+        if pa.types.is_binary(arrow_type):
+            return bytes.fromhex(value.removeprefix("0x"))
+        if pa.types.is_timestamp(arrow_type):
+            return datetime.fromisoformat(value)
+        if pa.types.is_date(arrow_type):
+            return date.fromisoformat(value)
+    except ValueError:
+        raise wrong(f"a valid {arrow_type} (hex for binary, ISO 8601 for dates)") from None
+    return value
+
+
+def coerce_key(table: TableSchema, values: Any) -> Row:
+    """A key as given by a user (a scalar for one-column keys, else a list) -> typed tuple."""
+    parts = values if isinstance(values, (list, tuple)) else [values]
+    if len(parts) != len(table.key):
+        raise DumpInputError(
+            f"key {values!r} has {len(parts)} value(s); {table.qualified_name} is keyed by "
+            f"{len(table.key)} column(s): {', '.join(table.key)}"
+        )
+    types = {c.name: c.arrow_type for c in table.columns}
+    return tuple(_coerce(column, types[column], v) for column, v in zip(table.key, parts, strict=True))

@@ -1,0 +1,50 @@
+"""Per-table progress of a dump, written after each HIGH watermark: a rerun with the same
+dump id continues after the last finished chunk."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from capture.dump.keys import decode_key, encode_key
+from capture.events import Row
+from capture.landing.files import write_json_atomic
+from capture.landing.zone import LandingZone, table_folder
+
+
+@dataclass(frozen=True)
+class TableProgress:
+    chunk: int = 0  # last finished chunk
+    after: Row | None = None  # key of the last row read
+    keys_done: int = 0  # key-list dumps: keys asked so far
+    rows: int = 0
+    missing_keys: int = 0
+    done: bool = False
+
+
+def dump_dir(zone: LandingZone, dump_id: str) -> Path:
+    return zone.root / "dumps" / dump_id
+
+
+class ProgressStore:
+    def __init__(self, zone: LandingZone, dump_id: str) -> None:
+        self.folder = dump_dir(zone, dump_id)
+
+    def _path(self, schema: str, table: str) -> Path:
+        return self.folder / f"{table_folder(schema, table)}.json"
+
+    def load(self, schema: str, table: str) -> TableProgress:
+        try:
+            data = json.loads(self._path(schema, table).read_text())
+        except FileNotFoundError:
+            return TableProgress()
+        data["after"] = decode_key(data["after"])
+        return TableProgress(**data)
+
+    def save(self, schema: str, table: str, progress: TableProgress) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        data = asdict(progress)
+        data["after"] = encode_key(progress.after)
+        # no fsync: a progress file lost in a power cut only makes its chunk run again
+        write_json_atomic(data, self._path(schema, table), durable=False)

@@ -1,0 +1,186 @@
+"""DBLog's reconciliation of chunk rows with the log, in plain Python.
+
+This is the reference the Spark merge is checked against, and what the dump tests use.
+For one table, given the landed log (up to the committed frontier) and the chunk files:
+
+  1. Index the watermark events (`logtide.watermarks`) by watermark id -> LSN.
+  2. For every chunk file, find its LOW and HIGH. No HIGH in the log (yet): the chunk is not
+     part of the stream (it was redone, or its HIGH is past the frontier). A HIGH without
+     its LOW, or before it, contradicts the protocol: refuse (WatermarkError).
+  3. Drop chunk rows whose key has a log event of the table between LOW and HIGH: the log
+     holds a newer state of that row. PostgreSQL: also those whose key has a log event
+     before LOW from a transaction the chunk's snapshot could not see (a commit is in the
+     WAL slightly before it is visible; the chunk records its snapshot, see `hidden_keys`).
+  4. Place the surviving rows at the HIGH watermark's LSN, after any log event there.
+  5. Interleave with the log events in LSN order. That is the output stream.
+
+Keys from the log and from chunks are tuples of the same typed values (both come through
+the source's one type mapping), so they compare as the database stored them.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from capture.errors import WatermarkError
+from capture.events import Row
+from capture.landing import LandingZone
+from capture.landing.chunks import chunk_files, read_chunk_meta
+from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE
+
+
+@dataclass(frozen=True)
+class StreamEvent:
+    lsn: int
+    order: int  # 0: a log event; 1 + position: a chunk row placed at its HIGH watermark
+    op: str  # c, u, d from the log; r for a chunk row
+    key: Row
+    row: dict[str, Any] | None  # the state after the event (None for a delete)
+    missing: tuple[str, ...] = ()  # columns the event does not carry: keep the stored value
+
+
+@dataclass
+class ReconcileStats:
+    chunks: int = 0
+    chunks_pending: int = 0  # HIGH not in the log (yet)
+    chunk_rows: int = 0
+    dropped_by_window: int = 0
+    dropped_by_visibility: int = 0  # of those: only because the chunk's snapshot missed an earlier commit
+
+
+def _watermarks(zone: LandingZone) -> dict[str, tuple[int, dict[str, Any]]]:
+    data = zone.read_table(WATERMARK_SCHEMA, WATERMARK_TABLE)
+    if data is None:
+        return {}
+    marks = {}
+    for event in data.select(["_lsn", "after"]).to_pylist():
+        after = event["after"]
+        if after is not None:
+            marks[after["watermark_id"]] = (int(event["_lsn"]), after)
+    return marks
+
+
+def _widen(xid: int, near: int) -> int:
+    """A 32-bit xid of the log as the 64-bit xid (epoch | xid) closest to `near`."""
+    full = (near >> 32 << 32) | xid
+    if full > near + (1 << 31):
+        full -= 1 << 32
+    elif full < near - (1 << 31):
+        full += 1 << 32
+    return full
+
+
+def hidden_keys(
+    view: dict[str, Any],
+    low: int,
+    lsns: list[int],
+    xids: list[int | None],
+    keys: list[Row],
+    by_xid: dict[int, list[int]],
+) -> set[Row]:
+    """Keys of log events before LOW whose transaction the chunk's snapshot did not see.
+
+    `view`: {"snapshot": "xmin:xmax:xip,...", "before_low": encoded LSN read before LOW was
+    written}. A transaction invisible to the snapshot yet committed before LOW is either in
+    its in-progress list (found by xid) or got its xid after LOW's, hence committed after
+    `before_low` (found by scanning that short stretch of the log)."""
+    _xmin, xmax_text, xip_text = view["snapshot"].split(":")
+    xmax = int(xmax_text)
+    xip = {int(x) for x in xip_text.split(",") if x}
+    end = bisect.bisect_left(lsns, low)
+    hidden = set()
+    for i in range(bisect.bisect_left(lsns, int(view["before_low"])), end):
+        xid = xids[i]
+        if xid is not None and (_widen(xid, xmax) >= xmax or _widen(xid, xmax) in xip):
+            hidden.add(keys[i])
+    for full in xip:
+        for i in by_xid.get(full & 0xFFFFFFFF, ()):
+            if i < end and _widen(full & 0xFFFFFFFF, xmax) == full:
+                hidden.add(keys[i])
+    return hidden
+
+
+def reconcile_table(zone: LandingZone, schema: str, table: str) -> tuple[list[StreamEvent], ReconcileStats]:
+    stats = ReconcileStats()
+    log_table = zone.read_table(schema, table)
+    log_events = [] if log_table is None else log_table.to_pylist()
+    metadata = {} if log_table is None else (log_table.schema.metadata or {})
+    key_columns = tuple(k for k in metadata.get(b"logtide.key", b"").decode().split(",") if k)
+    chunks = []
+    for path in chunk_files(zone, schema, table):
+        meta = read_chunk_meta(path)
+        key_columns = key_columns or meta.key
+        chunks.append((meta, path))
+
+    def key_of(image: dict[str, Any]) -> Row:
+        return tuple(image[k] for k in key_columns)
+
+    stream = []
+    lsns = []
+    xids: list[int | None] = []  # PostgreSQL's _txid is the transaction's xid
+    for event in log_events:
+        lsn = int(event["_lsn"])
+        txid = event["_txid"]
+        xid = int(txid) if txid and txid.isdigit() else None
+        before, after = event["before"], event["after"]
+        if before is not None and after is not None and key_of(before) != key_of(after):
+            # a key change the log could not split: the log's key is not the dump key (no primary key)
+            stream.append(StreamEvent(lsn, 0, "d", key_of(before), None))
+            lsns.append(lsn)
+            xids.append(xid)
+        image = after if after is not None else before
+        missing = tuple(event.get("_missing") or ()) if after is not None else ()
+        stream.append(StreamEvent(lsn, 0, event["_op"], key_of(image), after, missing))
+        lsns.append(lsn)
+        xids.append(xid)
+    log_keys = [e.key for e in stream]
+    by_xid: dict[int, list[int]] = {}
+    for i, xid in enumerate(xids):
+        if xid is not None:
+            by_xid.setdefault(xid, []).append(i)
+
+    marks = _watermarks(zone)
+    for meta, path in chunks:
+        high = marks.get(meta.high_id)
+        if high is None:
+            stats.chunks_pending += 1
+            continue
+        low = marks.get(meta.low_id)
+        if low is None or low[0] >= high[0]:
+            raise WatermarkError(
+                f"{schema}.{table} chunk {meta.chunk} of dump {meta.dump_id}: HIGH watermark at {high[0]} "
+                f"has {'no LOW' if low is None else f'its LOW after it ({low[0]})'} in the log"
+            )
+        window = {stream[i].key for i in range(bisect.bisect_right(lsns, low[0]), bisect.bisect_left(lsns, high[0]))}
+        hidden = set() if meta.read_view is None else hidden_keys(meta.read_view, low[0], lsns, xids, log_keys, by_xid)
+        rows = pq.read_table(path).column("after").to_pylist()
+        stats.chunks += 1
+        stats.chunk_rows += len(rows)
+        for position, row in enumerate(rows):
+            key = key_of(row)
+            if key in window or key in hidden:
+                stats.dropped_by_window += 1
+                stats.dropped_by_visibility += key not in window
+            else:
+                stream.append(StreamEvent(high[0], 1 + position, "r", key, row))
+    stream.sort(key=lambda e: (e.lsn, e.order))
+    return stream, stats
+
+
+def apply(stream: list[StreamEvent]) -> dict[Row, dict[str, Any]]:
+    """The table state the stream produces: every event in order, the last one per key wins;
+    columns an event does not carry (`missing`) keep the value the key had before it."""
+    state: dict[Row, dict[str, Any]] = {}
+    for event in stream:
+        if event.row is None:
+            state.pop(event.key, None)
+        elif event.missing:
+            stored = state.get(event.key, {})
+            state[event.key] = {c: stored.get(c) if c in event.missing else v for c, v in event.row.items()}
+        else:
+            state[event.key] = event.row
+    return state

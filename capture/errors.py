@@ -1,0 +1,63 @@
+"""Named failures of Logtide. Each says what went wrong and what to do about it.
+
+The capture service and the CLI turn these into a log line and a non-zero exit;
+nothing is written after one is raised.
+"""
+
+
+class LogtideError(Exception):
+    """Base of every error a user can act on."""
+
+
+class ConfigError(LogtideError):
+    """The configuration file is missing, malformed or fails validation."""
+
+
+class PreflightError(LogtideError):
+    """The source database is not set up the way capture needs (settings, grants)."""
+
+
+class CheckpointPurgedError(LogtideError):
+    """The log position of the checkpoint is no longer on the server."""
+
+
+class PositionWentBackwardsError(LogtideError):
+    """The source's log is behind the committed frontier (e.g. the binlog was reset)."""
+
+
+class LandingZoneError(LogtideError):
+    """The landing zone is unreadable or inconsistent with its checkpoint."""
+
+
+class LockHeldError(LogtideError):
+    """Another capture instance holds this source."""
+
+
+class SourceConnectionError(LogtideError):
+    """The source database cannot be reached; transient, retried by the service."""
+
+
+class DumpInputError(LogtideError):
+    """A dump request names something unusable: an unknown table, a table without a usable
+    key, keys of the wrong arity or type, bad chunk settings. Nothing is written."""
+
+
+class DumpCancelledError(LogtideError):
+    """The dump was cancelled through its control (Airflow Variable or CLI)."""
+
+
+class WatermarkError(LogtideError):
+    """The log's watermarks contradict the chunk files (HIGH without LOW, out of order)."""
+
+
+class LeaseLostError(LogtideError):
+    """This capture instance no longer holds its source's lease (session suspended or expired,
+    lease released); it writes nothing more and waits as a standby or exits."""
+
+
+class FencedError(LeaseLostError):
+    """A newer leader (higher epoch) has claimed the landing zone; this instance's commit is refused."""
+
+
+class CoordinationError(LogtideError):
+    """The coordination service (ZooKeeper) is unusable as configured."""

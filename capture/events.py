@@ -1,0 +1,154 @@
+"""The change event, its log sequence number (LSN), and the table schema it was written under.
+
+These types know no database: every source turns its log into them, the landing zone
+stores them, and the merge reads them back.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from functools import cached_property
+from typing import Any, NamedTuple
+
+import pyarrow as pa
+
+MINOR_BITS = 32
+
+
+class Lsn(NamedTuple):
+    """A position in one source's log; ordered, never going backwards for that source.
+
+    MySQL/MariaDB: major = binlog file number << 32 | event start offset, minor = index of the
+    change inside the rows event. PostgreSQL: major = the transaction's commit LSN, minor =
+    index of the change inside the transaction.
+    """
+
+    major: int
+    minor: int = 0
+
+    def encode(self) -> int:
+        """The sortable integer stored in the landing zone (fits DECIMAL(38,0))."""
+        if not 0 <= self.minor < 1 << MINOR_BITS:
+            raise ValueError(f"LSN minor {self.minor} out of range")
+        return self.major << MINOR_BITS | self.minor
+
+    @classmethod
+    def decode(cls, value: int) -> Lsn:
+        value = int(value)
+        return cls(value >> MINOR_BITS, value & ((1 << MINOR_BITS) - 1))
+
+
+LSN_ARROW_TYPE = pa.decimal128(38, 0)
+
+
+class Op(StrEnum):
+    CREATE = "c"
+    UPDATE = "u"
+    DELETE = "d"
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    arrow_type: pa.DataType
+    source_type: str  # the database's own spelling, e.g. "bigint unsigned", "decimal(65,30)"
+
+
+@dataclass(frozen=True)
+class TableSchema:
+    """Columns and key of a table at one moment of the log."""
+
+    schema: str
+    table: str
+    columns: tuple[Column, ...]
+    key: tuple[str, ...]
+
+    @property
+    def qualified_name(self) -> str:
+        return f"{self.schema}.{self.table}"
+
+    @cached_property
+    def names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns)
+
+    @cached_property
+    def key_indexes(self) -> tuple[int, ...]:
+        return tuple(self.names.index(k) for k in self.key)
+
+    @cached_property
+    def fingerprint(self) -> str:
+        text = "|".join(f"{c.name}:{c.source_type}" for c in self.columns) + "|key:" + ",".join(self.key)
+        return hashlib.sha1(text.encode()).hexdigest()[:16]
+
+    @cached_property
+    def row_type(self) -> pa.StructType:
+        return pa.struct(
+            [pa.field(c.name, c.arrow_type, metadata={"source_type": c.source_type}) for c in self.columns]
+        )
+
+
+Row = tuple[Any, ...]
+
+
+class Change(NamedTuple):
+    """One changed row: full before and after images (None where the operation has none).
+    A primary-key update arrives as a DELETE of the old key and a CREATE of the new.
+
+    `missing` names columns whose value the log does not carry (PostgreSQL leaves unchanged
+    TOASTed values out of updates): NULL there in the image (after for c/u, before for d)
+    means unknown, and the merge keeps the stored value. Empty for MySQL/MariaDB."""
+
+    lsn: Lsn
+    op: Op
+    before: Row | None
+    after: Row | None
+    missing: tuple[str, ...] = ()
+
+
+@dataclass(slots=True)
+class ChangeBatch:
+    """The changes one log record carries for one table (a binlog rows event), in LSN order.
+
+    Table, transaction and commit time are shared by every change of the batch, so they are
+    carried once; a change event is a `Change` together with them."""
+
+    table: TableSchema
+    txid: str
+    commit_ts: datetime
+    watermark: bool
+    changes: list[Change]
+
+
+@dataclass(slots=True)
+class SchemaChange:
+    """A DDL statement as the log carried it."""
+
+    lsn: Lsn
+    txid: str
+    commit_ts: datetime
+    schema: str
+    statement: str
+
+
+@dataclass(slots=True)
+class TransactionEnd:
+    """A commit: every event before it belongs to a finished transaction.
+
+    `frontier` is the position just past the commit; `resume` is what the source needs to
+    continue from here (stored verbatim in the checkpoint).
+    """
+
+    frontier: Lsn
+    resume: dict[str, Any]
+    commit_ts: datetime
+
+
+@dataclass(slots=True)
+class Heartbeat:
+    """The source is idle and we have read everything it has (lag is zero)."""
+
+
+LogItem = ChangeBatch | SchemaChange | TransactionEnd | Heartbeat

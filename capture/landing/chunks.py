@@ -1,0 +1,91 @@
+"""Chunk files of dumps: the rows one chunk SELECT returned, with what the merge needs to
+reconcile them with the log (its watermarks and the key range it covers).
+
+    <landing.path>/<source>/chunks/<dump_id>/<db>.<table>/<chunk:08d>.parquet
+
+A chunk file is written (atomically, durably) before its HIGH watermark, so whoever reads
+the HIGH watermark from the log finds the chunk. A redone chunk replaces the file and gets
+new watermark ids; a HIGH watermark whose id no chunk file carries is ignored.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from capture.dump.keys import decode_key, encode_key
+from capture.events import Row, TableSchema
+from capture.landing.files import fsync_dir, write_parquet_atomic
+from capture.landing.zone import LandingZone, table_folder
+
+META_KEY = b"logtide.chunk"
+
+
+@dataclass(frozen=True)
+class ChunkMeta:
+    dump_id: str
+    table: str  # db.table
+    chunk: int
+    low_id: str
+    high_id: str
+    key: tuple[str, ...]
+    after: Row | None  # the chunk covers keys > after (exclusive) ...
+    start: Row | None  # ... or >= start on the first chunk of a range
+    stop: Row | None  # ... up to its last row's key, or to `stop` (None: no end) when `last`
+    last: bool  # the SELECT returned fewer rows than asked: the range is exhausted
+    keys: tuple[Row, ...] | None  # key-list dumps: the keys asked for
+    rows: int
+    # PostgreSQL: which transactions the chunk's snapshot could see (ChunkSource.read_view);
+    # None for MySQL/MariaDB, where visibility follows binlog order
+    read_view: dict[str, Any] | None = None
+
+    def to_json(self) -> str:
+        data = asdict(self)
+        for name in ("after", "start", "stop"):
+            data[name] = encode_key(data[name])
+        data["keys"] = None if self.keys is None else [encode_key(k) for k in self.keys]
+        return json.dumps(data)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> ChunkMeta:
+        data: dict[str, Any] = json.loads(text)
+        for name in ("after", "start", "stop"):
+            data[name] = decode_key(data[name])
+        data["key"] = tuple(data["key"])
+        data["keys"] = None if data["keys"] is None else tuple(decode_key(k) for k in data["keys"])
+        return cls(**data)
+
+
+def chunk_path(zone: LandingZone, dump_id: str, table: TableSchema, chunk: int) -> Path:
+    return zone.root / "chunks" / dump_id / table_folder(table.schema, table.table) / f"{chunk:08d}.parquet"
+
+
+def write_chunk(zone: LandingZone, table: TableSchema, meta: ChunkMeta, rows: pa.StructArray) -> Path:
+    path = chunk_path(zone, meta.dump_id, table, meta.chunk)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    schema = pa.schema(
+        [pa.field("after", table.row_type)],
+        metadata={META_KEY: meta.to_json(), b"logtide.fingerprint": table.fingerprint},
+    )
+    data = pa.Table.from_arrays([rows], schema=schema)
+    write_parquet_atomic(data, path)
+    fsync_dir(path.parent)
+    return path
+
+
+def read_chunk_meta(path: Path) -> ChunkMeta:
+    return ChunkMeta.from_json(pq.read_schema(path).metadata[META_KEY])
+
+
+def chunk_files(zone: LandingZone, schema: str, table: str) -> list[Path]:
+    """Every chunk file of a table, all dumps."""
+    base = zone.root / "chunks"
+    if not base.exists():
+        return []
+    folder = table_folder(schema, table)
+    return sorted(p for dump in base.iterdir() for p in (dump / folder).glob("*.parquet"))

@@ -1,0 +1,295 @@
+"""Buffers change events and commits them to the landing zone at transaction boundaries.
+
+The commit order is fixed here, in code: (1) write every finished transaction's events as
+Parquet files (temp name, fsync, rename), (2) fsync their folders, (3) write the
+checkpoint whose frontier covers exactly those events. A crash between any two steps
+leaves files past the old frontier, which the next start deletes and reads again.
+
+A transaction too large for memory is spilled: its events are written as files past the
+frontier before it commits, and become committed when the checkpoint after it is written.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from operator import itemgetter
+from typing import Any
+
+import pyarrow as pa
+
+from capture.events import (
+    LSN_ARROW_TYPE,
+    ChangeBatch,
+    Lsn,
+    SchemaChange,
+    TableSchema,
+    TransactionEnd,
+)
+from capture.landing.checkpoint import Checkpoint
+from capture.landing.files import fsync_dir, segment_name, write_parquet_atomic
+from capture.landing.zone import SCHEMA_HISTORY, LandingZone, table_folder
+
+UTC_MICROS = pa.timestamp("us", tz="UTC")
+ENVELOPE = [
+    pa.field("_lsn", LSN_ARROW_TYPE, nullable=False),
+    pa.field("_op", pa.string(), nullable=False),
+    pa.field("_txid", pa.string()),
+    pa.field("_commit_ts", UTC_MICROS),
+    pa.field("_watermark", pa.bool_(), nullable=False),
+]
+SCHEMA_HISTORY_SCHEMA = pa.schema(
+    [
+        pa.field("_lsn", LSN_ARROW_TYPE, nullable=False),
+        pa.field("_txid", pa.string()),
+        pa.field("_commit_ts", UTC_MICROS),
+        pa.field("kind", pa.string(), nullable=False),  # "ddl" or "table"
+        pa.field("schema", pa.string()),
+        pa.field("table", pa.string()),
+        pa.field("statement", pa.string()),
+        pa.field(
+            "columns",
+            pa.list_(pa.struct([("name", pa.string()), ("type", pa.string()), ("source_type", pa.string())])),
+        ),
+        pa.field("key", pa.list_(pa.string())),
+        pa.field("fingerprint", pa.string()),
+    ]
+)
+
+
+def images(rows: list[tuple[Any, ...] | None], row_type: pa.StructType) -> pa.Array:
+    if rows.count(None) == len(rows):  # before images of inserts, after images of deletes
+        return pa.nulls(len(rows), row_type)
+    width = row_type.num_fields
+    empty = (None,) * width
+    full = [row if row is not None else empty for row in rows]
+    # one pass per column: much faster than zip(*rows), which builds every column tuple at once
+    arrays = [pa.array(list(map(itemgetter(i), full)), type=row_type.field(i).type) for i in range(width)]
+    mask = pa.array([row is None for row in rows], type=pa.bool_())
+    return pa.StructArray.from_arrays(arrays, fields=list(row_type), mask=mask)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def _timestamps(values: Sequence[datetime | None]) -> pa.Array:
+    """Convert once per run of the same object: the reader shares one datetime per transaction."""
+    micros: list[int | None] = []
+    last: datetime | None = None
+    value: int | None = None
+    for ts in values:
+        if ts is not last:
+            last, value = ts, None if ts is None else (ts - _EPOCH) // _MICROSECOND
+        micros.append(value)
+    return pa.array(micros, UTC_MICROS)
+
+
+MISSING_FIELD = pa.field("_missing", pa.list_(pa.string()))
+
+
+def events_table(table: TableSchema, rows: list[tuple[Any, ...]]) -> pa.Table:
+    """Arrow table of buffered event tuples (lsn, op, txid, ts, watermark, before, after, missing).
+
+    `_missing` (PostgreSQL: columns an update left out, see `Change.missing`) is written only
+    in files where some event has missing columns; readers treat an absent column as empty."""
+    lsn, op, txid, ts, wm, before, after, missing = zip(*rows, strict=True)
+    arrays = [
+        pa.array(lsn, LSN_ARROW_TYPE),
+        pa.array(op, pa.string()),
+        pa.array(txid, pa.string()),
+        _timestamps(ts),
+        pa.array(wm, pa.bool_()),
+        images(list(before), table.row_type),
+        images(list(after), table.row_type),
+    ]
+    fields = [*ENVELOPE, pa.field("before", table.row_type), pa.field("after", table.row_type)]
+    if any(missing):
+        arrays.append(pa.array([list(m) if m else None for m in missing], MISSING_FIELD.type))
+        fields.append(MISSING_FIELD)
+    metadata = {
+        "logtide.table": table.qualified_name,
+        "logtide.key": ",".join(table.key),
+        "logtide.fingerprint": table.fingerprint,
+    }
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields, metadata=metadata))
+
+
+def table_schema_record(lsn: Lsn, txid: str, ts: Any, table: TableSchema) -> tuple[Any, ...]:
+    columns = [{"name": c.name, "type": str(c.arrow_type), "source_type": c.source_type} for c in table.columns]
+    return (
+        lsn.encode(),
+        txid,
+        ts,
+        "table",
+        table.schema,
+        table.table,
+        None,
+        columns,
+        list(table.key),
+        table.fingerprint,
+    )
+
+
+@dataclass
+class _Buffer:
+    folder: str
+    table: TableSchema | None  # None: the schema history
+    rows: list[tuple[Any, ...]] = field(default_factory=list)
+    committed: int = 0  # rows[:committed] belong to finished transactions
+
+    def to_arrow(self, rows: list[tuple[Any, ...]]) -> pa.Table:
+        if self.table is None:
+            return pa.Table.from_pylist(
+                [dict(zip(SCHEMA_HISTORY_SCHEMA.names, r, strict=True)) for r in rows], SCHEMA_HISTORY_SCHEMA
+            )
+        return events_table(self.table, rows)
+
+
+class LogWriter:
+    """Receives the log in order; writes files and the checkpoint when a flush is due."""
+
+    def __init__(
+        self,
+        zone: LandingZone,
+        checkpoint: Checkpoint,
+        flush_interval_s: float,
+        max_buffer_rows: int,
+        on_commit: Callable[[Checkpoint, int], None] = lambda checkpoint, rows: None,
+        epoch: int | None = None,
+        guard: Callable[[], None] | None = None,
+    ) -> None:
+        self.zone = zone
+        self.epoch = epoch  # written into every checkpoint (the fencing token)
+        # raises (LeaseLostError, FencedError) when this writer may no longer commit; called before
+        # files are written and again before the checkpoint
+        self._guard = guard or (lambda: None)
+        self.checkpoint = checkpoint
+        self._fingerprints = zone.table_fingerprints()  # folder -> last recorded schema fingerprint
+        self._flush_interval = flush_interval_s
+        self._max_rows = max_buffer_rows
+        self._on_commit = on_commit
+        self._buffers: dict[tuple[str, str], _Buffer] = {}
+        self._touched: set[tuple[str, str]] = set()
+        self._rows = 0
+        self._pending: TransactionEnd | None = None  # last finished, not yet committed transaction
+        self._pending_since = 0.0
+        self._open_events = 0  # change events of the transaction being read
+        self._finished_events = 0  # change events of finished, not yet committed transactions
+
+    def _buffer(self, folder: str, fingerprint: str, table: TableSchema | None) -> _Buffer:
+        key = (folder, fingerprint)
+        buffer = self._buffers.get(key)
+        if buffer is None:
+            buffer = self._buffers[key] = _Buffer(folder, table)
+        self._touched.add(key)
+        return buffer
+
+    def _append(self, buffer: _Buffer, row: tuple[Any, ...]) -> None:
+        buffer.rows.append(row)
+        self._rows += 1
+
+    def add(self, batch: ChangeBatch) -> None:
+        if not batch.changes:
+            return
+        table = batch.table
+        folder = table_folder(table.schema, table.table)
+        if self._fingerprints.get(folder) != table.fingerprint:
+            self._fingerprints[folder] = table.fingerprint
+            history = self._buffer(SCHEMA_HISTORY, "", None)
+            self._append(history, table_schema_record(batch.changes[0].lsn, batch.txid, batch.commit_ts, table))
+        buffer = self._buffer(folder, table.fingerprint, table)
+        txid, ts, watermark = batch.txid, batch.commit_ts, batch.watermark
+        buffer.rows.extend(
+            [(c.lsn.encode(), c.op.value, txid, ts, watermark, c.before, c.after, c.missing) for c in batch.changes]
+        )
+        self._rows += len(batch.changes)
+        self._open_events += len(batch.changes)
+
+    def add_schema_change(self, change: SchemaChange) -> None:
+        history = self._buffer(SCHEMA_HISTORY, "", None)
+        self._append(
+            history,
+            (
+                change.lsn.encode(),
+                change.txid,
+                change.commit_ts,
+                "ddl",
+                change.schema,
+                None,
+                change.statement,
+                None,
+                None,
+                None,
+            ),
+        )
+
+    def end_transaction(self, end: TransactionEnd) -> None:
+        for key in self._touched:
+            buffer = self._buffers[key]
+            buffer.committed = len(buffer.rows)
+        self._touched.clear()
+        self._finished_events += self._open_events
+        self._open_events = 0
+        if self._pending is None:
+            self._pending_since = time.monotonic()
+        self._pending = end
+
+    def due(self) -> bool:
+        if self._rows >= self._max_rows:
+            return True
+        return self._pending is not None and time.monotonic() - self._pending_since >= self._flush_interval
+
+    def flush(self) -> None:
+        """Commit finished transactions; spill the open one if the buffer is still too large."""
+        self.commit()
+        if self._rows >= self._max_rows:
+            self._spill()
+
+    def commit(self) -> None:
+        if self._pending is None:
+            return
+        self._guard()
+        self._write(lambda b: b.committed)
+        checkpoint = Checkpoint(self._pending.frontier, self._pending.resume, epoch=self.epoch)
+        self._guard()
+        self.zone.write_checkpoint(checkpoint)
+        self.checkpoint = checkpoint
+        self._pending = None
+        events, self._finished_events = self._finished_events, 0
+        self._on_commit(checkpoint, events)
+
+    def _spill(self) -> None:
+        self._guard()
+        self._write(lambda b: len(b.rows))
+
+    def _write(self, count: Callable[[_Buffer], int]) -> None:
+        folders = set()
+        for key, buffer in list(self._buffers.items()):
+            n = count(buffer)
+            if n:
+                rows = buffer.rows[:n]
+                folder = self.zone.folder(buffer.folder)
+                folder.mkdir(parents=True, exist_ok=True)
+                path = folder / segment_name(rows[0][0], rows[-1][0])
+                write_parquet_atomic(buffer.to_arrow(rows), path, self.zone.staging)
+                folders.add(folder)
+                del buffer.rows[:n]
+                self._rows -= n
+            buffer.committed = 0
+            if not buffer.rows:
+                del self._buffers[key]
+                self._touched.discard(key)
+        for folder in folders:
+            fsync_dir(folder)
+
+    def abandon_open_transaction(self) -> None:
+        """Drop events of the unfinished transaction (after commit()); they will be read again."""
+        self._buffers.clear()
+        self._touched.clear()
+        self._rows = 0
+        self._open_events = 0
+        self.zone.discard_uncommitted(self.checkpoint.frontier)
+        self._fingerprints = self.zone.table_fingerprints()

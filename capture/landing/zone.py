@@ -1,0 +1,173 @@
+"""Paths, locking, crash recovery and reading of one source's landing zone."""
+
+from __future__ import annotations
+
+import fcntl
+import functools
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from urllib.parse import quote, unquote
+
+import pyarrow as pa
+import pyarrow.compute
+import pyarrow.parquet as pq
+
+from capture.errors import LockHeldError
+from capture.events import Lsn
+from capture.landing.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
+from capture.landing.files import TMP_PREFIX, fenced_rename, fsync_dir, parse_segment_name
+from capture.log import get_logger
+
+log = get_logger(__name__)
+
+SCHEMA_HISTORY = "schema_history"
+
+
+@functools.lru_cache(maxsize=4096)
+def table_folder(schema: str, table: str) -> str:
+    """`db.table`, with characters that are unsafe in a path percent-encoded."""
+    return f"{quote(schema, safe='')}.{quote(table, safe='')}"
+
+
+def folder_table(folder: str) -> tuple[str, str]:
+    schema, _, table = folder.partition(".")
+    return unquote(schema), unquote(table)
+
+
+class LandingZone:
+    def __init__(self, root: Path, source: str) -> None:
+        self.root = Path(root) / source
+        self.source = source
+        self.log_dir = self.root / "log"
+        self.history_dir = self.root / SCHEMA_HISTORY
+        self.checkpoint_path = self.root / "checkpoint.json"
+        # a capture leader's staging folder (see capture.coordination.fencing): when set, every
+        # write and delete of the writing side goes through it, so a newer leader can fence this one
+        self.staging: Path | None = None
+
+    # -- writing side -------------------------------------------------------------------------
+
+    @contextmanager
+    def lock(self) -> Iterator[None]:
+        """Hold the source's lock file: one capture instance per source and machine."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        path = self.root / "capture.lock"
+        handle = open(path, "a+")  # noqa: SIM115 - held for the life of the context
+        try:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.seek(0)
+                holder = handle.read().strip() or "unknown"
+                raise LockHeldError(
+                    f"another capture instance (pid {holder}) is running for source {self.source!r} "
+                    f"on this landing zone; stop it first (only one may write {self.root})"
+                ) from None
+            handle.seek(0)
+            handle.truncate()
+            handle.write(str(os.getpid()))
+            handle.flush()
+            yield
+        finally:
+            handle.close()
+
+    def checkpoint(self) -> Checkpoint | None:
+        return read_checkpoint(self.checkpoint_path)
+
+    def write_checkpoint(self, checkpoint: Checkpoint) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        write_checkpoint(checkpoint, self.checkpoint_path, self.staging)
+
+    def folder(self, name: str) -> Path:
+        return self.history_dir if name == SCHEMA_HISTORY else self.log_dir / name
+
+    def discard_uncommitted(self, frontier: Lsn) -> int:
+        """Delete temp files and files at or past the frontier (from a crash or an unfinished
+        transaction). Their events will be read from the source again, with the same LSNs."""
+        limit = frontier.encode()
+        removed = 0
+        for folder in self._segment_folders():
+            changed = False
+            for path in folder.iterdir():
+                span = parse_segment_name(path.name)
+                if path.name.startswith(TMP_PREFIX) or (span is not None and span[0] >= limit):
+                    self._remove(path)
+                    removed += 1
+                    changed = True
+            if changed:
+                fsync_dir(folder)
+        if removed:
+            log.info("landing.uncommitted_discarded", source=self.source, files=removed, frontier=limit)
+        return removed
+
+    def _remove(self, path: Path) -> None:
+        """Unlink; through the staging folder when there is one (a fenced writer's move fails)."""
+        if self.staging is None:
+            path.unlink()
+            return
+        trash = self.staging / f"{TMP_PREFIX}discard-{path.name}"
+        fenced_rename(path, trash, self.staging)
+        trash.unlink()
+
+    # -- reading side -------------------------------------------------------------------------
+
+    def _segment_folders(self) -> list[Path]:
+        folders = [p for p in self.log_dir.iterdir() if p.is_dir()] if self.log_dir.exists() else []
+        if self.history_dir.exists():
+            folders.append(self.history_dir)
+        return folders
+
+    def tables(self) -> list[tuple[str, str]]:
+        """(schema, table) of every table with landed events."""
+        if not self.log_dir.exists():
+            return []
+        return sorted(folder_table(p.name) for p in self.log_dir.iterdir() if p.is_dir())
+
+    def committed_files(self, folder: str, frontier: Lsn | None = None) -> list[Path]:
+        """Files wholly below the frontier (the checkpoint's, unless given), in LSN order."""
+        if frontier is None:
+            checkpoint = self.checkpoint()
+            if checkpoint is None:
+                return []
+            frontier = checkpoint.frontier
+        limit = frontier.encode()
+        path = self.folder(folder)
+        if not path.exists():
+            return []
+        spans = []
+        for file in path.iterdir():
+            span = parse_segment_name(file.name)
+            if span is not None and span[1] < limit:
+                spans.append((span, file))
+        return [file for _, file in sorted(spans)]
+
+    def read(self, folder: str, frontier: Lsn | None = None) -> pa.Table | None:
+        """All committed events of one folder as one table in LSN order (schemas unified:
+        columns added later are null in older rows)."""
+        files = self.committed_files(folder, frontier)
+        if not files:
+            return None
+        tables = [pq.read_table(f) for f in files]
+        return pa.concat_tables(tables, promote_options="permissive")
+
+    def read_table(self, schema: str, table: str, frontier: Lsn | None = None) -> pa.Table | None:
+        return self.read(table_folder(schema, table), frontier)
+
+    def read_schema_history(self, frontier: Lsn | None = None) -> pa.Table | None:
+        return self.read(SCHEMA_HISTORY, frontier)
+
+    def table_fingerprints(self) -> dict[str, str]:
+        """Folder -> fingerprint of the table schema last recorded in the schema history."""
+        history = self.read_schema_history()
+        if history is None:
+            return {}
+        latest: dict[str, str] = {}
+        for row in (
+            history.filter(pa.compute.equal(history["kind"], "table"))
+            .select(["schema", "table", "fingerprint"])
+            .to_pylist()
+        ):
+            latest[table_folder(row["schema"], row["table"])] = row["fingerprint"]
+        return latest

@@ -1,0 +1,1 @@
+"""The persistent capture service: the log loop, its metrics and health."""

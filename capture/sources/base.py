@@ -1,0 +1,94 @@
+"""What a source database family provides to the capture service.
+
+The service loop, the landing zone and the checkpoint order are written once; a source
+only turns its log into `LogItem`s and knows how to resume from its own positions.
+No DB-API types cross this boundary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from threading import Event
+from typing import Any, Protocol
+
+import pyarrow as pa
+
+from capture.events import LogItem, Lsn, Row, TableSchema
+
+WATERMARK_SCHEMA = "logtide"
+WATERMARK_TABLE = "watermarks"
+
+
+class LogSource(Protocol):
+    def preflight(self) -> None:
+        """Check settings and grants; raise PreflightError saying exactly what to change."""
+
+    def current_position(self, reset: bool = False) -> tuple[Lsn, dict[str, Any]]:
+        """Frontier and resume token for a start from 'now' (first start, or --reset when
+        `reset`: PostgreSQL drops and recreates its replication slot)."""
+
+    def check_resumable(self, frontier: Lsn, resume: dict[str, Any]) -> None:
+        """Raise CheckpointPurgedError / PositionWentBackwardsError if the log cannot continue there."""
+
+    def read(self, resume: dict[str, Any], stop: Event) -> Iterator[LogItem]:
+        """Yield the log from `resume` in commit order, a Heartbeat at least every heartbeat
+        interval while idle; raise SourceConnectionError when the connection is lost."""
+
+    def acknowledge(self, resume: dict[str, Any]) -> None:
+        """Called right after each checkpoint write with its resume token: the source may now
+        forget the log before it (PostgreSQL: forced slot feedback; MySQL/MariaDB: nothing)."""
+
+    def lag_bytes(self, position: Lsn) -> int | None:
+        """How far the server's log end is past `position`, in bytes when it can tell."""
+
+    def retained_bytes(self) -> int | None:
+        """Log the server keeps only for this capture (PostgreSQL: WAL held by the slot, from its
+        restart LSN); None where the source keeps nothing for a reader (MySQL/MariaDB)."""
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Watermark:
+    """One watermark write: the log alone tells which dump, table and chunk it belongs to."""
+
+    dump_id: str
+    table: str  # db.table
+    chunk: int
+    kind: str  # "LOW" or "HIGH"
+    id: str  # unique per write (uuid4)
+
+
+class ChunkSource(Protocol):
+    """What the dump engine needs from a source database. Values are Python values typed as
+    the log's (see the source's types module); keys are compared by the database only."""
+
+    def setup(self) -> None:
+        """Create the watermark table if missing; DumpInputError naming the missing grant."""
+
+    def tables(self) -> list[tuple[str, str]]:
+        """Captured base tables (the config's include/exclude)."""
+
+    def describe(self, schema: str, table: str) -> TableSchema:
+        """Columns and dump key; DumpInputError for an unknown table or one without a usable key."""
+
+    def estimate_rows(self, table: TableSchema) -> int: ...
+
+    def write_watermark(self, mark: Watermark) -> None:
+        """Write and commit the watermark row (a log event like any other)."""
+
+    def select_chunk(
+        self, table: TableSchema, after: Row | None, start: Row | None, stop: Row | None, limit: int
+    ) -> pa.StructArray:
+        """Up to `limit` rows in key order, in a snapshot newer than the last watermark, as an
+        Arrow array of `table.row_type` (built column by column, not row by row)."""
+
+    def select_keys(self, table: TableSchema, keys: list[Row]) -> pa.StructArray: ...
+
+    def read_view(self) -> dict[str, Any] | None:
+        """What the last chunk read could see, when the log's order alone does not say it
+        (PostgreSQL: the snapshot, since visibility can trail the WAL); stored with the chunk
+        and used by reconciliation. None for MySQL/MariaDB."""
+
+    def close(self) -> None: ...

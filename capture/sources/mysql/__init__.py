@@ -1,0 +1,1 @@
+"""MySQL and MariaDB: one binlog reader for both (mysql-replication)."""

@@ -1,0 +1,76 @@
+"""Table metadata from information_schema: columns with their Arrow types, and the dump key.
+
+The key is the primary key, else the first UNIQUE index whose columns are all NOT NULL;
+a table with neither cannot be dumped in chunks and is refused.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pymysql
+
+from capture.errors import DumpInputError
+from capture.events import Column, TableSchema
+from capture.sources.mysql.connection import query
+from capture.sources.mysql.types import ColumnBuilder, column_from_catalog
+
+COLUMNS_SQL = (
+    "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, CHARACTER_OCTET_LENGTH, NUMERIC_PRECISION, NUMERIC_SCALE,"
+    " DATETIME_PRECISION, IS_NULLABLE FROM information_schema.COLUMNS"
+    " WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION"
+)
+INDEXES_SQL = (
+    "SELECT s.INDEX_NAME, s.COLUMN_NAME, s.SUB_PART FROM information_schema.STATISTICS s"
+    " WHERE s.TABLE_SCHEMA = %s AND s.TABLE_NAME = %s AND s.NON_UNIQUE = 0"
+    " ORDER BY s.INDEX_NAME = 'PRIMARY' DESC, s.INDEX_NAME, s.SEQ_IN_INDEX"
+)
+TABLES_SQL = (
+    "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_TYPE = 'BASE TABLE'"
+    " AND TABLE_SCHEMA NOT IN ('mysql', 'information_schema', 'performance_schema', 'sys', 'logtide')"
+    " ORDER BY TABLE_SCHEMA, TABLE_NAME"
+)
+
+
+def describe(conn: pymysql.connections.Connection, schema: str, table: str) -> tuple[TableSchema, list[ColumnBuilder]]:
+    """Schema of `schema.table` and a builder per column for SELECT values; DumpInputError if unusable."""
+    rows = query(conn, COLUMNS_SQL, (schema, table))
+    if not rows:
+        raise DumpInputError(f"table {schema}.{table} does not exist (or the dump user may not see it)")
+    names = (
+        "COLUMN_NAME",
+        "DATA_TYPE",
+        "COLUMN_TYPE",
+        "CHARACTER_OCTET_LENGTH",
+        "NUMERIC_PRECISION",
+        "NUMERIC_SCALE",
+        "DATETIME_PRECISION",
+        "IS_NULLABLE",
+    )
+    infos = [dict(zip(names, row, strict=True)) for row in rows]
+    columns, builders = [], []
+    for info in infos:
+        arrow_type, source_type, build = column_from_catalog(info)
+        columns.append(Column(info["COLUMN_NAME"], arrow_type, source_type))
+        builders.append(build)
+    key = _dump_key(conn, schema, table, {i["COLUMN_NAME"]: i["IS_NULLABLE"] == "NO" for i in infos})
+    return TableSchema(schema, table, tuple(columns), key), builders
+
+
+def _dump_key(
+    conn: pymysql.connections.Connection, schema: str, table: str, not_null: dict[str, bool]
+) -> tuple[str, ...]:
+    indexes: dict[str, list[Any]] = {}
+    for index_name, column, sub_part in query(conn, INDEXES_SQL, (schema, table)):
+        indexes.setdefault(index_name, []).append((column, sub_part))
+    for parts in indexes.values():
+        if all(sub_part is None and not_null[column] for column, sub_part in parts):
+            return tuple(column for column, _ in parts)
+    raise DumpInputError(
+        f"table {schema}.{table} has no primary key and no UNIQUE index on NOT NULL columns (without "
+        "prefixes): it cannot be read in key order. Add a primary key, or leave the table out of the dump."
+    )
+
+
+def base_tables(conn: pymysql.connections.Connection) -> list[tuple[str, str]]:
+    return [(schema, table) for schema, table in query(conn, TABLES_SQL)]

@@ -1,0 +1,147 @@
+"""MySQL/MariaDB as a `ChunkSource`: the watermark table and keyset chunk reads.
+
+Rows become Arrow columns directly: DECIMAL and temporal values stay text in the driver and
+are parsed by Arrow's casts, which is what makes a dump about as fast as a plain SELECT loop.
+
+One connection, autocommit, READ COMMITTED, time_zone '+00:00': a watermark write commits
+before the next statement, and each chunk SELECT is a statement of its own, so it reads a
+snapshot taken after the LOW watermark committed. Plain SELECTs only: no LOCK TABLES, no
+FOR UPDATE/SHARE.
+"""
+
+from __future__ import annotations
+
+from operator import itemgetter
+from typing import Any
+
+import pyarrow as pa
+import pymysql
+
+from capture.config import SourceConfig
+from capture.errors import DumpInputError
+from capture.events import Row, TableSchema
+from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE, Watermark
+from capture.sources.mysql.catalog import base_tables, describe
+from capture.sources.mysql.connection import connection_settings, query, translate
+from capture.sources.mysql.sql import chunk_select, keys_select, qualified, quote
+from capture.sources.mysql.types import ColumnBuilder, select_conversions
+
+ER_DBACCESS_DENIED, ER_TABLEACCESS_DENIED = 1044, 1142
+WATERMARK_DDL = f"""CREATE TABLE IF NOT EXISTS {qualified(WATERMARK_SCHEMA, WATERMARK_TABLE)} (
+  slot VARCHAR(255) NOT NULL PRIMARY KEY COMMENT 'dump id / table: one row per dump and table',
+  dump_id VARCHAR(64) NOT NULL,
+  table_name VARCHAR(200) NOT NULL,
+  chunk INT NOT NULL,
+  kind ENUM('LOW','HIGH') NOT NULL,
+  watermark_id CHAR(36) NOT NULL,
+  written_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)
+) ENGINE=InnoDB CHARACTER SET utf8mb4 COMMENT 'Logtide DBLog watermarks'"""
+WATERMARK_COLUMNS = ("slot", "dump_id", "table_name", "chunk", "kind", "watermark_id", "written_at")
+WATERMARK_UPSERT = (
+    f"INSERT INTO {qualified(WATERMARK_SCHEMA, WATERMARK_TABLE)}"
+    " (slot, dump_id, table_name, chunk, kind, watermark_id, written_at)"
+    " VALUES (%s, %s, %s, %s, %s, %s, UTC_TIMESTAMP(6)) ON DUPLICATE KEY UPDATE"
+    " dump_id = VALUES(dump_id), table_name = VALUES(table_name), chunk = VALUES(chunk),"
+    " kind = VALUES(kind), watermark_id = VALUES(watermark_id), written_at = VALUES(written_at)"
+)
+
+
+class MySqlChunkSource:
+    def __init__(self, name: str, config: SourceConfig) -> None:
+        self.name = name
+        self.config = config
+        self._builders: dict[str, list[ColumnBuilder]] = {}
+        try:
+            self._conn = pymysql.connect(**connection_settings(config), autocommit=True, conv=select_conversions())
+        except pymysql.MySQLError as exc:
+            raise translate(exc, config) from None
+        self._run("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+        self._run("SET SESSION time_zone = '+00:00'")
+
+    def _run(self, sql: str, args: Any = None) -> list[tuple[Any, ...]]:
+        try:
+            return query(self._conn, sql, args)
+        except pymysql.MySQLError as exc:
+            raise translate(exc, self.config) from exc
+
+    def _watermark_columns(self) -> set[str]:
+        rows = self._run(
+            "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
+            (WATERMARK_SCHEMA, WATERMARK_TABLE),
+        )
+        return {row[0] for row in rows}
+
+    def setup(self) -> None:
+        """Create the watermark table when it is missing; check its columns when it exists."""
+        found = self._watermark_columns()
+        if not found:
+            try:
+                self._run(f"CREATE DATABASE IF NOT EXISTS {quote(WATERMARK_SCHEMA)}")
+                self._run(WATERMARK_DDL)
+            except pymysql.MySQLError as exc:
+                if exc.args and exc.args[0] in (ER_DBACCESS_DENIED, ER_TABLEACCESS_DENIED):
+                    raise DumpInputError(
+                        f"source {self.name!r}: user {self.config.user!r} may not create the watermark table "
+                        f"{WATERMARK_SCHEMA}.{WATERMARK_TABLE}: GRANT CREATE, INSERT, UPDATE ON "
+                        f"{WATERMARK_SCHEMA}.* TO {self.config.user!r} (or have an admin run `logtide setup`)"
+                    ) from None
+                raise
+            found = self._watermark_columns()
+        if missing := [c for c in WATERMARK_COLUMNS if c not in found]:
+            raise DumpInputError(
+                f"source {self.name!r}: {WATERMARK_SCHEMA}.{WATERMARK_TABLE} exists but lacks column(s) "
+                f"{', '.join(missing)}; it holds nothing but watermarks: drop it and run `logtide setup`"
+            )
+
+    def tables(self) -> list[tuple[str, str]]:
+        return [t for t in base_tables(self._conn) if self.config.captures(*t)]
+
+    def describe(self, schema: str, table: str) -> TableSchema:
+        described, builders = describe(self._conn, schema, table)
+        self._builders[described.fingerprint] = builders
+        return described
+
+    def estimate_rows(self, table: TableSchema) -> int:
+        rows = self._run(
+            "SELECT TABLE_ROWS FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
+            (table.schema, table.table),
+        )
+        return int(rows[0][0] or 0) if rows else 0
+
+    def write_watermark(self, mark: Watermark) -> None:
+        try:
+            self._run(
+                WATERMARK_UPSERT,
+                (f"{mark.dump_id}/{mark.table}", mark.dump_id, mark.table, mark.chunk, mark.kind, mark.id),
+            )
+        except pymysql.MySQLError as exc:
+            if exc.args and exc.args[0] in (ER_DBACCESS_DENIED, ER_TABLEACCESS_DENIED):
+                raise DumpInputError(
+                    f"source {self.name!r}: user {self.config.user!r} may not write the watermark table: "
+                    f"GRANT INSERT, UPDATE ON {WATERMARK_SCHEMA}.* TO {self.config.user!r}"
+                ) from None
+            raise
+
+    def _rows(self, table: TableSchema, sql: str, params: list[Any]) -> pa.StructArray:
+        rows = self._run(sql, params)
+        arrays = [build(list(map(itemgetter(i), rows))) for i, build in enumerate(self._builders[table.fingerprint])]
+        return pa.StructArray.from_arrays(arrays, fields=list(table.row_type))
+
+    def select_chunk(
+        self, table: TableSchema, after: Row | None, start: Row | None, stop: Row | None, limit: int
+    ) -> pa.StructArray:
+        sql, params = chunk_select(table.schema, table.table, table.names, table.key, after, start, stop, limit)
+        return self._rows(table, sql, params)
+
+    def select_keys(self, table: TableSchema, keys: list[Row]) -> pa.StructArray:
+        if not keys:
+            return pa.array([], type=table.row_type)
+        sql, params = keys_select(table.schema, table.table, table.names, table.key, keys)
+        return self._rows(table, sql, params)
+
+    def read_view(self) -> None:
+        """Chunk reads see transactions in binlog order (preflight checks it): nothing to add."""
+        return None
+
+    def close(self) -> None:
+        self._conn.close()

@@ -1,0 +1,87 @@
+"""MySQL/MariaDB as a `LogSource`: positions, preflight, and the binlog reader."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from threading import Event
+from typing import Any
+
+import pymysql
+
+from capture.config import SourceConfig
+from capture.errors import CheckpointPurgedError, PositionWentBackwardsError, PreflightError
+from capture.events import LogItem, Lsn
+from capture.sources.mysql.connection import connect, connection_settings, query
+from capture.sources.mysql.preflight import preflight
+from capture.sources.mysql.reader import BinlogReader, position_lsn
+
+
+class MySqlSource:
+    def __init__(self, name: str, config: SourceConfig) -> None:
+        self.name = name
+        self.config = config
+        self.where = f"{name} ({config.kind} {config.host}:{config.port})"
+        self._lag_conn: pymysql.connections.Connection | None = None
+
+    def preflight(self) -> None:
+        with connect(self.config) as conn:
+            preflight(conn, self.config.kind, self.config.user, self.where)
+
+    def _server_position(self, conn: pymysql.connections.Connection) -> tuple[str, int]:
+        rows = query(conn, "SHOW MASTER STATUS")
+        if not rows:
+            raise PreflightError(f"{self.where}: binary logging is off; start the server with --log-bin")
+        return rows[0][0], int(rows[0][1])
+
+    def current_position(self, reset: bool = False) -> tuple[Lsn, dict[str, Any]]:
+        with connect(self.config) as conn:
+            file, pos = self._server_position(conn)
+            resume: dict[str, Any] = {"file": file, "pos": pos}
+            if self.config.kind == "mariadb":
+                resume["gtid"] = query(conn, "SELECT BINLOG_GTID_POS(%s, %s)", (file, pos))[0][0] or ""
+        return position_lsn(file, pos), resume
+
+    def check_resumable(self, frontier: Lsn, resume: dict[str, Any]) -> None:
+        with connect(self.config) as conn:
+            files = [row[0] for row in query(conn, "SHOW BINARY LOGS")]
+            current = position_lsn(*self._server_position(conn))
+        if resume["file"] not in files:
+            raise CheckpointPurgedError(
+                f"{self.where}: the checkpoint's binlog {resume['file']} has been purged from the server "
+                f"(oldest is {files[0] if files else 'none'}); changes since then are lost to capture. "
+                f"Run `logtide capture --source {self.name} --reset` to start from the current position, "
+                "then a full dump of every table to recover the history."
+            )
+        if current < frontier:
+            raise PositionWentBackwardsError(
+                f"{self.where}: the server's binlog ends before the landed frontier (was RESET MASTER run?). "
+                "Move the landing zone aside, start capture with --reset, then run a full dump."
+            )
+
+    def read(self, resume: dict[str, Any], stop: Event) -> Iterator[LogItem]:
+        return iter(BinlogReader(self.name, self.config, resume, stop))
+
+    def acknowledge(self, resume: dict[str, Any]) -> None:
+        """Nothing to tell the server: a binlog reader keeps no position there."""
+
+    def lag_bytes(self, position: Lsn) -> int | None:
+        if self._lag_conn is None:
+            self._lag_conn = pymysql.connect(**connection_settings(self.config), autocommit=True)
+        try:
+            server = position_lsn(*self._server_position(self._lag_conn))
+        except pymysql.MySQLError:
+            self._lag_conn.close()
+            self._lag_conn = None
+            raise
+        if server.major >> 32 != position.major >> 32:
+            return None  # different binlog files: not comparable in bytes
+        return max(0, (server.major - position.major))
+
+    def retained_bytes(self) -> None:
+        """The binlog is kept by the server's own expiry settings, not for a reader."""
+        return None
+
+    def close(self) -> None:
+        if self._lag_conn is not None:
+            self._lag_conn.close()
+            self._lag_conn = None

@@ -1,0 +1,80 @@
+"""SQL text for chunk reads, built by pure functions (tested against expected strings).
+
+Identifiers come from the catalog and are quoted with backticks (a backtick inside a name
+is doubled, MySQL's rule); every value is a bound parameter. Composite keys use the expanded
+form `(a > %s) OR (a = %s AND b > %s)`, which MySQL optimises into a range scan, unlike row
+constructors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+def quote(identifier: str) -> str:
+    return "`" + identifier.replace("`", "``") + "`"
+
+
+def qualified(schema: str, table: str) -> str:
+    return f"{quote(schema)}.{quote(table)}"
+
+
+def _compare(key: Sequence[str], op: str) -> str:
+    """Lexicographic `key op (params)` for op in >, >=, <, <= as OR of AND terms."""
+    strict, inclusive = op[0], len(op) == 2
+    terms = []
+    for i, column in enumerate(key):
+        equal = [f"{quote(k)} = %s" for k in key[:i]]
+        last = i == len(key) - 1
+        cmp = op if (last and inclusive) else strict
+        terms.append(" AND ".join([*equal, f"{quote(column)} {cmp} %s"]))
+    return " OR ".join(f"({t})" for t in terms)
+
+
+def _params(key_values: Sequence[object]) -> list[object]:
+    """Parameters for `_compare`: term i uses values[0..i]."""
+    params: list[object] = []
+    for i in range(len(key_values)):
+        params.extend(key_values[: i + 1])
+    return params
+
+
+def chunk_select(
+    schema: str,
+    table: str,
+    columns: Sequence[str],
+    key: Sequence[str],
+    after: Sequence[object] | None,
+    start: Sequence[object] | None,
+    stop: Sequence[object] | None,
+    limit: int,
+) -> tuple[str, list[object]]:
+    """Next chunk in key order: key > after (exclusive), or key >= start on the first chunk
+    of a range; key <= stop (inclusive) when the range has an end."""
+    where, params = [], []
+    if after is not None:
+        where.append(f"({_compare(key, '>')})")
+        params += _params(after)
+    elif start is not None:
+        where.append(f"({_compare(key, '>=')})")
+        params += _params(start)
+    if stop is not None:
+        where.append(f"({_compare(key, '<=')})")
+        params += _params(stop)
+    sql = f"SELECT {', '.join(quote(c) for c in columns)} FROM {qualified(schema, table)}"
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    sql += f" ORDER BY {', '.join(quote(k) for k in key)} LIMIT %s"
+    return sql, [*params, limit]
+
+
+def keys_select(
+    schema: str, table: str, columns: Sequence[str], key: Sequence[str], keys: Sequence[Sequence[object]]
+) -> tuple[str, list[object]]:
+    """Rows of the given keys, in key order."""
+    one = "(" + " AND ".join(f"{quote(k)} = %s" for k in key) + ")"
+    sql = (
+        f"SELECT {', '.join(quote(c) for c in columns)} FROM {qualified(schema, table)}"
+        f" WHERE {' OR '.join([one] * len(keys))} ORDER BY {', '.join(quote(k) for k in key)}"
+    )
+    return sql, [v for k in keys for v in k]

@@ -1,0 +1,299 @@
+"""MySQL/MariaDB column types -> Arrow types, and the per-row conversion of binlog values.
+
+Values keep their meaning and their range, and match what a plain SELECT returns, so that
+log rows and dump rows compare equal:
+
+  TINYINT..BIGINT        int8..int64; UNSIGNED widens (int16..int64), BIGINT UNSIGNED -> decimal(20,0)
+  DECIMAL(p,s)           decimal128(p,s) up to p=38; beyond (Iceberg and Spark stop at 38) exact text
+  FLOAT, DOUBLE          float32, float64
+  CHAR/VARCHAR/TEXT      string (decoded with the column's charset)
+  BINARY/VARBINARY/BLOB  binary (BINARY(n) padded with 0x00 to n, as SELECT returns it)
+  DATE                   date32        DATETIME(n)  timestamp[us]     TIMESTAMP(n) timestamp[us, UTC]
+  TIME(n)                duration[us] (TIME spans -838:59:59..838:59:59, not a time of day)
+  YEAR                   int16         BIT(n)      int64, BIT(64) -> decimal(20,0)
+  JSON                   string (JSON text; MariaDB's JSON is LONGTEXT and arrives as written)
+  ENUM                   string        SET         string, members in definition order joined by ','
+  GEOMETRY               binary (MySQL's internal SRID + WKB)
+Zero dates (0000-00-00) arrive as NULL (PyMySQL's SELECT returns them as the string
+'0000-00-00'); a zero TIMESTAMP arrives as 1970-01-01 00:00:00 UTC.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from decimal import Decimal
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pymysql.converters
+from pymysqlreplication.constants import FIELD_TYPE, NONE_SOURCE
+
+from capture.events import Column, Row, TableSchema
+
+RowConverter = Callable[[dict[str, Any], dict[str, str]], Row]
+ValueConverter = Callable[[Any], Any]
+
+MAX_ARROW_DECIMAL = 38
+_INTS = {
+    FIELD_TYPE.TINY: ("tinyint", pa.int8(), pa.int16()),
+    FIELD_TYPE.SHORT: ("smallint", pa.int16(), pa.int32()),
+    FIELD_TYPE.INT24: ("mediumint", pa.int32(), pa.int32()),
+    FIELD_TYPE.LONG: ("int", pa.int32(), pa.int64()),
+    FIELD_TYPE.LONGLONG: ("bigint", pa.int64(), pa.decimal128(20, 0)),
+}
+_TEXT_TYPES = {FIELD_TYPE.VARCHAR, FIELD_TYPE.VAR_STRING, FIELD_TYPE.STRING}
+_BLOB_TYPES = {FIELD_TYPE.BLOB, FIELD_TYPE.TINY_BLOB, FIELD_TYPE.MEDIUM_BLOB, FIELD_TYPE.LONG_BLOB}
+
+
+def _negative_time_fraction(value: timedelta | None) -> timedelta | None:
+    """Undo mysql-replication 1.0.17's TIME2 decoding of negative values with a fraction.
+
+    It reads the fraction of a negative TIME as if it were positive: -00:00:01.001 comes out
+    as -00:00:01.999 (whole seconds right, fraction f read as 1 - f).
+    """
+    if value is None or value >= timedelta(0):
+        return value
+    seconds, micros = divmod(-value // timedelta(microseconds=1), 1_000_000)
+    if micros == 0:
+        return value
+    return -timedelta(seconds=seconds, microseconds=1_000_000 - micros)
+
+
+def _year(value: int | None) -> int | None:
+    return 0 if value == 1900 else value  # YEAR 0000 is decoded as 1900 (range is 1901..2155)
+
+
+def _fixed_decimal(value: Decimal) -> str:
+    return format(value, "f")
+
+
+def _bits(value: str) -> int:
+    return int(value, 2)
+
+
+def _pad(length: int) -> ValueConverter:
+    return lambda value: value.ljust(length, b"\x00") if isinstance(value, bytes) else value
+
+
+def _set_text(members: list[str]) -> ValueConverter:
+    order = {m: i for i, m in enumerate(members)}
+    return lambda value: ",".join(sorted(value, key=order.__getitem__)) if value is not None else None
+
+
+def _json_text(value: Any) -> Any:
+    import json
+
+    if value is None or isinstance(value, str):
+        return value
+    return json.dumps(_decode_json_keys(value), ensure_ascii=False, separators=(", ", ": "))
+
+
+def _decode_json_keys(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {(k.decode() if isinstance(k, bytes) else k): _decode_json_keys(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_decode_json_keys(v) for v in value]
+    if isinstance(value, bytes):
+        return value.decode()
+    return value
+
+
+def column_type(col: Any) -> tuple[pa.DataType, str, ValueConverter | None]:
+    """Arrow type, source type name and value converter (None: the value is already right)."""
+    kind = col.type
+    binary = (col.character_set_name or "").lower() == "binary"
+    if kind in _INTS:
+        name, signed, unsigned = _INTS[kind]
+        return (unsigned, f"{name} unsigned", None) if col.unsigned else (signed, name, None)
+    if kind == FIELD_TYPE.NEWDECIMAL:
+        source = f"decimal({col.precision},{col.decimals})"
+        if col.precision > MAX_ARROW_DECIMAL:
+            return pa.string(), source, lambda v: _fixed_decimal(v) if v is not None else None
+        return pa.decimal128(col.precision, col.decimals), source, None
+    if kind == FIELD_TYPE.FLOAT:
+        return pa.float32(), "float", None
+    if kind == FIELD_TYPE.DOUBLE:
+        return pa.float64(), "double", None
+    if kind == FIELD_TYPE.STRING:
+        if binary:
+            return pa.binary(), f"binary({col.max_length})", _pad(col.max_length)
+        return pa.string(), "char", None
+    if kind in _TEXT_TYPES:
+        return (pa.binary(), "varbinary", None) if binary else (pa.string(), "varchar", None)
+    if kind in _BLOB_TYPES:
+        return (pa.binary(), "blob", None) if binary else (pa.string(), "text", None)
+    if kind == FIELD_TYPE.JSON:
+        return pa.string(), "json", _json_text
+    if kind in (FIELD_TYPE.DATE, FIELD_TYPE.NEWDATE):
+        return pa.date32(), "date", None
+    if kind in (FIELD_TYPE.DATETIME, FIELD_TYPE.DATETIME2):
+        return pa.timestamp("us"), f"datetime({getattr(col, 'fsp', 0)})", None
+    if kind in (FIELD_TYPE.TIMESTAMP, FIELD_TYPE.TIMESTAMP2):
+        # mysql-replication yields naive UTC datetimes; the Arrow type says UTC.
+        return pa.timestamp("us", tz="UTC"), f"timestamp({getattr(col, 'fsp', 0)})", None
+    if kind in (FIELD_TYPE.TIME, FIELD_TYPE.TIME2):
+        fsp = getattr(col, "fsp", 0)
+        return pa.duration("us"), f"time({fsp})", _negative_time_fraction if fsp else None
+    if kind == FIELD_TYPE.YEAR:
+        return pa.int16(), "year", _year
+    if kind == FIELD_TYPE.BIT:
+        if col.bits == 64:
+            return pa.decimal128(20, 0), "bit(64)", lambda v: _bits(v) if v is not None else None
+        return pa.int64(), f"bit({col.bits})", lambda v: _bits(v) if v is not None else None
+    if kind == FIELD_TYPE.ENUM:
+        return pa.string(), "enum", None
+    if kind == FIELD_TYPE.SET:
+        return pa.string(), "set", _set_text(col.set_values or [])
+    if kind == FIELD_TYPE.GEOMETRY:
+        return pa.binary(), "geometry", None
+    raise NotImplementedError(f"column {col.name!r}: MySQL type code {kind} is not supported")
+
+
+ColumnBuilder = Callable[[list[Any]], pa.Array]
+_TEXT_DECODED = (FIELD_TYPE.DECIMAL, FIELD_TYPE.NEWDECIMAL, FIELD_TYPE.DATE, FIELD_TYPE.DATETIME, FIELD_TYPE.TIMESTAMP)
+
+
+def select_conversions() -> dict[int, Any]:
+    """PyMySQL decoders for chunk SELECTs: DECIMAL, DATE, DATETIME and TIMESTAMP stay raw text
+    (Arrow parses whole columns of them far faster than Python parses values one by one);
+    BIT becomes its integer value."""
+    conv = dict(pymysql.converters.conversions)
+    for field_type in _TEXT_DECODED:
+        conv[field_type] = _raw
+    conv[FIELD_TYPE.BIT] = lambda data: int.from_bytes(data, "big")
+    return conv
+
+
+def _raw(data: Any) -> Any:
+    return data
+
+
+def _python(arrow_type: pa.DataType) -> ColumnBuilder:
+    return lambda values: pa.array(values, type=arrow_type)
+
+
+def _text(values: list[Any]) -> pa.Array:
+    return pa.array(values, type=pa.binary()).cast(pa.string())
+
+
+def _parsed(arrow_type: pa.DataType, zero: str | None = None) -> ColumnBuilder:
+    """Raw text -> `arrow_type` by Arrow's cast. Zero dates ('0000-00-00...') become NULL, or
+    `zero` when given (a zero TIMESTAMP is epoch 0 in the binlog)."""
+    naive = pa.timestamp("us") if pa.types.is_timestamp(arrow_type) else arrow_type
+
+    def build(values: list[Any]) -> pa.Array:
+        text = _text(values)
+        if pa.types.is_temporal(arrow_type):
+            zeros = pc.starts_with(text, "0000-00-00")
+            replacement = pa.scalar(zero, pa.string())
+            text = pc.if_else(zeros, replacement, text)
+        return text.cast(naive).cast(arrow_type)  # naive -> UTC: the session time_zone is '+00:00'
+
+    return build
+
+
+def column_from_catalog(info: dict[str, Any]) -> tuple[pa.DataType, str, ColumnBuilder]:
+    """The same mapping from an information_schema.COLUMNS row, with the builder that turns
+    a column of SELECT values (see `select_conversions`) into an Arrow array."""
+    data_type = info["DATA_TYPE"].lower()
+    column_type = info["COLUMN_TYPE"].lower()
+    unsigned = "unsigned" in column_type
+    if data_type in _CATALOG_INTS:
+        name, signed, wide = _INTS[_CATALOG_INTS[data_type]]
+        arrow, source = (wide, f"{name} unsigned") if unsigned else (signed, name)
+        return arrow, source, _python(arrow)
+    if data_type == "decimal":
+        precision, scale = int(info["NUMERIC_PRECISION"]), int(info["NUMERIC_SCALE"])
+        source = f"decimal({precision},{scale})"
+        if precision > MAX_ARROW_DECIMAL:
+            return pa.string(), source, _text
+        return pa.decimal128(precision, scale), source, _parsed(pa.decimal128(precision, scale))
+    if data_type in ("float", "double"):
+        arrow = pa.float32() if data_type == "float" else pa.float64()
+        return arrow, data_type, _python(arrow)
+    precision = int(info["DATETIME_PRECISION"] or 0)
+    simple: dict[str, tuple[pa.DataType, str]] = {
+        "binary": (pa.binary(), f"binary({info['CHARACTER_OCTET_LENGTH']})"),
+        "char": (pa.string(), "char"),
+        "varchar": (pa.string(), "varchar"),
+        "varbinary": (pa.binary(), "varbinary"),
+        "enum": (pa.string(), "enum"),
+        "set": (pa.string(), "set"),
+        "json": (pa.string(), "json"),
+        "time": (pa.duration("us"), f"time({precision})"),
+        "year": (pa.int16(), "year"),
+        **{t: (pa.string(), "text") for t in ("tinytext", "text", "mediumtext", "longtext")},
+        **{t: (pa.binary(), "blob") for t in ("tinyblob", "blob", "mediumblob", "longblob")},
+        **{t: (pa.binary(), "geometry") for t in _GEOMETRY},
+    }
+    if data_type in simple:
+        arrow, source = simple[data_type]
+        return arrow, source, _python(arrow)
+    if data_type == "date":
+        return pa.date32(), "date", _parsed(pa.date32())
+    if data_type == "datetime":
+        return pa.timestamp("us"), f"datetime({precision})", _parsed(pa.timestamp("us"))
+    if data_type == "timestamp":
+        arrow = pa.timestamp("us", tz="UTC")
+        return arrow, f"timestamp({precision})", _parsed(arrow, zero="1970-01-01 00:00:00")
+    if data_type == "bit":
+        bits = int(info["NUMERIC_PRECISION"])
+        arrow = pa.decimal128(20, 0) if bits == 64 else pa.int64()
+        return arrow, f"bit({bits})", _python(arrow)
+    raise NotImplementedError(f"column {info['COLUMN_NAME']!r}: type {column_type} is not supported")
+
+
+_CATALOG_INTS = {
+    "tinyint": FIELD_TYPE.TINY,
+    "smallint": FIELD_TYPE.SHORT,
+    "mediumint": FIELD_TYPE.INT24,
+    "int": FIELD_TYPE.LONG,
+    "bigint": FIELD_TYPE.LONGLONG,
+}
+_GEOMETRY = {
+    "geometry",
+    "point",
+    "linestring",
+    "polygon",
+    "multipoint",
+    "multilinestring",
+    "multipolygon",
+    "geometrycollection",
+}
+
+
+def table_schema(schema: str, table: str, table_map: Any) -> tuple[TableSchema, RowConverter]:
+    """The table's schema and a function from mysql-replication's row dict to a value tuple."""
+    columns = []
+    converters: list[tuple[int, ValueConverter]] = []
+    set_columns: list[tuple[int, str]] = []
+    for index, col in enumerate(table_map.columns):
+        arrow_type, source_type, convert = column_type(col)
+        columns.append(Column(col.name, arrow_type, source_type))
+        if convert is not None:
+            converters.append((index, convert))
+        if col.type == FIELD_TYPE.SET:
+            set_columns.append((index, col.name))
+    key = table_map.primary_key
+    key = () if not key else (key,) if isinstance(key, str) else tuple(key)
+    described = TableSchema(schema, table, tuple(columns), key)
+    width = len(columns)
+
+    def convert_row(values: dict[str, Any], none_sources: dict[str, str]) -> Row:
+        row = values.values()
+        if len(row) != width:
+            raise ValueError(f"{schema}.{table}: row has {len(row)} values, table map has {width} columns")
+        if not converters and not set_columns:
+            return tuple(row)
+        out = list(row)
+        for index, name in set_columns:
+            # mysql-replication reports an empty SET as None; SELECT returns ''.
+            if out[index] is None and none_sources.get(name) == NONE_SOURCE.EMPTY_SET:
+                out[index] = set()
+        for index, convert in converters:
+            out[index] = convert(out[index])
+        return tuple(out)
+
+    return described, convert_row

@@ -1,0 +1,1 @@
+"""PostgreSQL: logical replication with the built-in pgoutput plugin (psycopg2), watermark dumps."""

@@ -1,0 +1,119 @@
+"""Table metadata from the PostgreSQL catalog: column types (through `types`) and the dump key.
+
+The key is the primary key, else the first UNIQUE index (no expressions, no predicate) whose
+columns are all NOT NULL; the log uses the same key, whatever the table's REPLICA IDENTITY.
+Generated columns are left out on both paths, as pgoutput does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from capture.errors import DumpInputError
+from capture.events import Column, TableSchema
+from capture.sources.postgres.connection import query
+from capture.sources.postgres.types import ColumnBuilder, TypeInfo, builder, column_type, select_as_text
+
+COLUMNS_SQL = (
+    "SELECT a.attname, a.atttypid, a.atttypmod, format_type(a.atttypid, a.atttypmod), a.attnotnull"
+    " FROM pg_attribute a WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''"
+    " ORDER BY a.attnum"
+)
+KEY_SQL = (
+    "SELECT i.indisprimary, i.indexrelid, array_agg(a.attname ORDER BY k.n), bool_and(a.attnotnull)"
+    " FROM pg_index i CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, n)"
+    " JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum"
+    " WHERE i.indrelid = %s AND i.indisunique AND i.indisvalid AND i.indpred IS NULL AND i.indexprs IS NULL"
+    " GROUP BY i.indisprimary, i.indexrelid ORDER BY i.indisprimary DESC, i.indexrelid"
+)
+TYPE_SQL = (
+    "SELECT t.oid, t.typname, t.typtype, t.typelem, t.typbasetype, t.typtypmod, t.typcategory"
+    " FROM pg_type t WHERE t.oid = %s"
+)
+TABLES_SQL = (
+    "SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+    " WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition"
+    " AND n.nspname NOT IN ('pg_catalog', 'information_schema', 'logtide') AND n.nspname NOT LIKE 'pg\\_%%'"
+    " ORDER BY 1, 2"
+)
+
+
+class TypeCatalog:
+    """Type lookups by oid, cached for the life of a connection."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+        self._cache: dict[tuple[int, int], TypeInfo] = {}
+
+    def info(self, oid: int, typmod: int) -> TypeInfo:
+        key = (oid, typmod)
+        found = self._cache.get(key)
+        if found is None:
+            found = self._cache[key] = self._lookup(oid, typmod)
+        return found
+
+    def _lookup(self, oid: int, typmod: int) -> TypeInfo:
+        rows = query(self.conn, TYPE_SQL, (oid,))
+        if not rows:
+            raise DumpInputError(f"type oid {oid} is not in pg_type")
+        _, name, kind, element, base, base_typmod, category = rows[0]
+        if kind == "d":  # a domain: its base type, with the domain's own typmod if it has one
+            return self.info(base, base_typmod if base_typmod != -1 else typmod)
+        element_info = self.info(element, typmod) if category == "A" and element else None
+        return TypeInfo(oid, name, kind, element_info, typmod)
+
+    def format_types(self, pairs: list[tuple[int, int]]) -> list[str]:
+        rows = query(
+            self.conn,
+            "SELECT format_type(u.oid, u.mod) FROM unnest(%s::oid[], %s::int[]) WITH ORDINALITY AS u(oid, mod, n)"
+            " ORDER BY u.n",
+            ([p[0] for p in pairs], [p[1] for p in pairs]),
+        )
+        return [r[0] for r in rows]
+
+
+def relation_oid(conn: Any, schema: str, table: str) -> int | None:
+    rows = query(
+        conn,
+        "SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p')",
+        (schema, table),
+    )
+    return rows[0][0] if rows else None
+
+
+def dump_key(conn: Any, oid: int) -> tuple[str, ...]:
+    """Primary key, else the first UNIQUE index on NOT NULL columns; () when there is none."""
+    for _primary, _index, columns, not_null in query(conn, KEY_SQL, (oid,)):
+        if not_null:
+            return tuple(columns)
+    return ()
+
+
+def describe(
+    conn: Any, types: TypeCatalog, schema: str, table: str
+) -> tuple[TableSchema, list[ColumnBuilder], list[bool]]:
+    """Schema of `schema.table`, a builder per column and whether a SELECT must cast it to
+    text (`types.select_as_text`); DumpInputError if it cannot be dumped."""
+    oid = relation_oid(conn, schema, table)
+    if oid is None:
+        raise DumpInputError(f"table {schema}.{table} does not exist (or the dump user may not see it)")
+    columns, builders, as_text = [], [], []
+    for name, type_oid, typmod, source_type, _not_null in query(conn, COLUMNS_SQL, (oid,)):
+        info = types.info(type_oid, typmod)
+        arrow_type, _ = column_type(info)
+        columns.append(Column(name, arrow_type, source_type))
+        builders.append(builder(info))
+        as_text.append(select_as_text(info))
+    key = dump_key(conn, oid)
+    if not key:
+        raise DumpInputError(
+            f"table {schema}.{table} has no primary key and no UNIQUE index on NOT NULL columns (without "
+            "expressions or predicates): it cannot be read in key order. Add a primary key, or leave the table "
+            "out of the dump."
+        )
+    return TableSchema(schema, table, tuple(columns), key), builders, as_text
+
+
+def base_tables(conn: Any) -> list[tuple[str, str]]:
+    return [(schema, table) for schema, table in query(conn, TABLES_SQL)]

@@ -1,0 +1,181 @@
+"""PostgreSQL as a `ChunkSource`: the watermark table and keyset chunk reads.
+
+Every column is fetched as its text form (`column::text`, except the string types psycopg2
+hands over as text anyway, in C) and parsed column by column by the same builders the log
+uses (`types`), so chunk rows and log rows are equal values and the driver converts nothing.
+
+One connection, autocommit: a watermark write commits before the next statement. Each chunk
+is read in a transaction of its own (REPEATABLE READ, READ ONLY) begun after LOW committed,
+so its snapshot is fresh; the transaction also records that snapshot
+(`pg_current_snapshot()`), which tells which transactions the chunk could not see (see
+README, "PostgreSQL: visibility and WAL order"). Plain SELECTs only: no LOCK TABLE, no FOR
+UPDATE/SHARE.
+"""
+
+from __future__ import annotations
+
+from operator import itemgetter
+from typing import Any
+
+import psycopg2
+import psycopg2.errors
+import psycopg2.extensions
+import pyarrow as pa
+
+from capture.config import SourceConfig
+from capture.errors import DumpInputError
+from capture.events import Lsn, Row, TableSchema
+from capture.log import get_logger
+from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE, Watermark
+from capture.sources.postgres.catalog import TypeCatalog, base_tables, describe, relation_oid
+from capture.sources.postgres.connection import connect, parse_lsn, query, translate
+from capture.sources.postgres.preflight import ensure_publication
+from capture.sources.postgres.sql import chunk_select, keys_select, qualified, quote
+from capture.sources.postgres.types import ColumnBuilder
+
+log = get_logger(__name__)
+
+WATERMARKS = qualified(WATERMARK_SCHEMA, WATERMARK_TABLE)
+WATERMARK_DDL = f"""CREATE TABLE IF NOT EXISTS {WATERMARKS} (
+  slot varchar(255) NOT NULL PRIMARY KEY,
+  dump_id varchar(64) NOT NULL,
+  table_name varchar(200) NOT NULL,
+  chunk integer NOT NULL,
+  kind varchar(4) NOT NULL CHECK (kind IN ('LOW', 'HIGH')),
+  watermark_id varchar(64) NOT NULL,
+  written_at timestamptz NOT NULL DEFAULT clock_timestamp()
+)"""
+WATERMARK_COLUMNS = ("slot", "dump_id", "table_name", "chunk", "kind", "watermark_id", "written_at")
+WATERMARK_UPSERT = (
+    f"INSERT INTO {WATERMARKS} (slot, dump_id, table_name, chunk, kind, watermark_id, written_at)"
+    " VALUES (%s, %s, %s, %s, %s, %s, clock_timestamp()) ON CONFLICT (slot) DO UPDATE SET"
+    " dump_id = EXCLUDED.dump_id, table_name = EXCLUDED.table_name, chunk = EXCLUDED.chunk,"
+    " kind = EXCLUDED.kind, watermark_id = EXCLUDED.watermark_id, written_at = EXCLUDED.written_at"
+)
+
+
+class PostgresChunkSource:
+    def __init__(self, name: str, config: SourceConfig) -> None:
+        self.name = name
+        self.config = config
+        self._builders: dict[str, tuple[list[ColumnBuilder], list[bool]]] = {}
+        self._conn = connect(config)
+        self._types = TypeCatalog(self._conn)
+        self.last_snapshot: str | None = None  # pg_current_snapshot() of the last chunk read
+        self._before_low = 0  # pg_current_wal_insert_lsn() before the last LOW watermark
+
+    def _run(self, sql: str, args: Any = None) -> list[tuple[Any, ...]]:
+        try:
+            return query(self._conn, sql, args)
+        except psycopg2.errors.InsufficientPrivilege:
+            raise
+        except psycopg2.Error as exc:
+            raise translate(exc, self.config) from exc
+
+    def _watermark_columns(self) -> set[str]:
+        rows = self._run(
+            # the catalog, not information_schema: that shows only columns the user holds a privilege on
+            "SELECT a.attname FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid"
+            " JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE n.nspname = %s AND c.relname = %s AND a.attnum > 0 AND NOT a.attisdropped",
+            (WATERMARK_SCHEMA, WATERMARK_TABLE),
+        )
+        return {row[0] for row in rows}
+
+    def setup(self) -> None:
+        """Create the watermark table when it is missing; check its columns when it exists. Also
+        create the capture's publication when it is missing and the user may (`logtide setup`);
+        the replication slot is created by capture's first start, which then reads it at once."""
+        problem = ensure_publication(self._conn, self.config.publication_name(self.name), self.config.user)
+        if problem:
+            log.warning("setup.publication_missing", source=self.name, problem=problem)
+        found = self._watermark_columns()
+        if not found:
+            try:
+                self._run(f"CREATE SCHEMA IF NOT EXISTS {quote(WATERMARK_SCHEMA)}")
+                self._run(WATERMARK_DDL)
+            except psycopg2.errors.InsufficientPrivilege:
+                raise DumpInputError(
+                    f"source {self.name!r}: user {self.config.user!r} may not create the watermark table "
+                    f'{WATERMARK_SCHEMA}.{WATERMARK_TABLE}: GRANT CREATE ON DATABASE "{self.config.database}" TO '
+                    f'"{self.config.user}" (or have an admin run `logtide setup`)'
+                ) from None
+            found = self._watermark_columns()
+        if missing := [c for c in WATERMARK_COLUMNS if c not in found]:
+            raise DumpInputError(
+                f"source {self.name!r}: {WATERMARK_SCHEMA}.{WATERMARK_TABLE} exists but lacks column(s) "
+                f"{', '.join(missing)}; it holds nothing but watermarks: drop it and run `logtide setup`"
+            )
+
+    def tables(self) -> list[tuple[str, str]]:
+        return [t for t in base_tables(self._conn) if self.config.captures(*t)]
+
+    def describe(self, schema: str, table: str) -> TableSchema:
+        described, builders, as_text = describe(self._conn, self._types, schema, table)
+        self._builders[described.fingerprint] = (builders, as_text)
+        return described
+
+    def estimate_rows(self, table: TableSchema) -> int:
+        oid = relation_oid(self._conn, table.schema, table.table)
+        rows = self._run("SELECT reltuples::bigint FROM pg_class WHERE oid = %s", (oid,))
+        return max(0, int(rows[0][0])) if rows else 0
+
+    def write_watermark(self, mark: Watermark) -> None:
+        if mark.kind == "LOW":
+            # every transaction that commits before LOW but after this point got its xid after LOW's
+            # reconciliation looks for invisible ones from here on (README: visibility and WAL order)
+            self._before_low = parse_lsn(self._run("SELECT pg_current_wal_insert_lsn()::text")[0][0])
+        try:
+            self._run(
+                WATERMARK_UPSERT,
+                (f"{mark.dump_id}/{mark.table}", mark.dump_id, mark.table, mark.chunk, mark.kind, mark.id),
+            )
+        except psycopg2.errors.InsufficientPrivilege:
+            raise DumpInputError(
+                f"source {self.name!r}: user {self.config.user!r} may not write the watermark table: "
+                f'GRANT USAGE ON SCHEMA {WATERMARK_SCHEMA} TO "{self.config.user}"; GRANT INSERT, UPDATE ON '
+                f'{WATERMARK_SCHEMA}.{WATERMARK_TABLE} TO "{self.config.user}"'
+            ) from None
+
+    def _rows(self, table: TableSchema, sql: str, params: list[Any]) -> pa.StructArray:
+        """The chunk in a transaction of its own: a snapshot taken now, after LOW committed."""
+        try:
+            with self._conn.cursor() as cursor:
+                # one round trip: the snapshot is taken as soon after LOW as the server can
+                cursor.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY; SELECT pg_current_snapshot()::text")
+                self.last_snapshot = cursor.fetchone()[0]
+                try:
+                    cursor.execute(sql, params)
+                    rows = cursor.fetchall()
+                finally:
+                    cursor.execute("COMMIT")
+        except psycopg2.Error as exc:
+            raise translate(exc, self.config) from exc
+        builders = self._builders[table.fingerprint][0]
+        arrays = [build(list(map(itemgetter(i), rows))) for i, build in enumerate(builders)]
+        return pa.StructArray.from_arrays(arrays, fields=list(table.row_type))
+
+    def select_chunk(
+        self, table: TableSchema, after: Row | None, start: Row | None, stop: Row | None, limit: int
+    ) -> pa.StructArray:
+        as_text = self._builders[table.fingerprint][1]
+        sql, params = chunk_select(
+            table.schema, table.table, table.names, table.key, after, start, stop, limit, as_text
+        )
+        return self._rows(table, sql, params)
+
+    def select_keys(self, table: TableSchema, keys: list[Row]) -> pa.StructArray:
+        if not keys:
+            return pa.array([], type=table.row_type)
+        as_text = self._builders[table.fingerprint][1]
+        sql, params = keys_select(table.schema, table.table, table.names, table.key, keys, as_text)
+        return self._rows(table, sql, params)
+
+    def read_view(self) -> dict[str, Any] | None:
+        """The last chunk's snapshot and the WAL position just before its LOW watermark."""
+        if self.last_snapshot is None:
+            return None
+        return {"snapshot": self.last_snapshot, "before_low": Lsn(self._before_low).encode()}
+
+    def close(self) -> None:
+        self._conn.close()

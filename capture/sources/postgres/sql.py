@@ -1,0 +1,87 @@
+"""SQL text for PostgreSQL chunk reads, built by pure functions (tested against expected strings).
+
+Identifiers come from the catalog and are quoted with double quotes (a quote inside a name is
+doubled); every value is a bound parameter. Composite keys use a row comparison
+`("a", "b") > (%s, %s)`, which PostgreSQL turns into one index range scan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+def quote(identifier: str) -> str:
+    return '"' + identifier.replace('"', '""') + '"'
+
+
+def qualified(schema: str, table: str) -> str:
+    return f"{quote(schema)}.{quote(table)}"
+
+
+def _columns(columns: Sequence[str], as_text: Sequence[bool] | None) -> str:
+    """The select list; `as_text[i]` casts column i to text (its output function's text)."""
+    if as_text is None:
+        return ", ".join(quote(c) for c in columns)
+    return ", ".join(f"{quote(c)}::text" if cast else quote(c) for c, cast in zip(columns, as_text, strict=True))
+
+
+def _order(schema: str, table: str, key: Sequence[str]) -> str:
+    """ORDER BY the table's key columns, qualified: a bare name would mean the select list's
+    `"id"::text` output column and sort as text."""
+    return ", ".join(f"{qualified(schema, table)}.{quote(k)}" for k in key)
+
+
+def _row(key: Sequence[str]) -> str:
+    return quote(key[0]) if len(key) == 1 else "(" + ", ".join(quote(k) for k in key) + ")"
+
+
+def _params(key: Sequence[str]) -> str:
+    return "%s" if len(key) == 1 else "(" + ", ".join(["%s"] * len(key)) + ")"
+
+
+def chunk_select(
+    schema: str,
+    table: str,
+    columns: Sequence[str],
+    key: Sequence[str],
+    after: Sequence[object] | None,
+    start: Sequence[object] | None,
+    stop: Sequence[object] | None,
+    limit: int,
+    as_text: Sequence[bool] | None = None,
+) -> tuple[str, list[object]]:
+    """Next chunk in key order: key > after (exclusive), or key >= start on the first chunk
+    of a range; key <= stop (inclusive) when the range has an end."""
+    where: list[str] = []
+    params: list[object] = []
+    if after is not None:
+        where.append(f"{_row(key)} > {_params(key)}")
+        params += list(after)
+    elif start is not None:
+        where.append(f"{_row(key)} >= {_params(key)}")
+        params += list(start)
+    if stop is not None:
+        where.append(f"{_row(key)} <= {_params(key)}")
+        params += list(stop)
+    sql = f"SELECT {_columns(columns, as_text)} FROM {qualified(schema, table)}"
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    sql += f" ORDER BY {_order(schema, table, key)} LIMIT %s"
+    return sql, [*params, limit]
+
+
+def keys_select(
+    schema: str,
+    table: str,
+    columns: Sequence[str],
+    key: Sequence[str],
+    keys: Sequence[Sequence[object]],
+    as_text: Sequence[bool] | None = None,
+) -> tuple[str, list[object]]:
+    """Rows of the given keys, in key order."""
+    values = ", ".join([_params(key)] * len(keys))
+    sql = (
+        f"SELECT {_columns(columns, as_text)} FROM {qualified(schema, table)}"
+        f" WHERE {_row(key)} IN ({values}) ORDER BY {_order(schema, table, key)}"
+    )
+    return sql, [v for k in keys for v in k]

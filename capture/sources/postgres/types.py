@@ -1,0 +1,283 @@
+"""PostgreSQL column types -> Arrow types, and the parsing of their text form.
+
+Both paths see the same text: pgoutput sends every value in its type's text output, and
+chunk SELECTs fetch every column as raw text (no driver conversion). Both connections run
+with the session settings in `SESSION_SETTINGS` (UTC, ISO dates, ISO 8601 intervals, hex
+bytea, exact floats), so one builder per column turns a list of texts into an Arrow array,
+column by column, on either path:
+
+  smallint/integer/bigint   int16/int32/int64            oid       int64
+  numeric(p,s), p <= 38     decimal128(p,s)              numeric without (p,s) or p > 38: exact text
+  real / double precision   float32 / float64 (NaN and +-Infinity kept)
+  boolean                   bool                         bytea     binary
+  text, varchar, char(n), name, citext, uuid, json, jsonb, enums, any other type: string (its text form)
+  date                      date32                       time      time64[us]
+  timestamp                 timestamp[us]                timestamptz  timestamp[us, UTC]
+  interval                  duration[us] (a month counts 30 days, as PostgreSQL compares intervals)
+  one-dimensional arrays    list<element type>           domains   their base type
+Values Arrow cannot hold land as NULL and are listed in the README: numeric NaN in a
+numeric(p,s) column, dates and timestamps of +-infinity or BC, time '24:00:00', intervals
+beyond about 292,000 years. A multi-dimensional array
+is refused with an error.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import date, datetime
+from decimal import Decimal
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+MAX_ARROW_DECIMAL = 38
+SESSION_SETTINGS = {
+    "TimeZone": "UTC",
+    "DateStyle": "ISO, YMD",
+    "IntervalStyle": "iso_8601",
+    "bytea_output": "hex",
+    "extra_float_digits": "3",
+}
+ColumnBuilder = Callable[[list[Any]], pa.Array]
+
+
+@dataclass(frozen=True)
+class TypeInfo:
+    """What the catalog says about a type (pg_type), domains already resolved to their base."""
+
+    oid: int
+    name: str  # pg_type.typname of the base type, e.g. int4, numeric, _int4
+    kind: str  # typtype: b base, e enum, r range, c composite, ...
+    element: TypeInfo | None  # for arrays
+    typmod: int  # of the column (or of the domain's base)
+
+
+def _text(values: list[Any]) -> pa.Array:
+    return pa.array(values, type=pa.string())
+
+
+def _cast(arrow_type: pa.DataType, fallback: Callable[[str], Any]) -> ColumnBuilder:
+    """Arrow's cast on the whole column; if any value does not parse, value by value with
+    `fallback` (which returns None for what Arrow cannot hold)."""
+
+    def build(values: list[Any]) -> pa.Array:
+        text = _text(values)
+        try:
+            return text.cast(arrow_type)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            return pa.array([None if v is None else fallback(v) for v in values], type=arrow_type)
+
+    return build
+
+
+def _none(_: str) -> None:
+    return None
+
+
+def _decimal_or_none(text: str) -> Decimal | None:
+    value = Decimal(text)
+    return value if value.is_finite() else None
+
+
+def _date_or_none(text: str) -> date | None:
+    try:
+        return date.fromisoformat(text)
+    except ValueError:
+        return None  # infinity, BC, years past 9999
+
+
+def _timestamp_or_none(text: str) -> datetime | None:
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return value
+
+
+def _timestamptz(values: list[Any]) -> pa.Array:
+    text = _text(values)
+    utc = pa.timestamp("us", tz="UTC")
+    try:
+        if pc.all(pc.ends_with(text, "+00")).as_py() is not False:  # TimeZone=UTC: always '+00'
+            return pc.utf8_slice_codeunits(text, 0, -3).cast(pa.timestamp("us")).cast(utc)
+        return pc.replace_substring_regex(text, r"([+-]\d\d)$", r"\1:00").cast(utc)
+    except pa.ArrowInvalid:
+        return pa.array([None if v is None else _timestamp_or_none(v) for v in values], type=utc)
+
+
+def _bool(values: list[Any]) -> pa.Array:
+    text = _text(values)  # pgoutput sends 't'/'f', boolean::text gives 'true'/'false'
+    return pc.or_(pc.equal(text, "t"), pc.equal(text, "true"))
+
+
+def _bytea(values: list[Any]) -> pa.Array:
+    return pa.array([None if v is None else bytes.fromhex(v[2:]) for v in values], type=pa.binary())
+
+
+def _time(values: list[Any]) -> pa.Array:
+    micros = []
+    for v in values:
+        if v is None:
+            micros.append(None)
+            continue
+        h, m, s = v.split(":")
+        value = (int(h) * 3600 + int(m) * 60) * 1_000_000 + round(Decimal(s) * 1_000_000)
+        micros.append(value if value < _DAY_US else None)  # '24:00:00' is past Arrow's day
+    return pa.array(micros, type=pa.int64()).cast(pa.time64("us"))
+
+
+_INTERVAL = re.compile(
+    r"^P(?:(?P<y>-?\d+)Y)?(?:(?P<mo>-?\d+)M)?(?:(?P<w>-?\d+)W)?(?:(?P<d>-?\d+)D)?"
+    r"(?:T(?:(?P<h>-?\d+)H)?(?:(?P<mi>-?\d+)M)?(?:(?P<s>-?\d+(?:\.\d+)?)S)?)?$"
+)
+_DAY_US = 86_400_000_000
+
+
+def interval_micros(text: str) -> int:
+    """ISO 8601 interval text (IntervalStyle iso_8601) -> microseconds; a month is 30 days."""
+    match = _INTERVAL.match(text)
+    if match is None:
+        raise ValueError(f"interval {text!r} is not in ISO 8601 form (IntervalStyle must be iso_8601)")
+    part = {k: v or "0" for k, v in match.groupdict().items()}
+    months = int(part["y"]) * 12 + int(part["mo"])
+    days = months * 30 + int(part["w"]) * 7 + int(part["d"])
+    micros = days * _DAY_US + (int(part["h"]) * 3600 + int(part["mi"]) * 60) * 1_000_000
+    return micros + round(Decimal(part["s"]) * 1_000_000)
+
+
+_INT64 = 2**63 - 1
+
+
+def _interval_or_none(text: str) -> int | None:
+    micros = interval_micros(text)
+    return micros if -_INT64 <= micros <= _INT64 else None  # beyond about 292,000 years
+
+
+def _interval(values: list[Any]) -> pa.Array:
+    return pa.array([None if v is None else _interval_or_none(v) for v in values], type=pa.duration("us"))
+
+
+def parse_array(text: str) -> list[str | None]:
+    """A one-dimensional array literal ('{1,NULL,"a b"}', '[0:1]={..}') -> element texts."""
+    if text.startswith("["):
+        text = text[text.index("=") + 1 :]
+    if len(text) < 2 or text[0] != "{" or text[-1] != "}":
+        raise ValueError(f"not an array literal: {text[:40]!r}")
+    end = len(text) - 1
+    items: list[str | None] = []
+    i = 1
+    if end == 1:
+        return items
+    while i < end:
+        char = text[i]
+        if char == "{":
+            raise ValueError("multi-dimensional arrays are not supported (only one-dimensional arrays land as lists)")
+        if char == '"':
+            i += 1
+            parts = []
+            while text[i] != '"':
+                if text[i] == "\\":
+                    i += 1
+                parts.append(text[i])
+                i += 1
+            items.append("".join(parts))
+            i += 1
+        else:
+            j = text.find(",", i)
+            if j == -1:
+                j = end
+            token = text[i:j]
+            items.append(None if token == "NULL" else token)
+            i = j
+        i += 1  # the ',' (or the closing '}')
+    return items
+
+
+def _array(element: ColumnBuilder, arrow_type: pa.DataType) -> ColumnBuilder:
+    def build(values: list[Any]) -> pa.Array:
+        offsets = [0]
+        flat: list[str | None] = []
+        mask = []
+        for v in values:
+            if v is not None:
+                flat.extend(parse_array(v))
+            offsets.append(len(flat))
+            mask.append(v is None)
+        items = element(flat)
+        return pa.ListArray.from_arrays(
+            pa.array(offsets, type=pa.int32()), items, type=arrow_type, mask=pa.array(mask, type=pa.bool_())
+        )
+
+    return build
+
+
+def _numeric_typmod(typmod: int) -> tuple[int, int] | None:
+    if typmod < 4:
+        return None
+    precision, scale = ((typmod - 4) >> 16) & 0xFFFF, (typmod - 4) & 0x7FF
+    if (typmod - 4) & 0x400:  # negative scale (PostgreSQL 15+)
+        return None
+    return precision, scale
+
+
+_SIMPLE: dict[str, tuple[pa.DataType, ColumnBuilder | None]] = {
+    "int2": (pa.int16(), None),
+    "int4": (pa.int32(), None),
+    "int8": (pa.int64(), None),
+    "oid": (pa.int64(), None),
+    "float4": (pa.float32(), None),
+    "float8": (pa.float64(), None),
+    "bool": (pa.bool_(), _bool),
+    "bytea": (pa.binary(), _bytea),
+    "date": (pa.date32(), _cast(pa.date32(), _date_or_none)),
+    "timestamp": (pa.timestamp("us"), _cast(pa.timestamp("us"), _timestamp_or_none)),
+    "timestamptz": (pa.timestamp("us", tz="UTC"), _timestamptz),
+    "time": (pa.time64("us"), _time),
+    "interval": (pa.duration("us"), _interval),
+}
+
+
+# psycopg2 converts values of these types (and arrays and ranges) to Python objects by default:
+# a chunk SELECT casts them to text (for them an I/O conversion: the output function's text, as
+# pgoutput sends; boolean::text says 'true' where the output says 't', which `_bool` accepts).
+# Every other type reaches us as the server's text already (in C), and must not be cast:
+# char(n)::text drops the padding and inet::text adds a netmask the output leaves out.
+_DRIVER_CONVERTS = {
+    "int2", "int4", "int8", "oid", "numeric", "float4", "float8", "bool", "date", "time", "timetz",
+    "timestamp", "timestamptz", "interval", "bytea", "json", "jsonb",
+}  # fmt: skip
+
+
+def select_as_text(info: TypeInfo) -> bool:
+    """True when a chunk SELECT must cast the column to text to get its text form."""
+    return info.element is not None or info.kind in ("r", "m") or (info.kind == "b" and info.name in _DRIVER_CONVERTS)
+
+
+def is_text(arrow_type: pa.DataType) -> bool:
+    return arrow_type == pa.string()
+
+
+def column_type(info: TypeInfo) -> tuple[pa.DataType, ColumnBuilder | None]:
+    """Arrow type and the builder from texts (None: the texts are the values, a string column)."""
+    if info.element is not None:
+        element_type, element_build = column_type(info.element)
+        arrow_type = pa.list_(element_type)
+        return arrow_type, _array(element_build or _text, arrow_type)
+    if info.kind == "b" and info.name == "numeric":
+        shape = _numeric_typmod(info.typmod)
+        if shape is None or shape[0] > MAX_ARROW_DECIMAL or shape[1] > shape[0]:
+            return pa.string(), None
+        arrow_type = pa.decimal128(*shape)
+        return arrow_type, _cast(arrow_type, _decimal_or_none)
+    if info.kind == "b" and info.name in _SIMPLE:
+        arrow_type, build = _SIMPLE[info.name]
+        return arrow_type, build or _cast(arrow_type, _none)
+    return pa.string(), None
+
+
+def builder(info: TypeInfo) -> ColumnBuilder:
+    _arrow_type, build = column_type(info)
+    return build or _text

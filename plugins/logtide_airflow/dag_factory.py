@@ -1,0 +1,222 @@
+"""Builds the dump DAGs: `logtide_dump` (manual, with params) and `logtide_backfill_<source>`
+(scheduled). Both have the same graph, for each source of the configuration:
+
+    plan_<source>  ->  dump_<source> (mapped: one task instance per table, pool logtide_<source>)  ->  summary
+
+- `plan_<source>` skips unless the run's `source` param names its source. It checks the whole
+  request against the source (unknown tables, tables without a usable key, key arity and type,
+  keys for more than one table) before any watermark is written, names the dump after the DAG
+  run (so a retry or a cleared task resumes it), and returns the operator arguments of each
+  table: the checked request, passed on as data (no templates, which would turn the string key
+  "100" into a number).
+- `dump_<source>` runs `LogtideDumpOperator` (`expand_kwargs`), one table per task instance.
+- `summary` logs one line with the totals and returns them for XCom.
+
+Why a plan/dump pair per source: an Airflow task's pool is fixed when the DAG file is parsed
+(a task instance takes it from its task when it is created), but the source is a param chosen
+when the run is triggered. So every source gets its own pair in its own pool
+`logtide_<source>`, and only the chosen source's pair runs; the others are skipped. Pools are
+shared by all DAGs, so a manual dump and a backfill of the same source together never dump
+more tables at once than the pool has slots (the config's `dump.pool_slots`). The pool must
+exist before a run: a task in a missing pool is never started.
+
+The DAG files read the configuration at parse time from $LOGTIDE_CONFIG only (a local file:
+no database or network at a DAG file's top level); tasks read it again at run time (`hooks`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from airflow.sdk import DAG, Param, TriggerRule, task
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+
+from capture.config import CONFIG_ENV, LogtideConfig, load_config
+from capture.errors import LogtideError, SourceConnectionError
+from capture.log import get_logger
+from logtide_airflow.control import control_variable
+from logtide_airflow.hooks import LogtideHook
+from logtide_airflow.operators import LogtideDumpOperator, build_request, dump_id_for_run, plan
+
+log = get_logger(__name__)
+
+_SCALAR_KEY = {"type": ["string", "integer", "number"]}
+_KEY = {"anyOf": [_SCALAR_KEY, {"type": "array", "minItems": 1, "items": _SCALAR_KEY}]}
+
+
+def pool_name(source: str) -> str:
+    return f"logtide_{source}"
+
+
+def parse_time_config(dag_file: str) -> LogtideConfig | None:
+    """The configuration named by $LOGTIDE_CONFIG, for building DAGs; None (logged) when there is none.
+
+    `${VAR}`s need not be set here: parsing never connects to a database.
+    """
+    path = os.environ.get(CONFIG_ENV)
+    if not path:
+        log.warning(
+            "airflow.no_config",
+            dag_file=dag_file,
+            reason=f"{CONFIG_ENV} is not set in the DAG processor's environment",
+            action=f"set {CONFIG_ENV} to the Logtide config file; no DAGs are defined until then",
+        )
+        return None
+    if not Path(path).is_file():
+        log.warning(
+            "airflow.no_config",
+            dag_file=dag_file,
+            reason=f"{CONFIG_ENV}={path} is not a file",
+            action="point it at the Logtide config file; no DAGs are defined until then",
+        )
+        return None
+    return load_config(path, require_env=False)  # an invalid file is an import error, shown in the UI
+
+
+def dump_params(sources: Sequence[str], source_default: str | None = None, tables: Sequence[str] = ()) -> dict:
+    """The trigger form. Types and ranges are checked when a run is triggered."""
+    source = {"type": "string", "enum": list(sources), "description": "Logtide source (a name under `sources:`)"}
+    return {
+        # no default: the trigger form asks for it
+        "source": Param(**source) if source_default is None else Param(source_default, **source),
+        "tables": Param(
+            list(tables),
+            type="array",
+            items={"type": "string", "pattern": r"^[^.\s]+\.[^.\s]+$"},
+            uniqueItems=True,
+            description="Tables as 'database.table'; empty: every captured table",
+        ),
+        "keys": Param(
+            None,
+            type=["null", "array"],
+            minItems=1,
+            items=_KEY,
+            description='Primary keys to dump (one table only), e.g. [1, 5] or [[1, "a"], [2, "b"]] '
+            "for a composite key; keys not found are reported and deleted from the target by the merge",
+        ),
+        "key_from": Param(None, anyOf=[{"type": "null"}, *_KEY["anyOf"]], description="Key range start, inclusive"),
+        "key_to": Param(None, anyOf=[{"type": "null"}, *_KEY["anyOf"]], description="Key range end, inclusive"),
+        "chunk_size": Param(
+            None, type=["null", "integer"], minimum=1, maximum=1_000_000, description="Rows per chunk; null: config"
+        ),
+        "delay_s": Param(
+            None, type=["null", "number"], minimum=0, maximum=3600, description="Seconds between chunks; null: config"
+        ),
+        "max_rows_per_s": Param(
+            None, type=["null", "number"], exclusiveMinimum=0, description="Rows/s ceiling; null: config"
+        ),
+    }
+
+
+def build_dump_dag(
+    dag_id: str,
+    sources: Sequence[str],
+    *,
+    schedule: str | None = None,
+    source_default: str | None = None,
+    tables: Sequence[str] = (),
+    dump_id_prefix: str = "",
+    description: str = "Logtide watermark dump (DBLog)",
+) -> DAG:
+    sources = list(sources)
+    dump_task_ids = [f"dump_{s}" for s in sources]
+
+    def dump_id_of(run_id: str) -> str:
+        return dump_id_for_run(run_id, dump_id_prefix)
+
+    with DAG(
+        dag_id=dag_id,
+        description=description,
+        schedule=schedule,
+        start_date=datetime(2024, 1, 1, tzinfo=UTC),
+        catchup=False,
+        params=dump_params(sources, source_default, tables),
+        default_args={"retries": 2, "retry_delay": timedelta(seconds=30)},
+        tags=["logtide"],
+        doc_md=__doc__,
+    ) as dag:
+
+        def plan_for(source: str) -> Any:
+            @task(task_id=f"plan_{source}")
+            def plan_dump(params: dict[str, Any] | None = None, run_id: str | None = None) -> list[dict]:
+                assert params is not None and run_id is not None
+                if params["source"] != source:
+                    raise AirflowSkipException(f"this run dumps source {params['source']!r}")
+                dump_id = dump_id_of(run_id)
+                try:
+                    hook = LogtideHook(source)
+                    request = build_request(
+                        dump_id=dump_id,
+                        defaults=hook.dump_defaults(),
+                        tables=params["tables"],
+                        keys=params["keys"],
+                        key_from=params["key_from"],
+                        key_to=params["key_to"],
+                        chunk_size=params["chunk_size"],
+                        delay_s=params["delay_s"],
+                        max_rows_per_s=params["max_rows_per_s"],
+                    )
+                    chunk_source = hook.chunk_source()
+                    try:
+                        tables = plan(chunk_source, hook.zone(), request)
+                    finally:
+                        chunk_source.close()
+                except SourceConnectionError:
+                    raise  # transient: retried
+                except LogtideError as exc:
+                    log.error("dump.refused", dump_id=dump_id, source=source, error=str(exc))
+                    raise AirflowFailException(str(exc)) from exc
+                log.info(
+                    "dump.planned",
+                    dump_id=dump_id,
+                    source=source,
+                    tables=",".join(tables),
+                    pool=pool_name(source),
+                    control=f"Variables {control_variable(source)} / {control_variable(dump_id)}",
+                )
+                # LogtideDumpOperator's arguments for each table
+                handoff = {
+                    "dump_id": dump_id,
+                    "keys": params["keys"],
+                    "key_from": params["key_from"],
+                    "key_to": params["key_to"],
+                    **request.settings.model_dump(include={"chunk_size", "delay_s", "max_rows_per_s"}),
+                }
+                return [{"table": table, **handoff} for table in tables]
+
+            return plan_dump()
+
+        dumps = []
+        for source, task_id in zip(sources, dump_task_ids, strict=True):
+            planned = plan_for(source)
+            dumps.append(
+                LogtideDumpOperator.partial(
+                    task_id=task_id, pool=pool_name(source), source=source, map_index_template="{{ task.table }}"
+                ).expand_kwargs(planned)
+            )
+
+        @task(task_id="summary", trigger_rule=TriggerRule.NONE_FAILED, multiple_outputs=False)
+        def summarize(params: dict[str, Any] | None = None, run_id: str | None = None, ti: Any = None) -> dict:
+            assert params is not None and run_id is not None
+            results = [r for r in ti.xcom_pull(task_ids=dump_task_ids) or [] if r]
+            per_table = [t for r in results for t in r["tables"]]
+            totals = {
+                "dump_id": dump_id_of(run_id),
+                "source": params["source"],
+                "tables": len(per_table),
+                "chunks": sum(t["chunks"] for t in per_table),
+                "rows": sum(t["rows"] for t in per_table),
+                "missing_keys": sum(t["missing_keys"] for t in per_table),
+                "per_table": sorted(per_table, key=lambda t: t["table"]),
+            }
+            for t in totals["per_table"]:
+                log.info("dump.table_summary", dump_id=totals["dump_id"], **t)
+            log.info("dump.summary", **{k: v for k, v in totals.items() if k != "per_table"})
+            return totals
+
+        dumps >> summarize()
+    return dag

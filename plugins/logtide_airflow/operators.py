@@ -1,0 +1,161 @@
+"""The dump operator (one table per task instance) and the checks a DAG runs before it.
+
+The operator is thin: it builds a `LogtideHook` inside `execute`, turns its templated fields
+into a `DumpRequest` and runs `DumpEngine`, the code `logtide dump` runs. Errors a retry
+cannot fix (bad input, configuration, refused grants, a cancel) fail the task at once;
+a lost database connection is left to Airflow's retries, and a retry resumes after the last
+finished chunk because the dump id comes from the DAG run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowFailException
+from pydantic import ValidationError
+
+from capture.config import DumpConfig
+from capture.dump.engine import DumpEngine, DumpRequest
+from capture.errors import DumpCancelledError, DumpInputError, LogtideError, SourceConnectionError
+from capture.landing import LandingZone
+from capture.log import get_logger
+from capture.sources.base import ChunkSource
+from logtide_airflow.control import VariableControl
+from logtide_airflow.hooks import LogtideHook
+
+log = get_logger(__name__)
+_DUMP_ID_MAX = 64
+
+
+def dump_id_for_run(run_id: str, prefix: str = "") -> str:
+    """A dump id (`[A-Za-z0-9_.-]`, at most 64 characters) that a DAG run always maps to the same
+    way, so a retry or a cleared task resumes the run's dump. Too long: cut, plus a hash."""
+    text = re.sub(r"[^A-Za-z0-9_.-]", "-", f"{prefix}{run_id}")
+    if len(text) > _DUMP_ID_MAX:
+        digest = hashlib.sha256(text.encode()).hexdigest()[:10]
+        text = f"{text[: _DUMP_ID_MAX - 11]}-{digest}"
+    return text
+
+
+def build_request(
+    *,
+    dump_id: str,
+    defaults: DumpConfig,
+    tables: Sequence[str] = (),
+    keys: list[Any] | None = None,
+    key_from: Any = None,
+    key_to: Any = None,
+    chunk_size: int | None = None,
+    delay_s: float | None = None,
+    max_rows_per_s: float | None = None,
+) -> DumpRequest:
+    """A `DumpRequest` from DAG params; a setting left None takes the source's config default."""
+    settings = {
+        "chunk_size": defaults.chunk_size if chunk_size is None else chunk_size,
+        "delay_s": defaults.delay_s if delay_s is None else delay_s,
+        "max_rows_per_s": defaults.max_rows_per_s if max_rows_per_s is None else max_rows_per_s,
+    }
+    try:
+        return DumpRequest(
+            dump_id=dump_id,
+            tables=list(tables or []),
+            keys=keys,
+            key_from=key_from,
+            key_to=key_to,
+            settings={k: v for k, v in settings.items() if v is not None},
+        )
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'request'}: {e['msg']}" for e in exc.errors())
+        raise DumpInputError(f"invalid dump request: {problems}") from None
+
+
+def plan(source: ChunkSource, zone: LandingZone, request: DumpRequest) -> list[str]:
+    """Check the whole request against the source before anything is written (unknown tables,
+    tables without a usable key, key arity and types) and return its tables as `db.table`,
+    each once. Empty `request.tables` means every captured table."""
+    names = [p.table.qualified_name for p in DumpEngine(source, zone).plan(request)]
+    return list(dict.fromkeys(names))
+
+
+class LogtideDumpOperator(BaseOperator):
+    """Dump ONE table of a Logtide source in watermark-bracketed chunks; returns the summary
+    (`{"dump_id", "rows", "tables": [{"table", "chunks", "rows", "seconds", "rows_per_s",
+    "missing_keys"}]}`) for XCom.
+
+    `dump_id` defaults to one derived from the DAG run id. Settings left None take the source's
+    `dump:` defaults from the config; the Variables of `logtide_airflow.control` override them
+    while the dump runs.
+    """
+
+    template_fields: Sequence[str] = (
+        "source",
+        "table",
+        "dump_id",
+        "keys",
+        "key_from",
+        "key_to",
+        "chunk_size",
+        "delay_s",
+        "max_rows_per_s",
+    )
+    ui_color = "#d9ecf2"
+
+    def __init__(
+        self,
+        *,
+        source: str,
+        table: str,
+        dump_id: str | None = None,
+        keys: list[Any] | None = None,
+        key_from: Any = None,
+        key_to: Any = None,
+        chunk_size: int | None = None,
+        delay_s: float | None = None,
+        max_rows_per_s: float | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.source = source
+        self.table = table
+        self.dump_id = dump_id
+        self.keys = keys
+        self.key_from = key_from
+        self.key_to = key_to
+        self.chunk_size = chunk_size
+        self.delay_s = delay_s
+        self.max_rows_per_s = max_rows_per_s
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        dump_id = str(self.dump_id) if self.dump_id else dump_id_for_run(context["run_id"])
+        try:
+            hook = LogtideHook(str(self.source))
+            request = build_request(
+                dump_id=dump_id,
+                defaults=hook.dump_defaults(),
+                tables=[str(self.table)],
+                keys=self.keys,
+                key_from=self.key_from,
+                key_to=self.key_to,
+                chunk_size=self.chunk_size,
+                delay_s=self.delay_s,
+                max_rows_per_s=self.max_rows_per_s,
+            )
+            source = hook.chunk_source()
+            try:
+                engine = DumpEngine(source, hook.zone(), VariableControl(str(self.source), dump_id))
+                return engine.run(request)
+            finally:
+                source.close()
+        except SourceConnectionError:
+            raise  # transient: Airflow retries, and the retry resumes after the last finished chunk
+        except DumpCancelledError as exc:
+            raise AirflowFailException(
+                f"{exc}: set the control Variable's state back to 'running' and clear this task to continue"
+            ) from exc
+        except LogtideError as exc:
+            log.error("dump.refused", dump_id=dump_id, source=self.source, table=self.table, error=str(exc))
+            raise AirflowFailException(str(exc)) from exc

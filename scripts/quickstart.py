@@ -1,0 +1,491 @@
+"""Run the whole capture pipeline on local defaults, end to end, and show what landed.
+
+Everything lives under var/quickstart/ (wiped at start): a private MariaDB on a free port
+(never the system one), the database `shop`, a capture user `logtide`, the configuration
+logtide.yaml, the capture service's log and the landing zone. The password of `logtide`
+comes from $LOGTIDE_QUICKSTART_PASSWORD or is generated; it reaches the capture process only
+as $LOGTIDE_SHOP_PASSWORD and is never written to a file or printed.
+
+    scripts/quickstart.sh                  # set up, run, show, stop; the landing zone stays
+    scripts/quickstart.sh --keep-running   # leave MariaDB and capture running
+    scripts/quickstart.sh --stop           # stop what --keep-running left running
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import traceback
+import urllib.error
+import urllib.request
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import pymysql  # noqa: E402
+
+from capture.dump.reconcile import apply, reconcile_table  # noqa: E402
+from capture.landing import LandingZone  # noqa: E402
+from capture.sources.mysql.reader import position_lsn  # noqa: E402
+from tests.servers import MariaDB, environment_without_secrets, free_port, wait_for  # noqa: E402
+
+WORK = Path("var/quickstart")  # relative to ROOT: the config's landing path is relative too
+CONFIG = WORK / "logtide.yaml"
+LANDING = WORK / "landing"
+CAPTURE_LOG = WORK / "capture.log"
+RUNNING = WORK / "running.json"
+SOURCE = "shop"
+PASSWORD_ENV = "LOGTIDE_SHOP_PASSWORD"
+START_TIMEOUT_S = 60.0
+LAND_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 60.0
+
+SCHEMA = [
+    "CREATE DATABASE shop",
+    """CREATE TABLE shop.customers (
+         id INT AUTO_INCREMENT PRIMARY KEY,
+         name VARCHAR(100),
+         email VARCHAR(200),
+         created_at TIMESTAMP(6) NULL DEFAULT CURRENT_TIMESTAMP(6)
+       )""",
+    """CREATE TABLE shop.orders (
+         id BIGINT AUTO_INCREMENT PRIMARY KEY,
+         customer_id INT,
+         amount DECIMAL(12,2),
+         status ENUM('new','paid','shipped'),
+         note JSON
+       )""",
+]
+
+# (statement, events it lands per table)
+# history from before capture started: only a dump can bring it to the landing zone
+HISTORY = [
+    "CREATE TABLE shop.products (sku VARCHAR(20) PRIMARY KEY, title VARCHAR(100), price DECIMAL(10,2))",
+    "INSERT INTO shop.products SELECT CONCAT('SKU-', LPAD(seq, 4, '0')), CONCAT('Product ', seq), seq * 1.25"
+    " FROM seq_1_to_40",
+]
+
+WRITES: list[tuple[str, dict[str, int]]] = [
+    (
+        "INSERT INTO shop.customers (name, email) VALUES ('Ada Lovelace', 'ada@example.com'),"
+        " ('Alan Turing', 'alan@example.com'), ('Grace Hopper', 'grace@example.com')",
+        {"customers": 3},
+    ),
+    (
+        "INSERT INTO shop.orders (customer_id, amount, status, note) VALUES"
+        ' (1, 19.99, \'new\', \'{"gift": true, "items": ["notebook"]}\'),'
+        " (1, 5.00, 'new', NULL),"
+        " (2, 120.50, 'new', '{\"coupon\": \"WELCOME\"}'),"
+        " (3, 42.00, 'paid', NULL)",
+        {"orders": 4},
+    ),
+    ("UPDATE shop.orders SET status = 'paid' WHERE id = 1", {"orders": 1}),
+    ("DELETE FROM shop.orders WHERE id = 2", {"orders": 1}),
+    # a primary-key change lands as a delete of the old key and a create of the new one
+    ("UPDATE shop.customers SET id = 100 WHERE id = 3", {"customers": 2}),
+]
+
+
+class QuickstartError(Exception):
+    pass
+
+
+def say(message: str = "") -> None:
+    print(message, flush=True)
+
+
+def heading(title: str) -> None:
+    say(f"\n== {title} " + "=" * max(0, 76 - len(title)))
+
+
+def capture_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "capture.cli", "--config", str(CONFIG), *args]
+
+
+def cli_env(password: str) -> dict[str, str]:
+    """The environment of logtide commands: no other secret, the source's password by name."""
+    return {**environment_without_secrets(), PASSWORD_ENV: password}
+
+
+def run_cli(password: str, *args: str) -> str:
+    result = subprocess.run(
+        capture_command(*args), cwd=ROOT, env=cli_env(password), capture_output=True, text=True, timeout=60
+    )
+    if result.returncode != 0:
+        raise QuickstartError(f"`logtide {' '.join(args)}` exited {result.returncode}:\n{result.stderr}")
+    return result.stdout
+
+
+def write_config(metrics_port: int, mariadb_port: int) -> None:
+    CONFIG.write_text(f"""\
+# Written by scripts/quickstart.py for its private MariaDB; see config/logtide.example.yaml.
+# The password is not here: capture reads it from ${PASSWORD_ENV}.
+landing:
+  path: {LANDING}
+  flush_interval_s: 0.5
+log_level: INFO
+sources:
+  {SOURCE}:
+    kind: mariadb
+    host: 127.0.0.1
+    port: {mariadb_port}
+    user: logtide
+    password: "${{{PASSWORD_ENV}}}"
+    server_id: 4001
+    include: ["shop.*"]
+    heartbeat_s: 0.5
+    metrics:
+      host: 127.0.0.1
+      port: {metrics_port}
+""")
+
+
+def set_up_database(server: MariaDB, password: str) -> None:
+    server.execute(*SCHEMA)
+    server.execute(*HISTORY, database="shop")
+    with server.connect() as conn, conn.cursor() as cursor:
+        cursor.execute("CREATE USER 'logtide'@'%%' IDENTIFIED BY %s", (password,))
+        cursor.execute("GRANT REPLICATION SLAVE, BINLOG MONITOR ON *.* TO 'logtide'@'%'")
+        cursor.execute("GRANT SELECT ON shop.* TO 'logtide'@'%'")
+        cursor.execute("GRANT ALL ON logtide.* TO 'logtide'@'%'")
+
+
+def start_capture(password: str) -> subprocess.Popen[bytes]:
+    log = open(ROOT / CAPTURE_LOG, "ab")  # noqa: SIM115 - owned by the child
+    try:
+        return subprocess.Popen(
+            capture_command("capture", "--source", SOURCE),
+            cwd=ROOT,
+            env=cli_env(password),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+        )
+    finally:
+        log.close()
+
+
+def capture_log() -> str:
+    path = ROOT / CAPTURE_LOG
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
+def tail(text: str, lines: int = 30) -> str:
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def wait_capture_started(process: subprocess.Popen[bytes]) -> None:
+    def started() -> bool:
+        if process.poll() is not None:
+            raise QuickstartError(
+                f"capture exited with {process.returncode} before starting; {CAPTURE_LOG} ends:\n{tail(capture_log())}"
+            )
+        return "capture.first_start" in capture_log()
+
+    try:
+        wait_for(started, START_TIMEOUT_S, interval=0.1, what="capture.first_start in the capture log")
+    except TimeoutError as exc:
+        raise QuickstartError(f"{exc}; {CAPTURE_LOG} ends:\n{tail(capture_log())}") from None
+
+
+def wait_landed(process: subprocess.Popen[bytes], expected: dict[str, int]) -> dict[str, int]:
+    zone = LandingZone(ROOT / LANDING, SOURCE)
+
+    def counts() -> dict[str, int]:
+        found = {}
+        for table in expected:
+            data = zone.read_table("shop", table)
+            found[table] = 0 if data is None else data.num_rows
+        return found
+
+    def landed() -> dict[str, int] | None:
+        if process.poll() is not None:
+            raise QuickstartError(
+                f"capture exited with {process.returncode}; {CAPTURE_LOG} ends:\n{tail(capture_log())}"
+            )
+        found = counts()
+        return found if all(found[t] >= n for t, n in expected.items()) else None
+
+    try:
+        return wait_for(landed, LAND_TIMEOUT_S, interval=0.2, what="the writes to land")
+    except TimeoutError:
+        raise QuickstartError(
+            f"after {LAND_TIMEOUT_S:.0f}s the landing zone holds {counts()} of {expected} "
+            f"events; {CAPTURE_LOG} ends:\n{tail(capture_log())}"
+        ) from None
+
+
+def fetch_metrics(port: int) -> list[str]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return [line for line in text.splitlines() if line.startswith("logtide_capture_")]
+
+
+def fetch_health(port: int) -> str:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=10) as response:
+            return f"{response.status} {response.read().decode()}"
+    except urllib.error.HTTPError as exc:
+        return f"{exc.code} {exc.read().decode()}"
+
+
+def stop_process(process: subprocess.Popen[bytes], timeout: float = STOP_TIMEOUT_S) -> int:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+            raise QuickstartError(f"capture did not stop within {timeout:.0f}s of SIGTERM; killed it") from None
+    return process.returncode
+
+
+def naive_utc(value: Any) -> Any:
+    """TIMESTAMP columns land as UTC-aware datetimes; PyMySQL gives them naive (session time_zone UTC)."""
+    if isinstance(value, datetime) and value.tzinfo is not None:
+        return value.astimezone(UTC).replace(tzinfo=None)
+    return value
+
+
+def check_dump(server: MariaDB) -> None:
+    """Reconcile chunks with the log (DBLog's rule, in plain Python) and compare with the source."""
+    with server.connect() as conn, conn.cursor() as cursor:
+        cursor.execute("SHOW MASTER STATUS")
+        file, pos = cursor.fetchone()[:2]
+    end = position_lsn(file, int(pos))
+    zone = LandingZone(ROOT / LANDING, SOURCE)
+    wait_for(lambda: zone.checkpoint().frontier >= end, LAND_TIMEOUT_S, interval=0.1, what="the dump's watermarks")
+    say("reconciled (log events + chunk rows whose key the log did not touch between LOW and HIGH):")
+    for table, key in (("customers", "id"), ("orders", "id"), ("products", "sku")):
+        stream, stats = reconcile_table(zone, "shop", table)
+        state = {k: {c: naive_utc(v) for c, v in row.items()} for k, row in apply(stream).items()}
+        with server.connect("shop") as conn, conn.cursor(pymysql.cursors.DictCursor) as cursor:
+            cursor.execute("SET time_zone = '+00:00'")
+            cursor.execute(f"SELECT * FROM {table}")
+            source = {(row[key],): row for row in cursor.fetchall()}
+        equal = state == source
+        say(
+            f"  shop.{table:12s} source {len(source):3d} rows, reconciled {len(state):3d} rows, "
+            f"{stats.dropped_by_window} chunk rows dropped by a window: {'EQUAL' if equal else 'DIFFERENT'}"
+        )
+        if not equal:
+            raise QuickstartError(f"shop.{table}: the reconciled landing zone differs from the source table")
+
+
+def check_no_secret(password: str) -> None:
+    for path in (CONFIG, CAPTURE_LOG):
+        if password in (ROOT / path).read_text(errors="replace"):
+            raise QuickstartError(f"the password appears in {path}: it must only be passed by {PASSWORD_ENV}")
+
+
+# -- --keep-running / --stop ---------------------------------------------------------------------
+
+
+def _alive(pid: int, marker: str) -> bool:
+    """True when `pid` runs and its command line holds `marker` (so a reused pid is left alone)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return False
+    return marker in cmdline
+
+
+def _running() -> dict[str, Any] | None:
+    path = ROOT / RUNNING
+    if not path.exists():
+        return None
+    state = json.loads(path.read_text())
+    alive = {name: entry for name, entry in state.items() if _alive(entry["pid"], entry["marker"])}
+    return alive or None
+
+
+def stop_running() -> int:
+    state = _running()
+    if state is None:
+        say("nothing from a quickstart --keep-running is running")
+        (ROOT / RUNNING).unlink(missing_ok=True)
+        return 0
+    for name in ("capture", "mariadb"):  # capture first: it commits, then MariaDB may go
+        entry = state.get(name)
+        if entry is None:
+            continue
+        say(f"stopping {name} (pid {entry['pid']}) with SIGTERM")
+        os.kill(entry["pid"], signal.SIGTERM)
+        try:
+            wait_for(
+                lambda e=entry: not _alive(e["pid"], e["marker"]),
+                STOP_TIMEOUT_S,
+                interval=0.2,
+                what=f"{name} to stop",
+            )
+        except TimeoutError as exc:
+            raise QuickstartError(f"{exc}; pid {entry['pid']} is still running") from None
+    (ROOT / RUNNING).unlink(missing_ok=True)
+    shutil.rmtree(ROOT / WORK / "mariadb" / "data", ignore_errors=True)
+    say(f"stopped; the landing zone stays in {LANDING}")
+    return 0
+
+
+# -- the run -------------------------------------------------------------------------------------
+
+
+def quickstart(keep_running: bool) -> int:
+    if _running() is not None:
+        raise QuickstartError(
+            "a quickstart started with --keep-running is still running; stop it first with "
+            "`scripts/quickstart.sh --stop`"
+        )
+    if shutil.which("mariadbd") is None and not Path("/usr/sbin/mariadbd").exists():
+        raise QuickstartError("mariadbd is not installed; run scripts/setup.sh (installs mariadb-server)")
+    os.environ["PATH"] = os.environ.get("PATH", "") + ":/usr/sbin:/sbin"
+
+    shutil.rmtree(ROOT / WORK, ignore_errors=True)
+    (ROOT / WORK).mkdir(parents=True)
+    password = os.environ.get("LOGTIDE_QUICKSTART_PASSWORD") or secrets.token_urlsafe(18)
+    server = MariaDB(ROOT / WORK / "mariadb")
+    capture: subprocess.Popen[bytes] | None = None
+    handed_over = False  # --keep-running: the processes outlive this script
+    started = time.monotonic()
+    try:
+        heading("private MariaDB")
+        server.start(timeout=60)
+        say(f"mariadbd pid {server.process.pid} on 127.0.0.1:{server.port}, data in {WORK / 'mariadb'}")
+        set_up_database(server, password)
+        say(
+            "database shop (customers, orders); user logtide with REPLICATION SLAVE, BINLOG MONITOR ON *.*, "
+            "SELECT ON shop.*, ALL ON logtide.*"
+        )
+
+        heading("capture")
+        metrics_port = free_port()
+        write_config(metrics_port, server.port)
+        say(f"config {CONFIG}; password passed only as ${PASSWORD_ENV}")
+        capture = start_capture(password)
+        wait_capture_started(capture)
+        say(f"capture pid {capture.pid} started (capture.first_start), log {CAPTURE_LOG}")
+
+        heading("writes")
+        expected: dict[str, int] = {}
+        for statement, lands in WRITES:
+            server.execute(statement)
+            say("  " + " ".join(statement.split())[:100])
+            for table, n in lands.items():
+                expected[table] = expected.get(table, 0) + n
+        landed = wait_landed(capture, expected)
+        say(f"landed: {', '.join(f'shop.{t} {n} events' for t, n in landed.items())}")
+
+        heading("logtide status")
+        say(run_cli(password, "status").rstrip())
+        for table in ("customers", "orders"):
+            heading(f"logtide events --source {SOURCE} --table shop.{table}")
+            say(run_cli(password, "events", "--source", SOURCE, "--table", f"shop.{table}").rstrip())
+
+        heading(f"metrics http://127.0.0.1:{metrics_port}/metrics (logtide_capture_*)")
+        for line in fetch_metrics(metrics_port):
+            say(line)
+        say(f"/health: {fetch_health(metrics_port)}")
+        check_no_secret(password)
+
+        if keep_running:
+            state = {
+                "capture": {"pid": capture.pid, "marker": "capture.cli"},
+                "mariadb": {"pid": server.process.pid, "marker": "mariadbd"},
+            }
+            (ROOT / RUNNING).write_text(json.dumps(state, indent=2) + "\n")
+            handed_over = True
+            heading("left running")
+            say(f"MariaDB  127.0.0.1:{server.port} (pid {server.process.pid}); as root with no password:")
+            say(f"         mariadb -h 127.0.0.1 -P {server.port} -u root shop")
+            say(f"capture  pid {capture.pid}, log {CAPTURE_LOG}")
+            say(f"metrics  http://127.0.0.1:{metrics_port}/metrics and /health")
+            say(f"inspect  cd {ROOT} && .venv/bin/logtide --config {CONFIG} status")
+            say("stop     scripts/quickstart.sh --stop   (SIGTERM to capture, then to MariaDB)")
+            return 0
+
+        heading(f"logtide dump --source {SOURCE} (all captured tables, chunks of 7 rows)")
+        server.execute("UPDATE shop.products SET price = price + 1 WHERE sku = 'SKU-0003'")  # a change the log has
+        summary = json.loads(
+            run_cli(password, "dump", "--source", SOURCE, "--chunk-size", "7", "--dump-id", "quickstart")
+        )
+        for table in summary["tables"]:
+            say(f"  {table['table']:16s} {table['chunks']:3d} chunks {table['rows']:5d} rows")
+        check_dump(server)
+
+        heading("stop")
+        code = stop_process(capture)
+        if code != 0:
+            raise QuickstartError(
+                f"capture exited with {code} after SIGTERM; {CAPTURE_LOG} ends:\n{tail(capture_log())}"
+            )
+        say(
+            "capture stopped on SIGTERM with exit code 0 "
+            f"({'capture.stopped' if 'capture.stopped' in capture_log() else 'no capture.stopped line'})"
+        )
+        capture = None
+        server.stop()
+        say("MariaDB stopped")
+
+        heading("done")
+        say(f"finished in {time.monotonic() - started:.1f}s")
+        say(f"landing zone   {LANDING}/{SOURCE}  (left in place: Parquet per table + checkpoint.json)")
+        say(f"config         {CONFIG}")
+        say(f"capture log    {CAPTURE_LOG}")
+        say(f"MariaDB log    {WORK / 'mariadbd.log'}")
+        say(
+            f"inspect again  cd {ROOT} && .venv/bin/logtide --config {CONFIG} "
+            f"events --source {SOURCE} --table shop.orders"
+        )
+        return 0
+    finally:
+        if not handed_over:
+            if capture is not None and capture.poll() is None:
+                capture.kill()
+                capture.wait()
+            server.stop()
+            # keep the server's log, drop its (large) data folder
+            log = ROOT / WORK / "mariadb" / "mariadbd.log"
+            if log.exists():
+                shutil.copy(log, ROOT / WORK / "mariadbd.log")
+            server.destroy()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument(
+        "--keep-running",
+        action="store_true",
+        help="leave MariaDB and capture running at the end (stop with --stop)",
+    )
+    parser.add_argument("--stop", action="store_true", help="stop what --keep-running left running")
+    args = parser.parse_args(argv)
+    os.chdir(ROOT)
+    # a SIGTERM to the quickstart still cleans up its children (the finally blocks)
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    try:
+        return stop_running() if args.stop else quickstart(args.keep_running)
+    except QuickstartError as exc:
+        print(f"\nquickstart failed: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:
+        traceback.print_exc()
+        print(f"\nquickstart failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("\nquickstart interrupted; child processes stopped", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Spark applications of Logtide (run by spark-submit; importable for tests and benchmarks)."""

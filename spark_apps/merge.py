@@ -1,0 +1,1114 @@
+"""The Spark merge: DBLog's reconciliation of chunks with the log, applied to Apache Iceberg.
+
+    logtide --config F merge --source S [--table db.t ...]        (runs spark-submit for you)
+    spark-submit --jars <var/jars/*.jar> spark_apps/merge.py --config F --source S [--table db.t ...]
+
+For every table of the source with landed log events or chunks, one run:
+
+  1. A = the frontier the target already holds: the `logtide.frontier` summary property of
+     the latest merge snapshot in the table's current ancestry (0 for a new table);
+     F = the landing zone's committed frontier. A >= F: nothing to do.
+  2. Reads the table's log events with A <= LSN < F, and the chunks whose HIGH watermark is in
+     [A, F) (HIGH and LOW found by watermark id in the log of `logtide.watermarks`); the log is
+     read from the earliest LOW of those chunks, since a window may begin before A.
+  3. Drops chunk rows whose key has a log event of the table strictly between the chunk's LOW
+     and HIGH (PostgreSQL: also those a log event before LOW changed that the chunk's snapshot
+     could not see); places the survivors at HIGH (op 'r', ordered by their position in the chunk).
+  4. Repair: keys the target holds inside a chunk's key range (or among the keys a key-list
+     chunk asked for) that no chunk of the run returned, that no log event in the window
+     touched and whose stored LSN is below HIGH become deletes at HIGH.
+  5. Appends that stream (log events, chunk rows at HIGH, repair deletes, ordered by LSN and
+     order) to the changelog table, in one commit carrying F (`logtide.frontier` of its own).
+  6. Reads the stream back from the changelog (all of [A, F), also rows a killed run appended
+     before its MERGE), keeps the latest event per key by (LSN, order) and MERGEs it into the
+     target: update or delete only where the incoming LSN is greater than the stored one, insert
+     what is new, in ONE Iceberg commit that also carries F, so a rerun applies nothing twice.
+     Columns an event does not carry (PostgreSQL TOAST) keep the stored value.
+
+capture/dump/reconcile.py is the same algorithm in plain Python (the reference the tests check
+this against). Keys from the log and from chunks have the same types (one type mapping), and
+are compared by Spark as values; key *ranges* (repair only) use Spark's ordering, which is the
+database's for numeric, temporal, binary and binary-collated string keys (README, "Merge").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # spark-submit runs this file from a checkout: make `capture` importable
+    sys.path.insert(0, str(ROOT))
+
+from capture.config import LogtideConfig, MergeConfig, load_config  # noqa: E402
+from capture.errors import LogtideError, WatermarkError  # noqa: E402
+from capture.landing import LandingZone  # noqa: E402
+from capture.landing.chunks import META_KEY, ChunkMeta  # noqa: E402
+from capture.landing.files import parse_segment_name  # noqa: E402
+from capture.landing.zone import folder_table, table_folder  # noqa: E402
+from capture.log import get_logger, setup_logging  # noqa: E402
+from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE  # noqa: E402
+
+log = get_logger("logtide.merge")
+
+FRONTIER = "logtide.frontier"
+ICEBERG_RUNTIME = "org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.10.2"  # for spark.jars.packages
+CHANGELOG_SUFFIX = "__changelog"
+# bookkeeping columns of the targets and the changelog (source columns may not use these names)
+TARGET_META = (("_lsn", "decimal(38,0)"), ("_applied_at", "timestamp"))
+CHANGELOG_META = (
+    ("_lsn", "decimal(38,0)"),  # the event's LSN; chunk rows and repairs: their HIGH watermark's
+    ("_order", "bigint"),  # 0 log event (-1: the delete half of a key change), 1 + position: chunk row
+    ("_op", "string"),  # c u d from the log, r a chunk row, d a repair delete
+    ("_source", "string"),  # log | chunk | repair
+    ("_txid", "string"),
+    ("_commit_ts", "timestamp"),  # the transaction's; chunk rows and repairs: their HIGH watermark's
+    ("_dump_id", "string"),
+    ("_chunk", "int"),
+    ("_missing", "array<string>"),  # columns the event does not carry (PostgreSQL TOAST): keep the stored value
+    ("_applied_at", "timestamp"),
+)
+RESERVED = {name for name, _ in TARGET_META + CHANGELOG_META}
+
+
+class MergeError(LogtideError):
+    """The merge cannot apply what landed (unsupported type, a column that changed type, no jars)."""
+
+
+def quote(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+# -- the Spark session -----------------------------------------------------------------------
+
+
+def _uri(location: str) -> str:
+    return location if "://" in location or location.startswith("file:") else Path(location).resolve().as_uri()
+
+
+def jar_paths(cfg: MergeConfig) -> list[str]:
+    jars = sorted(str(p.resolve()) for p in Path(cfg.jars_dir).glob("*.jar"))
+    if not any("iceberg-spark-runtime" in Path(j).name for j in jars):
+        raise MergeError(
+            f"no Iceberg runtime jar in {cfg.jars_dir}: run scripts/jars.sh (or scripts/setup.sh), or set "
+            f"merge.jars_dir; with Maven access set spark_conf spark.jars.packages={ICEBERG_RUNTIME}"
+        )
+    return jars
+
+
+def session_conf(cfg: MergeConfig, with_jars: bool = True) -> dict[str, str]:
+    """Spark settings for the merge: Iceberg's extensions and the configured catalog."""
+    prefix = f"spark.sql.catalog.{cfg.catalog_name}"
+    conf = {
+        "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
+        prefix: "org.apache.iceberg.spark.SparkCatalog",
+        f"{prefix}.warehouse": _uri(cfg.warehouse),
+        f"{prefix}.cache-enabled": "false",  # always see the latest commit (frontiers)
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.shuffle.partitions": "8",
+        # the landing zone's files are named one by one: list them on the driver, not in a Spark job
+        "spark.sql.sources.parallelPartitionDiscovery.threshold": "1000000",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+    }
+    if cfg.catalog == "hadoop":
+        conf[f"{prefix}.type"] = "hadoop"
+    else:
+        conf[f"{prefix}.catalog-impl"] = "org.apache.iceberg.jdbc.JdbcCatalog"
+        conf[f"{prefix}.uri"] = cfg.jdbc_uri or ""
+        if cfg.jdbc_user:
+            conf[f"{prefix}.jdbc.user"] = cfg.jdbc_user
+        if cfg.jdbc_password.get_secret_value():
+            conf[f"{prefix}.jdbc.password"] = cfg.jdbc_password.get_secret_value()
+    if with_jars and "spark.jars.packages" not in cfg.spark_conf:
+        conf["spark.jars"] = ",".join(jar_paths(cfg))
+    conf.update(cfg.spark_conf)
+    return conf
+
+
+def build_session(conf: dict[str, str], master: str | None = None, app_name: str = "logtide-merge") -> Any:
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName(app_name)
+    if master:
+        builder = builder.master(master)
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
+
+
+# -- Arrow (landing zone) types -> Spark types ---------------------------------------------------
+
+
+def spark_type(arrow_type: pa.DataType) -> Any:
+    """The Spark type Spark's Parquet reader gives a column of this Arrow type."""
+    from pyspark.sql import types as T
+
+    t = arrow_type
+    simple = [
+        (pa.types.is_boolean, T.BooleanType),
+        (pa.types.is_int8, T.ByteType),
+        (pa.types.is_int16, T.ShortType),
+        (pa.types.is_int32, T.IntegerType),
+        (pa.types.is_int64, T.LongType),
+        (pa.types.is_float32, T.FloatType),
+        (pa.types.is_float64, T.DoubleType),
+        (pa.types.is_string, T.StringType),
+        (pa.types.is_large_string, T.StringType),
+        (pa.types.is_binary, T.BinaryType),
+        (pa.types.is_large_binary, T.BinaryType),
+        (pa.types.is_fixed_size_binary, T.BinaryType),
+        (pa.types.is_date32, T.DateType),
+        (pa.types.is_duration, T.LongType),  # TIME: microseconds (Iceberg has no interval type)
+    ]
+    for test, spark in simple:
+        if test(t):
+            return spark()
+    if pa.types.is_decimal(t):
+        return T.DecimalType(t.precision, t.scale)
+    if pa.types.is_timestamp(t):
+        return T.TimestampNTZType() if t.tz is None else T.TimestampType()
+    if pa.types.is_struct(t):
+        return T.StructType([T.StructField(f.name, spark_type(f.type), True) for f in t])
+    raise MergeError(f"Arrow type {t} is not supported by the merge")
+
+
+def target_type(arrow_type: pa.DataType) -> Any:
+    """The Iceberg column type: Spark's, with TINYINT/SMALLINT widened to int (Iceberg has neither)."""
+    from pyspark.sql import types as T
+
+    spark = spark_type(arrow_type)
+    return T.IntegerType() if isinstance(spark, (T.ByteType, T.ShortType)) else spark
+
+
+def spark_value(value: Any, spark: Any) -> Any:
+    """A key value from chunk metadata as the Python value Spark expects for its column type."""
+    from pyspark.sql import types as T
+
+    if value is None:
+        return None
+    if isinstance(value, timedelta):
+        return value // timedelta(microseconds=1)
+    if isinstance(spark, T.DecimalType) and not isinstance(value, Decimal):
+        return Decimal(value)
+    if isinstance(spark, T.TimestampType) and isinstance(value, datetime) and value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    return value
+
+
+# -- the landing zone, as the driver sees it ---------------------------------------------------
+
+
+def _segments(folder: Path, frontier: int) -> list[tuple[int, int, Path]]:
+    """Files of a log folder holding events below the frontier, in LSN order. With the checkpoint's
+    frontier these are exactly the committed files; with an earlier one (a merge "as of" then) the
+    last file may reach past it, so readers also filter events by LSN."""
+    if not folder.exists():
+        return []
+    found = []
+    for path in folder.iterdir():
+        span = parse_segment_name(path.name)
+        if span is not None and span[0] < frontier:
+            found.append((span[0], span[1], path))
+    return sorted(found)
+
+
+@dataclass(frozen=True)
+class Mark:
+    lsn: int
+    id: str
+    dump_id: str
+    table: str
+    chunk: int
+    kind: str
+    commit_ts: datetime | None
+
+
+class Watermarks:
+    """The watermark events of one source, read backwards from the frontier only as far as needed."""
+
+    def __init__(self, zone: LandingZone, frontier: int) -> None:
+        self.files = _segments(zone.log_dir / table_folder(WATERMARK_SCHEMA, WATERMARK_TABLE), frontier)
+        self.frontier = frontier
+        self._next = len(self.files)  # files[_next:] are loaded
+        self.by_id: dict[str, Mark] = {}
+
+    def _load_previous(self) -> None:
+        self._next -= 1
+        data = pq.read_table(self.files[self._next][2], columns=["_lsn", "_commit_ts", "after"])
+        for event in data.to_pylist():
+            after = event["after"]
+            if after is not None and int(event["_lsn"]) < self.frontier:
+                self.by_id[after["watermark_id"]] = Mark(
+                    int(event["_lsn"]),
+                    after["watermark_id"],
+                    after["dump_id"],
+                    after["table_name"],
+                    int(after["chunk"]),
+                    after["kind"],
+                    event["_commit_ts"],
+                )
+
+    def since(self, lsn: int) -> list[Mark]:
+        while self._next > 0 and self.files[self._next - 1][1] >= lsn:
+            self._load_previous()
+        return sorted((m for m in self.by_id.values() if m.lsn >= lsn), key=lambda m: m.lsn)
+
+    def find(self, watermark_id: str) -> Mark | None:
+        while watermark_id not in self.by_id and self._next > 0:
+            self._load_previous()
+        return self.by_id.get(watermark_id)
+
+
+@dataclass
+class Chunk:
+    id: int
+    path: Path
+    meta: ChunkMeta
+    low: int
+    high: int
+    high_ts: datetime | None
+    row_type: pa.StructType
+
+
+def _chunks(zone: LandingZone, marks: Watermarks, schema: str, table: str, since: int) -> tuple[list[Chunk], int]:
+    """Chunks whose HIGH watermark is at or after `since`; and how many HIGHs were stale (redone chunks)."""
+    name = f"{schema}.{table}"
+    chunks, stale = [], 0
+    for mark in marks.since(since):
+        if mark.kind != "HIGH" or mark.table != name:
+            continue
+        path = zone.root / "chunks" / mark.dump_id / table_folder(schema, table) / f"{mark.chunk:08d}.parquet"
+        try:
+            file_schema = pq.read_schema(path)
+        except FileNotFoundError:
+            log.warning("merge.chunk_missing", table=name, dump_id=mark.dump_id, chunk=mark.chunk, path=str(path))
+            stale += 1
+            continue
+        meta = ChunkMeta.from_json(file_schema.metadata[META_KEY])
+        if meta.high_id != mark.id:  # the chunk was redone: a later HIGH carries its rows
+            stale += 1
+            continue
+        low = marks.find(meta.low_id)
+        if low is None or low.lsn >= mark.lsn:
+            raise WatermarkError(
+                f"{name} chunk {meta.chunk} of dump {meta.dump_id}: HIGH watermark at {mark.lsn} has "
+                f"{'no LOW' if low is None else f'its LOW after it ({low.lsn})'} in the log"
+            )
+        row_type = file_schema.field("after").type
+        chunks.append(Chunk(len(chunks), path, meta, low.lsn, mark.lsn, mark.commit_ts, row_type))
+    return chunks, stale
+
+
+def _unify(row_types: Iterable[tuple[pa.StructType, str]], table: str) -> dict[str, pa.DataType]:
+    """Columns in order of appearance; a column whose type changed is refused with its name."""
+    columns: dict[str, pa.DataType] = {}
+    for row_type, origin in row_types:
+        for f in row_type:
+            known = columns.get(f.name)
+            if known is None:
+                columns[f.name] = f.type
+            elif known != f.type:
+                raise MergeError(
+                    f"{table}: column {f.name!r} changed type from {known} to {f.type} ({origin}); the merge "
+                    "cannot change a column's type in place: drop the target tables and run a full dump"
+                )
+    return columns
+
+
+def tables_with_data(zone: LandingZone) -> list[str]:
+    names = {f"{s}.{t}" for s, t in zone.tables()}
+    base = zone.root / "chunks"
+    if base.exists():
+        names |= {"{}.{}".format(*folder_table(p.name)) for dump in base.iterdir() for p in dump.iterdir()}
+    names.discard(f"{WATERMARK_SCHEMA}.{WATERMARK_TABLE}")
+    return sorted(names)
+
+
+# -- Iceberg -----------------------------------------------------------------------------------
+
+
+class _Call:
+    """A py4j callback (java.util.concurrent.Callable) running a Python function on the JVM's behalf."""
+
+    def __init__(self, function: Callable[[], None]) -> None:
+        self.function = function
+        self.error: BaseException | None = None
+
+    def call(self) -> None:
+        try:
+            self.function()
+        except BaseException as exc:
+            self.error = exc
+            raise
+        return None
+
+    class Java:
+        implements = ["java.util.concurrent.Callable"]  # noqa: RUF012 - py4j's protocol
+
+
+def commit_with(spark: Any, properties: dict[str, str], function: Callable[[], None]) -> None:
+    """Run `function` (one Iceberg write) so that its commit's snapshot summary carries `properties`."""
+    from py4j.protocol import Py4JJavaError
+
+    jvm = spark._jvm
+    props = jvm.java.util.HashMap()
+    for key, value in properties.items():
+        props.put(key, value)
+    callback = _Call(function)
+    try:
+        jvm.org.apache.iceberg.spark.CommitMetadata.withCommitProperties(
+            props, callback, jvm.java.lang.RuntimeException().getClass()
+        )
+    except Py4JJavaError:
+        if callback.error is not None:
+            raise callback.error from None
+        raise
+
+
+def spark_file_path(spark: Any, path: str) -> str:
+    """How Spark spells a local file in `_metadata.file_path`, without scheme (see `_FILE_PATH`)."""
+    jvm = spark._jvm
+    return str(jvm.org.apache.spark.paths.SparkPath.fromPath(jvm.org.apache.hadoop.fs.Path(path)).urlEncoded())
+
+
+# `_metadata.file_path` without its scheme and authority (file:/x, file:///x -> /x)
+_FILE_PATH = r"regexp_replace(_metadata.file_path, '^[A-Za-z][A-Za-z0-9+.-]*:(//[^/]*)?', '')"
+
+
+def _iceberg_table(spark: Any, name: str) -> Any:
+    return spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, name)
+
+
+def applied_frontier(spark: Any, name: str) -> int:
+    """`logtide.frontier` of the newest snapshot in the current ancestry that has it; when
+    snapshot expiry removed them all (after compactions), the table property the merge sets
+    after each commit; 0 for a table no merge wrote."""
+    table = _iceberg_table(spark, name)
+    table.refresh()
+    snapshot = table.currentSnapshot()
+    while snapshot is not None:
+        value = snapshot.summary().get(FRONTIER)
+        if value is not None:
+            return int(value)
+        parent = snapshot.parentId()
+        snapshot = table.snapshot(parent) if parent is not None else None
+    value = table.properties().get(FRONTIER) if table.currentSnapshot() is not None else None
+    return int(value) if value is not None else 0
+
+
+def is_empty(spark: Any, name: str) -> bool:
+    snapshot = _iceberg_table(spark, name).currentSnapshot()
+    return snapshot is None or snapshot.summary().get("total-records") == "0"
+
+
+def table_exists(spark: Any, name: str) -> bool:
+    return bool(spark.catalog.tableExists(name))
+
+
+def _columns_ddl(columns: Iterable[tuple[str, str]]) -> str:
+    return ", ".join(f"{quote(c)} {t}" for c, t in columns)
+
+
+def ensure_table(
+    spark: Any,
+    name: str,
+    columns: list[tuple[str, Any]],
+    meta: tuple[tuple[str, str], ...],
+    properties: dict[str, str],
+    order: list[str],
+) -> None:
+    """Create the table, or add the columns it lacks (Iceberg schema evolution)."""
+    if not table_exists(spark, name):
+        props = {
+            "format-version": "2",
+            "write.delete.mode": "merge-on-read",
+            "write.update.mode": "merge-on-read",
+            "write.merge.mode": "merge-on-read",
+            "write.metadata.delete-after-commit.enabled": "true",
+            "write.metadata.previous-versions-max": "50",
+            **properties,
+        }
+        ddl = _columns_ddl([(c, t.simpleString()) for c, t in columns] + list(meta))
+        tblprops = ", ".join(f"'{k}' = '{v}'" for k, v in props.items())
+        spark.sql(f"CREATE TABLE IF NOT EXISTS {name} ({ddl}) USING iceberg TBLPROPERTIES ({tblprops})")
+        spark.sql(f"ALTER TABLE {name} WRITE LOCALLY ORDERED BY {', '.join(quote(c) for c in order)}")
+        log.info("merge.table_created", table=name, columns=len(columns))
+        return
+    existing = {f.name.lower(): f.dataType for f in spark.table(name).schema.fields}
+    for c, t in columns:
+        have = existing.get(c.lower())
+        if have is not None and have != t:
+            _evolve_type(spark, name, c, have, t)
+    missing = [(c, t.simpleString()) for c, t in columns if c.lower() not in existing]
+    missing += [(c, t) for c, t in meta if c.lower() not in existing]
+    if missing:
+        spark.sql(f"ALTER TABLE {name} ADD COLUMNS ({_columns_ddl(missing)})")
+        log.info("merge.columns_added", table=name, columns=",".join(c for c, _ in missing))
+
+
+def _evolve_type(spark: Any, name: str, column: str, have: Any, want: Any) -> None:
+    from pyspark.sql import types as T
+
+    widen = (isinstance(have, T.IntegerType) and isinstance(want, T.LongType)) or (
+        isinstance(have, T.FloatType) and isinstance(want, T.DoubleType)
+    )
+    if isinstance(have, T.DecimalType) and isinstance(want, T.DecimalType):
+        widen = want.scale == have.scale and want.precision > have.precision
+    narrower = (isinstance(have, T.LongType) and isinstance(want, T.IntegerType)) or (
+        isinstance(have, T.DoubleType) and isinstance(want, T.FloatType)
+    )
+    if isinstance(have, T.DecimalType) and isinstance(want, T.DecimalType):
+        narrower = want.scale == have.scale and want.precision < have.precision
+    if widen:
+        spark.sql(f"ALTER TABLE {name} ALTER COLUMN {quote(column)} TYPE {want.simpleString()}")
+        log.info("merge.column_widened", table=name, column=column, type=want.simpleString())
+    elif not narrower:
+        raise MergeError(
+            f"{name}: column {column!r} is {have.simpleString()} in the target but {want.simpleString()} in the "
+            "landing zone; Iceberg cannot make that change: drop the target tables and run a full dump"
+        )
+
+
+# -- one table ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Context:
+    spark: Any
+    config: LogtideConfig
+    source: str
+    zone: LandingZone
+    frontier: int
+    marks: Watermarks
+    applied_at: datetime
+    namespace: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.namespace = self.config.merge.namespace or self.source
+
+    def target_name(self, schema: str, table: str, suffix: str = "") -> str:
+        cfg = self.config.merge
+        return ".".join(quote(p) for p in (cfg.catalog_name, self.namespace, f"{schema}__{table}{suffix}"))
+
+
+class TableMerge:
+    def __init__(self, ctx: Context, schema: str, table: str) -> None:
+        self.ctx, self.schema, self.table = ctx, schema, table
+        self.name = f"{schema}.{table}"
+        self.target = ctx.target_name(schema, table)
+        self.changelog = ctx.target_name(schema, table, CHANGELOG_SUFFIX)
+        self.report: dict[str, Any] = {"table": self.name, "target": self.target, "changelog": self.changelog}
+        self.timings: dict[str, float] = {}
+        self.has_missing = False  # some log event of the run leaves columns out (PostgreSQL TOAST)
+
+    @contextmanager
+    def _step(self, name: str) -> Iterator[None]:
+        began = time.monotonic()
+        try:
+            yield
+        finally:
+            self.timings[name] = round(self.timings.get(name, 0.0) + time.monotonic() - began, 3)
+
+    def run(self) -> dict[str, Any]:
+        began = time.monotonic()
+        try:
+            self._run()
+        finally:
+            self.report["seconds"] = round(time.monotonic() - began, 3)
+            self.report["step_seconds"] = self.timings
+        return self.report
+
+    def _run(self) -> None:
+        from pyspark import StorageLevel
+
+        ctx, spark, F = self.ctx, self.ctx.spark, self.ctx.frontier
+        with self._step("plan"):
+            a_target = applied_frontier(spark, self.target) if table_exists(spark, self.target) else 0
+            a_changelog = applied_frontier(spark, self.changelog) if table_exists(spark, self.changelog) else 0
+            a = min(a_target, a_changelog)
+            self.report.update(applied_before=a_target, changelog_applied_before=a_changelog, frontier=F)
+            if a >= F:
+                self.report["skipped"] = "up to date"
+                return
+            chunks, stale = _chunks(ctx.zone, ctx.marks, self.schema, self.table, a)
+            start = min([a, *(c.low for c in chunks), *(int(v["before_low"]) for c in chunks if (v := _view(c)))])
+            folder = ctx.zone.log_dir / table_folder(self.schema, self.table)
+            log_files = [s for s in _segments(folder, F) if s[1] >= start]
+            if not chunks and not any(s[1] >= a for s in log_files):
+                self.report["skipped"] = "nothing new"
+                return
+            schemas = [(pq.read_schema(p), p) for _, _, p in log_files]
+            self.has_missing = any("_missing" in schema.names for schema, _ in schemas)
+            columns = _unify(
+                [(s.field("after").type, str(p)) for s, p in schemas] + [(c.row_type, str(c.path)) for c in chunks],
+                self.name,
+            )
+            clash = RESERVED & set(columns)
+            if clash:
+                raise MergeError(f"{self.name}: column(s) {sorted(clash)} clash with the merge's bookkeeping columns")
+            keys = self._key(schemas, chunks)
+            self.columns, self.keys = list(columns), keys
+            self.types = {c: target_type(t) for c, t in columns.items()}
+            row_struct = spark_type(pa.struct([pa.field(c, t) for c, t in columns.items()]))
+        with self._step("tables"):
+            self._ensure_tables()
+        log.info(
+            "merge.table_started",
+            table=self.name,
+            applied=a,
+            frontier=F,
+            log_files=len(log_files),
+            chunks=len(chunks),
+            stale_highs=stale,
+        )
+
+        cached = []
+        props = {FRONTIER: str(F), "logtide.source": ctx.source, "logtide.table": self.name}
+        try:
+            with self._step("read"):
+                events = self._log_events([p for _, _, p in log_files], row_struct, start)
+                stream = events.where(events["_lsn"] >= _lsn(a)).drop("_xid")
+                if chunks:
+                    chunk_rows = self._chunk_rows(chunks, row_struct)
+                    window = events.select(*keys, "_lsn")
+                    survivors = chunk_rows.join(
+                        window,
+                        [chunk_rows[k] == window[k] for k in keys]
+                        + [window["_lsn"] > chunk_rows["_low"], window["_lsn"] < chunk_rows["_high"]],
+                        "left_anti",
+                    )
+                    hidden = self._hidden(chunks, events)
+                    if hidden is not None:
+                        survivors = survivors.join(hidden, ["_cid", *keys], "left_anti")
+                    stream = stream.unionByName(self._chunk_stream(survivors))
+            if chunks and a_target < F and not is_empty(spark, self.target):
+                with self._step("repair"):
+                    chunk_keys = chunk_rows.select(*keys, "_cid", "_row").persist(StorageLevel.MEMORY_AND_DISK)
+                    cached.append(chunk_keys)
+                    repaired = self._repairs(chunks, chunk_keys, window, a_target)
+                    if repaired is not None:
+                        stream = stream.unionByName(repaired)
+            # The changelog is the stream, materialized once: the MERGE reads its rows back
+            # (all of [A, F), also those a run killed before its MERGE had appended already).
+            if a_changelog < F:
+                with self._step("changelog"):
+                    self._append_changelog(stream.where(stream["_lsn"] >= _lsn(a_changelog)), props)
+                log.info("merge.changelog_committed", table=self.name, frontier=F)
+            with self._step("stream"):
+                appended = spark.table(self.changelog)
+                appended = appended.where((appended["_lsn"] >= _lsn(a)) & (appended["_lsn"] < _lsn(F)))
+                counts = {
+                    (r["_source"], r["_op"]): r["count"] for r in appended.groupBy("_source", "_op").count().collect()
+                }
+            chunk_survivors = sum(n for (s, _), n in counts.items() if s == "chunk")
+            self.report.update(
+                log_events=sum(n for (s, _), n in counts.items() if s == "log"),
+                chunks=len(chunks),
+                stale_highs=stale,
+                chunk_rows=sum(c.meta.rows for c in chunks),
+                dropped_by_window=sum(c.meta.rows for c in chunks) - chunk_survivors,
+                repair_deletes=sum(n for (s, _), n in counts.items() if s == "repair"),
+            )
+            if a_target < F:
+                with self._step("merge"):
+                    self._merge(appended.where(appended["_lsn"] >= _lsn(a_target)), props)
+            with self._step("properties"):  # the fallback of applied_frontier, after the commits
+                for name, applied in ((self.changelog, a_changelog), (self.target, a_target)):
+                    if applied < F:
+                        spark.sql(f"ALTER TABLE {name} SET TBLPROPERTIES ('{FRONTIER}' = '{F}')")
+        finally:
+            for frame in cached:
+                frame.unpersist()
+        log.info(
+            "merge.table_finished",
+            **{k: v for k, v in self.report.items() if k not in ("target", "changelog", "step_seconds")},
+        )
+
+    def _key(self, schemas: list[tuple[pa.Schema, Path]], chunks: list[Chunk]) -> list[str]:
+        for schema, _ in reversed(schemas):
+            text = (schema.metadata or {}).get(b"logtide.key", b"").decode()
+            if text:
+                return text.split(",")
+        if chunks:
+            return list(chunks[-1].meta.key)
+        raise MergeError(f"{self.name}: the landed files do not say which columns are the key")
+
+    def _ensure_tables(self) -> None:
+        spark, cfg = self.ctx.spark, self.ctx.config.merge
+        spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {quote(cfg.catalog_name)}.{quote(self.ctx.namespace)}")
+        columns = [(c, self.types[c]) for c in self.columns]
+        props = {"logtide.source": self.ctx.source, "logtide.table": self.name, "logtide.key": ",".join(self.keys)}
+        ensure_table(spark, self.target, columns, TARGET_META, props, self.keys)
+        ensure_table(spark, self.changelog, columns, CHANGELOG_META, props, ["_lsn", "_order"])
+
+    # -- building the stream -----------------------------------------------------------------
+
+    def _log_events(self, paths: list[Path], row_struct: Any, start: int) -> Any:
+        """Log events with start <= LSN < F: one row per event and key (a key change that the log
+        did not split becomes a delete of the old key at order -1, as in reconcile.py)."""
+        from pyspark.sql import functions as sf
+        from pyspark.sql import types as T
+
+        spark, keys = self.ctx.spark, self.keys
+        schema = T.StructType(
+            [
+                T.StructField("_lsn", T.DecimalType(38, 0)),
+                T.StructField("_op", T.StringType()),
+                T.StructField("_txid", T.StringType()),
+                T.StructField("_commit_ts", T.TimestampType()),
+                T.StructField("before", row_struct),
+                T.StructField("after", row_struct),
+            ]
+            + ([T.StructField("_missing", T.ArrayType(T.StringType()))] if self.has_missing else [])
+        )
+        if not paths:
+            return spark.createDataFrame([], self._stream_schema())
+        raw = spark.read.schema(schema).parquet(*[str(p.resolve()) for p in paths])
+        raw = raw.where((raw["_lsn"] >= _lsn(start)) & (raw["_lsn"] < _lsn(self.ctx.frontier)))
+
+        def rows(image: Any, op: Any, order: int, missing: Any) -> list[Any]:
+            return [
+                *(image.getField(c).cast(self.types[c]).alias(c) for c in self.columns),
+                sf.col("_lsn"),
+                sf.lit(order).cast("bigint").alias("_order"),
+                op.alias("_op"),
+                sf.lit("log").alias("_source"),
+                sf.col("_txid"),
+                sf.col("_commit_ts"),
+                sf.lit(None).cast("string").alias("_dump_id"),
+                sf.lit(None).cast("int").alias("_chunk"),
+                missing.cast("array<string>").alias("_missing"),
+                xid.alias("_xid"),
+            ]
+
+        # PostgreSQL's _txid is the transaction's 32-bit xid (for chunk visibility); else null
+        xid = sf.when(sf.col("_txid").rlike("^[0-9]+$"), sf.col("_txid").cast("bigint"))
+        before, after = sf.col("before"), sf.col("after")
+        image = sf.when(sf.col("_op") == "d", before).otherwise(after)
+        # as reconcile.py: missing columns apply to an after image only
+        missing = sf.when(after.isNotNull(), sf.col("_missing")) if self.has_missing else sf.lit(None)
+        main = raw.select(*rows(image, sf.col("_op"), 0, missing))
+        same_key = [before.getField(k).eqNullSafe(after.getField(k)) for k in keys]
+        moved = before.isNotNull() & after.isNotNull() & ~_all(same_key)
+        split = raw.where(moved).select(*rows(before, sf.lit("d"), -1, sf.lit(None)))
+        return main.unionByName(split)
+
+    def _stream_schema(self) -> Any:
+        from pyspark.sql import types as T
+
+        fields = [T.StructField(c, self.types[c]) for c in self.columns]
+        fields += [
+            T.StructField("_lsn", T.DecimalType(38, 0)),
+            T.StructField("_order", T.LongType()),
+            T.StructField("_op", T.StringType()),
+            T.StructField("_source", T.StringType()),
+            T.StructField("_txid", T.StringType()),
+            T.StructField("_commit_ts", T.TimestampType()),
+            T.StructField("_dump_id", T.StringType()),
+            T.StructField("_chunk", T.IntegerType()),
+            T.StructField("_missing", T.ArrayType(T.StringType())),
+            T.StructField("_xid", T.LongType()),
+        ]
+        return T.StructType(fields)
+
+    def _chunk_rows(self, chunks: list[Chunk], row_struct: Any) -> Any:
+        """Every row of the run's chunks with its chunk's id, LOW, HIGH and position."""
+        from pyspark.sql import functions as sf
+        from pyspark.sql import types as T
+
+        spark = self.ctx.spark
+        paths = [str(c.path.resolve()) for c in chunks]
+        raw = spark.read.schema(T.StructType([T.StructField("after", row_struct)])).parquet(*paths)
+        raw = raw.select(
+            *(sf.col("after").getField(c).cast(self.types[c]).alias(c) for c in self.columns),
+            sf.expr(_FILE_PATH).alias("_file"),
+            sf.col("_metadata.row_index").alias("_row"),
+        )
+        folders = {str(Path(p).parent) for p in paths}  # chunk file names are <digits>.parquet: never encoded
+        spelled_folder = {f: spark_file_path(spark, f) for f in folders}
+        spelled = {p: f"{spelled_folder[str(Path(p).parent)]}/{Path(p).name}" for p in paths}
+        meta = spark.createDataFrame(
+            [
+                (spelled[p], c.id, Decimal(c.low), Decimal(c.high), c.high_ts, c.meta.dump_id, c.meta.chunk)
+                for p, c in zip(paths, chunks, strict=True)
+            ],
+            "_file string, _cid int, _low decimal(38,0), _high decimal(38,0), _high_ts timestamp, "
+            "_dump_id string, _chunk int",
+        )
+        return raw.join(sf.broadcast(meta), "_file")
+
+    def _hidden(self, chunks: list[Chunk], events: Any) -> Any | None:
+        """PostgreSQL: (chunk, key) of log events before a chunk's LOW whose transaction the chunk's
+        snapshot could not see (reconcile.py `hidden_keys`): a commit is in the WAL slightly before
+        it is visible, so such a chunk row is older than the log and is dropped like a window's.
+        Events are looked for back to the chunk's `before_low` (and for in-progress transactions
+        back to the start of what the run reads: its frontier or the earliest LOW / before_low)."""
+        from pyspark.sql import functions as sf
+        from pyspark.sql import types as T
+
+        views = []
+        for c in chunks:
+            view = _view(c)
+            if view is not None:
+                _xmin, xmax, xip = view["snapshot"].split(":")
+                in_progress = [int(x) for x in xip.split(",") if x]
+                views.append((c.id, Decimal(c.low), Decimal(int(view["before_low"])), int(xmax), in_progress))
+        if not views:
+            return None
+        keys, spark = self.keys, self.ctx.spark
+        frame = sf.broadcast(
+            spark.createDataFrame(
+                views,
+                T.StructType(
+                    [
+                        T.StructField("_cid", T.IntegerType()),
+                        T.StructField("_low", T.DecimalType(38, 0)),
+                        T.StructField("_before_low", T.DecimalType(38, 0)),
+                        T.StructField("_xmax", T.LongType()),
+                        T.StructField("_xip", T.ArrayType(T.LongType())),
+                    ]
+                ),
+            )
+        )
+        xids = events.where(sf.col("_xid").isNotNull()).select(*keys, "_lsn", "_xid")
+        widened = _widen(sf.col("_xid"), sf.col("_xmax"))
+        recent = xids.join(frame, (xids["_lsn"] >= frame["_before_low"]) & (xids["_lsn"] < frame["_low"])).where(
+            (widened >= sf.col("_xmax")) | sf.array_contains(sf.col("_xip"), widened)
+        )
+        running = frame.select("_cid", "_low", "_xmax", sf.explode("_xip").alias("_full"))
+        running = running.withColumn("_x32", sf.col("_full").bitwiseAND(sf.lit(0xFFFFFFFF)))
+        in_xip = xids.join(
+            running, (xids["_xid"] == running["_x32"]) & (xids["_lsn"] < running["_low"])
+        ).where(_widen(sf.col("_x32"), sf.col("_xmax")) == sf.col("_full"))
+        return recent.select("_cid", *keys).unionByName(in_xip.select("_cid", *keys)).distinct()
+
+    def _chunk_stream(self, survivors: Any) -> Any:
+        from pyspark.sql import functions as sf
+
+        return survivors.select(
+            *self.columns,
+            sf.col("_high").alias("_lsn"),
+            (sf.col("_row") + 1).cast("bigint").alias("_order"),
+            sf.lit("r").alias("_op"),
+            sf.lit("chunk").alias("_source"),
+            sf.lit(None).cast("string").alias("_txid"),
+            sf.col("_high_ts").alias("_commit_ts"),
+            "_dump_id",
+            "_chunk",
+            sf.lit(None).cast("array<string>").alias("_missing"),
+        )
+
+    def _repairs(self, chunks: list[Chunk], chunk_rows: Any, window: Any, a_target: int) -> Any | None:
+        """Deletes at HIGH for target keys inside a chunk's range that the chunk did not return.
+        `chunk_rows`: the key columns, _cid and _row of every chunk row of the run."""
+        from pyspark.sql import functions as sf
+        from pyspark.sql import types as T
+
+        spark, keys = self.ctx.spark, self.keys
+        key_struct = T.StructType([T.StructField(k, self.types[k]) for k in keys])
+        relevant = [c for c in chunks if c.high >= a_target]
+        if not relevant:
+            return None
+
+        def bound(row: tuple[Any, ...] | None) -> tuple[Any, ...] | None:
+            return None if row is None else tuple(spark_value(v, self.types[k]) for k, v in zip(keys, row, strict=True))
+
+        info = spark.createDataFrame(
+            [
+                (
+                    *(c.id, Decimal(c.low), Decimal(c.high), c.high_ts, c.meta.dump_id, c.meta.chunk),
+                    *(c.meta.keys is not None, c.meta.last, bound(c.meta.after or c.meta.start)),
+                    *(c.meta.after is None and c.meta.start is not None, bound(c.meta.stop)),
+                )
+                for c in relevant
+            ],
+            T.StructType(
+                [
+                    T.StructField("_cid", T.IntegerType()),
+                    T.StructField("_low", T.DecimalType(38, 0)),
+                    T.StructField("_high", T.DecimalType(38, 0)),
+                    T.StructField("_high_ts", T.TimestampType()),
+                    T.StructField("_dump_id", T.StringType()),
+                    T.StructField("_chunk", T.IntegerType()),
+                    T.StructField("_keyed", T.BooleanType()),
+                    T.StructField("_last", T.BooleanType()),
+                    T.StructField("_lo", key_struct),
+                    T.StructField("_lo_incl", T.BooleanType()),
+                    T.StructField("_stop", key_struct),
+                ]
+            ),
+        )
+        key = sf.struct(*(sf.col(k) for k in keys))
+        # per chunk: its last key in the database's order, and whether Spark's order agrees there
+        ends = chunk_rows.groupBy("_cid").agg(
+            sf.max_by(key, "_row").alias("_end"),
+            sf.min_by(key, "_row").alias("_first"),
+            sf.max(key).alias("_max"),
+            sf.min(key).alias("_min"),
+        )
+        ranges = info.where(~sf.col("_keyed")).join(ends, "_cid", "left")
+        agrees = sf.col("_end").isNull() | (
+            (sf.col("_end") == sf.col("_max"))
+            & (sf.col("_first") == sf.col("_min"))
+            & (
+                sf.col("_lo").isNull()
+                | (sf.col("_lo_incl") & (sf.col("_first") >= sf.col("_lo")))
+                | (sf.col("_first") > sf.col("_lo"))
+            )
+        )
+        ranges = ranges.withColumn("_agrees", agrees).withColumn(
+            "_hi", sf.when(sf.col("_last"), sf.col("_stop")).otherwise(sf.col("_end"))
+        )
+        disagreeing = ranges.where(~sf.col("_agrees")).count()
+        if disagreeing:
+            log.warning(
+                "merge.repair_skipped",
+                table=self.name,
+                chunks=disagreeing,
+                reason="chunk keys are not in Spark's order (a collation that is not binary): "
+                "no repair deletes in those chunks' ranges",
+            )
+        ranges = sf.broadcast(ranges.where(sf.col("_agrees")))
+
+        target = spark.table(self.target).select(*keys, sf.col("_lsn").alias("_tlsn"))
+        orphans = target.join(chunk_rows.select(*keys), keys, "left_anti")
+        o_key = sf.struct(*(orphans[k] for k in keys))
+        lower_ok = (
+            ranges["_lo"].isNull()
+            | (ranges["_lo_incl"] & (o_key >= ranges["_lo"]))
+            | (~ranges["_lo_incl"] & (o_key > ranges["_lo"]))
+        )
+        upper_ok = ranges["_hi"].isNull() | (o_key <= ranges["_hi"])
+        in_range = orphans.join(ranges, lower_ok & upper_ok).select(
+            *keys, "_tlsn", "_cid", "_low", "_high", "_high_ts", "_dump_id", "_chunk"
+        )
+        candidates = in_range
+        asked = [
+            (c.id, *bound(k))  # type: ignore[misc]
+            for c in relevant
+            if c.meta.keys is not None
+            for k in c.meta.keys
+        ]
+        if asked:
+            asked_df = spark.createDataFrame(
+                asked, T.StructType([T.StructField("_cid", T.IntegerType()), *key_struct.fields])
+            )
+            listed = (
+                orphans.join(sf.broadcast(asked_df), keys)
+                .join(sf.broadcast(info.where(sf.col("_keyed"))), "_cid")
+                .select(*keys, "_tlsn", "_cid", "_low", "_high", "_high_ts", "_dump_id", "_chunk")
+            )
+            candidates = candidates.unionByName(listed)
+        candidates = candidates.where(sf.col("_tlsn").isNull() | (sf.col("_tlsn") < sf.col("_high")))
+        untouched = candidates.join(
+            window,
+            [candidates[k] == window[k] for k in keys]
+            + [window["_lsn"] > candidates["_low"], window["_lsn"] < candidates["_high"]],
+            "left_anti",
+        )
+        return untouched.select(
+            *(sf.col(k) if k in keys else sf.lit(None).cast(self.types[k]).alias(k) for k in self.columns),
+            sf.col("_high").alias("_lsn"),
+            sf.lit(0).cast("bigint").alias("_order"),
+            sf.lit("d").alias("_op"),
+            sf.lit("repair").alias("_source"),
+            sf.lit(None).cast("string").alias("_txid"),
+            sf.col("_high_ts").alias("_commit_ts"),
+            "_dump_id",
+            "_chunk",
+            sf.lit(None).cast("array<string>").alias("_missing"),
+        )
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def _aligned(self, frame: Any, table: str, extra: tuple[str, ...] = ()) -> Any:
+        """`frame` with every column of the table, in its order and types (absent ones null),
+        then the `extra` columns of the frame."""
+        from pyspark.sql import functions as sf
+
+        present = {c.lower(): c for c in frame.columns}
+        out = []
+        for f in self.ctx.spark.table(table).schema.fields:
+            if f.name == "_applied_at":
+                out.append(sf.lit(self.ctx.applied_at).cast("timestamp").alias(f.name))
+            elif f.name.lower() in present:
+                out.append(sf.col(quote(present[f.name.lower()])).cast(f.dataType).alias(f.name))
+            else:
+                out.append(sf.lit(None).cast(f.dataType).alias(f.name))
+        return frame.select(*out, *extra)
+
+    def _append_changelog(self, stream: Any, props: dict[str, str]) -> None:
+        rows = self._aligned(stream, self.changelog)
+        commit_with(self.ctx.spark, props, lambda: rows.writeTo(self.changelog).append())
+
+    def _merge(self, stream: Any, props: dict[str, str]) -> None:
+        from pyspark.sql import Window
+        from pyspark.sql import functions as sf
+
+        spark, keys = self.ctx.spark, self.keys
+        latest = stream.withColumn(
+            "_rank",
+            sf.row_number().over(
+                Window.partitionBy(*keys).orderBy(sf.col("_lsn").desc(), sf.col("_order").desc())
+            ),
+        )
+        keep: dict[str, str] = {}  # column -> flag: no event of the run carries its value (keep the stored one)
+        if self.has_missing:
+            everything = (
+                Window.partitionBy(*keys)
+                .orderBy("_lsn", "_order")
+                .rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
+            )
+            carried = sf.coalesce(sf.col("_missing"), sf.array().cast("array<string>"))
+            for i, c in enumerate(c for c in self.columns if c not in keys):
+                known = sf.last(sf.when(~sf.array_contains(carried, c), sf.struct(sf.col(quote(c)).alias("v"))), True)
+                latest = latest.withColumn(f"_known{i}", known.over(everything))
+                latest = latest.withColumn(c, sf.col(f"_known{i}.v")).withColumn(
+                    f"_keep{i}", sf.col(f"_known{i}").isNull()
+                )
+                keep[c] = f"_keep{i}"
+        latest = latest.where("_rank = 1")
+        target_columns = [f.name for f in spark.table(self.target).schema.fields]
+        source = self._aligned(latest, self.target, ("_op", *keep.values()))
+        view = "logtide_merge_source"
+        source.createOrReplaceTempView(view)
+        cols = ", ".join(quote(c) for c in target_columns)
+        if is_empty(spark, self.target):
+            sql = f"INSERT INTO {self.target} ({cols}) SELECT {cols} FROM {view} WHERE _op <> 'd'"
+        else:
+            on = " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in keys)
+            newer = "s._lsn > coalesce(t._lsn, -1)"
+
+            def value(c: str) -> str:
+                flag = keep.get(c)
+                return f"CASE WHEN s.{flag} THEN t.{quote(c)} ELSE s.{quote(c)} END" if flag else f"s.{quote(c)}"
+
+            updates = ", ".join(f"t.{quote(c)} = {value(c)}" for c in target_columns)
+            values = ", ".join(f"s.{quote(c)}" for c in target_columns)
+            sql = (
+                f"MERGE INTO {self.target} t USING {view} s ON {on} "
+                f"WHEN MATCHED AND {newer} AND s._op = 'd' THEN DELETE "
+                f"WHEN MATCHED AND {newer} THEN UPDATE SET {updates} "
+                f"WHEN NOT MATCHED AND s._op <> 'd' THEN INSERT ({cols}) VALUES ({values})"
+            )
+        try:
+            commit_with(spark, props, lambda: spark.sql(sql))
+        finally:
+            spark.catalog.dropTempView(view)
+        summary = _iceberg_table(spark, self.target).currentSnapshot().summary()
+        for name in ("added-records", "deleted-records", "added-position-deletes", "total-records"):
+            value = summary.get(name)
+            self.report[name.replace("-", "_")] = int(value) if value is not None else 0
+
+
+def _view(chunk: Chunk) -> dict[str, Any] | None:
+    return getattr(chunk.meta, "read_view", None)  # PostgreSQL chunks only
+
+
+def _widen(xid: Any, near: Any) -> Any:
+    """A 32-bit xid as the 64-bit xid (epoch | xid) closest to `near` (reconcile.py `_widen`)."""
+    from pyspark.sql import functions as sf
+
+    full = sf.shiftleft(sf.shiftright(near, 32), 32).bitwiseOR(xid)
+    return (
+        sf.when(full > near + (1 << 31), full - (1 << 32))
+        .when(full < near - (1 << 31), full + (1 << 32))
+        .otherwise(full)
+    )
+
+
+def _lsn(value: int) -> Any:
+    from pyspark.sql import functions as sf
+
+    return sf.lit(Decimal(value)).cast("decimal(38,0)")
+
+
+def _all(conditions: list[Any]) -> Any:
+    result = conditions[0]
+    for condition in conditions[1:]:
+        result = result & condition
+    return result
+
+
+# -- entry points --------------------------------------------------------------------------------
+
+
+def run_merge(
+    spark: Any, config: LogtideConfig, source: str, tables: list[str] | None = None, frontier: int | None = None
+) -> dict[str, Any]:
+    """Merge what the source's landing zone holds up to its committed frontier (or up to an
+    earlier `frontier`, as a merge that ran then would have) into Iceberg."""
+    config.source(source)
+    zone = LandingZone(config.landing.path, source)
+    checkpoint = zone.checkpoint()
+    began = time.monotonic()
+    if checkpoint is None:
+        log.info("merge.nothing_landed", source=source, landing=str(zone.root))
+        return {"source": source, "frontier": None, "tables": []}
+    committed = checkpoint.frontier.encode()
+    if frontier is None or frontier > committed:
+        frontier = committed
+    known = tables_with_data(zone)
+    names = tables or known
+    for name in names:
+        if name.count(".") < 1:
+            raise MergeError(f"table {name!r} must be given as database.table")
+    ctx = Context(spark, config, source, zone, frontier, Watermarks(zone, frontier), datetime.now(UTC))
+    log.info("merge.started", source=source, frontier=frontier, tables=len(names))
+    reports = []
+    for name in names:
+        schema, _, table = name.partition(".")
+        if name not in known:
+            reports.append({"table": name, "skipped": "nothing landed"})
+            continue
+        reports.append(TableMerge(ctx, schema, table).run())
+    seconds = round(time.monotonic() - began, 3)
+    log.info("merge.finished", source=source, frontier=frontier, tables=len(reports), seconds=seconds)
+    return {"source": source, "frontier": frontier, "seconds": seconds, "tables": reports}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Logtide: merge landed log events and dump chunks into Iceberg")
+    parser.add_argument("--config", help="YAML configuration (default: $LOGTIDE_CONFIG)")
+    parser.add_argument("--source", required=True)
+    parser.add_argument("--table", action="append", help="database.table; repeat for several; none: all")
+    parser.add_argument("--master", help="Spark master (default: spark-submit's, else merge.spark_master)")
+    args = parser.parse_args(argv)
+    setup_logging()
+    try:
+        config = load_config(args.config, require_env=False)
+        setup_logging(config.log_level)
+        config.source(args.source)
+        under_submit = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit already chose the master
+        master = args.master or (None if under_submit else config.merge.spark_master)
+        spark = build_session(session_conf(config.merge), master, f"logtide-merge-{args.source}")
+        try:
+            spark.sparkContext.setLogLevel("WARN")
+            summary = run_merge(spark, config, args.source, args.table)
+        finally:
+            spark.stop()
+    except LogtideError as exc:
+        log.error("merge.failed", error_type=type(exc).__name__, error=str(exc))
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    # one line: under spark-submit the driver's stderr (our log) and stdout reach the same stream
+    print(json.dumps(summary, default=str), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

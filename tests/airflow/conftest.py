@@ -1,0 +1,121 @@
+"""Airflow 3 on SQLite for the DAG tests: a migrated AIRFLOW_HOME in a temporary folder.
+
+Airflow reads its configuration when it is first imported, so the `airflow_home` fixture sets
+the AIRFLOW_* variables (and LOGTIDE_CONFIG, which the DAG files read at parse time) before
+any test imports it. When the package's tests end it puts back what Airflow changes in this
+process and the other tests would notice: the environment and the root logger's handlers
+(Airflow's writes to a stream pytest closes); each test gets back the SIGTERM/SIGINT handlers
+that `dag.test()` replaces. Nothing outside tests/airflow imports Airflow.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT
+
+PLUGINS = ROOT / "plugins"
+DAGS = ROOT / "dags"
+AIRFLOW = Path(sys.executable).with_name("airflow")
+
+if str(PLUGINS) not in sys.path:  # as Airflow does for its plugins folder
+    sys.path.insert(0, str(PLUGINS))
+
+# Sources the DAG files see at parse time: "src" is the name tests/conftest.py's make_capture
+# gives its source; "nightly" has a backfill schedule (it is never dumped).
+PARSE_CONFIG = {
+    "landing": {"path": "unused-at-parse-time"},
+    "sources": {
+        "src": {"kind": "mariadb", "user": "root", "password": "${TEST_DB_PASSWORD}", "server_id": 9001},
+        "nightly": {
+            "kind": "mariadb",
+            "user": "root",
+            "server_id": 9002,
+            "dump": {"backfill_schedule": "0 3 * * *", "backfill_tables": ["shop.orders"], "pool_slots": 3},
+        },
+    },
+}
+
+
+@dataclass
+class AirflowHome:
+    home: Path
+    env: dict[str, str]
+    parse_config: Path
+
+    @property
+    def database(self) -> Path:
+        return self.home / "airflow.db"
+
+
+def airflow_env(home: Path, parse_config: Path) -> dict[str, str]:
+    return {
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(PLUGINS),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
+        "LOGTIDE_CONFIG": str(parse_config),
+    }
+
+
+@pytest.fixture(scope="package")
+def airflow_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowHome]:
+    if "airflow" in sys.modules:
+        raise RuntimeError(
+            "airflow was imported before the airflow_home fixture set AIRFLOW_HOME: import airflow and "
+            "logtide_airflow inside the tests, not at the top of a test module"
+        )
+    home = tmp_path_factory.mktemp("airflow_home")
+    parse_config = home / "logtide-parse.yaml"
+    parse_config.write_text(yaml.safe_dump(PARSE_CONFIG))
+    env = airflow_env(home, parse_config)
+    saved = {k: os.environ.get(k) for k in env}
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    os.environ.update(env)
+    try:
+        subprocess.run([str(AIRFLOW), "db", "migrate"], check=True, capture_output=True, env=os.environ, timeout=300)
+        shutil.copy(home / "airflow.db", home / "pristine.db")  # for the live test's own Airflow
+        yield AirflowHome(home, env, parse_config)
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        # pytest adds and removes its own handlers around each test phase; drop only Airflow's
+        root.handlers[:] = [h for h in root.handlers if h in handlers or type(h).__module__.startswith("_pytest")]
+        root.setLevel(level)
+
+
+@pytest.fixture(autouse=True)
+def _signal_handlers() -> Iterator[None]:
+    """dag.test() runs tasks in this process, and a task installs its own SIGTERM handler."""
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    yield
+    for sig, handler in saved.items():
+        signal.signal(sig, handler)
+
+
+@pytest.fixture(scope="package")
+def airflow_ready(airflow_home: AirflowHome) -> AirflowHome:
+    """Migrated, with the pools of the parse-time sources; Airflow may be imported from here on."""
+    from airflow.models.pool import Pool
+
+    for name, source in PARSE_CONFIG["sources"].items():
+        slots = source.get("dump", {}).get("pool_slots", 2)
+        Pool.create_or_update_pool(f"logtide_{name}", slots, f"Logtide dumps of {name}", include_deferred=False)
+    return airflow_home

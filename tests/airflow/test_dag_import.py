@@ -1,0 +1,63 @@
+"""The DAG files import cleanly and build the graph the README describes."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from tests.airflow.airflow_helpers import recorded_events
+from tests.airflow.conftest import DAGS
+
+pytestmark = pytest.mark.airflow
+
+
+def test_dag_files_import_without_errors(airflow_ready):
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=str(DAGS))
+    assert bag.import_errors == {}
+    assert sorted(bag.dag_ids) == ["logtide_backfill_nightly", "logtide_dump"]
+
+    dump = bag.get_dag("logtide_dump")
+    assert dump.schedule is None and dump.catchup is False
+    assert {t.task_id: t.pool for t in dump.tasks if t.task_id.startswith("dump_")} == {
+        "dump_nightly": "logtide_nightly",
+        "dump_src": "logtide_src",
+    }
+    assert {t.task_id: sorted(t.downstream_task_ids) for t in dump.tasks} == {
+        "plan_src": ["dump_src"],
+        "plan_nightly": ["dump_nightly"],
+        "dump_src": ["summary"],
+        "dump_nightly": ["summary"],
+        "summary": [],
+    }
+    assert "source" in dump.params and dump.params.get_param("source").schema["enum"] == ["nightly", "src"]
+
+    backfill = bag.get_dag("logtide_backfill_nightly")
+    assert backfill.catchup is False and backfill.schedule == "0 3 * * *"
+    assert [t.pool for t in backfill.tasks if t.task_id.startswith("dump_")] == ["logtide_nightly"]
+    assert backfill.params["source"] == "nightly"
+    assert backfill.params["tables"] == ["shop.orders"]
+
+
+def test_the_plugin_loader_leaves_the_package_to_the_dag_files(airflow_ready):
+    """plugins/.airflowignore keeps Airflow from importing each file of logtide_airflow again as a
+    top-level module (`hooks`, `operators`...); the DAG files import the package itself."""
+    from airflow import plugins_manager
+
+    _, errors = plugins_manager._get_plugins()
+    assert errors == {}
+    assert not {"hooks", "operators", "control", "dag_factory"} & set(sys.modules)
+
+
+def test_without_a_config_the_dag_files_define_nothing_and_say_why(airflow_ready, monkeypatch):
+    from airflow.dag_processing.dagbag import DagBag
+
+    monkeypatch.delenv("LOGTIDE_CONFIG")
+    with recorded_events() as events:
+        bag = DagBag(dag_folder=str(DAGS))
+    assert bag.import_errors == {} and bag.dag_ids == []
+    assert [e["reason"] for e in events.named("airflow.no_config")] == [
+        "LOGTIDE_CONFIG is not set in the DAG processor's environment"
+    ] * 2

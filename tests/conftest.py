@@ -1,0 +1,183 @@
+"""Fixtures: a private MariaDB per test session, and a capture service run as a real process."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from capture.config import load_config
+from capture.landing import LandingZone
+from tests.servers import MariaDB, PostgreSQL, ZooKeeper, free_port, wait_for
+
+ROOT = Path(__file__).resolve().parent.parent
+_server_ids = itertools.count(100)
+
+
+@pytest.fixture(scope="session")
+def mariadb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MariaDB]:
+    server = MariaDB(tmp_path_factory.mktemp("mariadb"))
+    server.start()
+    yield server
+    if os.environ.get("KEEP_SERVERS"):
+        server.stop()
+    else:
+        server.destroy()
+
+
+@pytest.fixture(scope="session")
+def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeper]:
+    """A private ZooKeeper for the session (tests that restart it leave it running)."""
+    server = ZooKeeper(tmp_path_factory.mktemp("zookeeper"))
+    server.start()
+    yield server
+    if os.environ.get("KEEP_SERVERS"):
+        server.stop()
+    else:
+        server.destroy()
+
+
+@pytest.fixture(scope="session")
+def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgreSQL]:
+    """A private PostgreSQL 15 for the session, run as the user `postgres` (never the system one)."""
+    # not under pytest's temp folder: any pytest run on the machine resets it to 0700, which
+    # locks out the server's own user
+    server = PostgreSQL(Path(tempfile.mkdtemp(prefix="logtide-pg-")))
+    server.start()
+    yield server
+    if os.environ.get("KEEP_SERVERS"):
+        server.stop()
+    else:
+        server.destroy()
+
+
+@pytest.fixture
+def database(mariadb: MariaDB, request: pytest.FixtureRequest) -> str:
+    """A fresh database named after the test."""
+    name = "t_" + request.node.name.replace("[", "_").replace("]", "").replace("-", "_")[:50].lower()
+    mariadb.execute(f"DROP DATABASE IF EXISTS `{name}`", f"CREATE DATABASE `{name}`")
+    return name
+
+
+class CaptureProcess:
+    """`logtide capture` as a child process, the way an operator runs it."""
+
+    def __init__(self, config_path: Path, source: str, workdir: Path) -> None:
+        self.config_path = config_path
+        self.source = source
+        self.workdir = workdir
+        self.log_path = workdir / f"capture-{source}.log"
+        self.process: subprocess.Popen[bytes] | None = None
+        self.config = load_config(config_path)
+        self.zone = LandingZone(self.config.landing.path, source)
+
+    def start(self, *extra: str, env: dict[str, str] | None = None) -> CaptureProcess:
+        log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "capture.cli",
+                "--config",
+                str(self.config_path),
+                "capture",
+                "--source",
+                self.source,
+                *extra,
+            ],
+            cwd=ROOT,
+            stdout=log,
+            stderr=log,
+            env={**os.environ, **(env or {})},
+        )
+        return self
+
+    def run_to_exit(self, *extra: str, timeout: float = 60, env: dict[str, str] | None = None) -> int:
+        self.start(*extra, env=env)
+        assert self.process is not None
+        return self.process.wait(timeout=timeout)
+
+    def wait_running(self, timeout: float = 30) -> None:
+        def running() -> bool:
+            assert self.process is not None
+            if self.process.poll() is not None:
+                raise AssertionError(f"capture exited with {self.process.returncode}:\n{self.log()}")
+            return (
+                "capture.first_start" in self.log() or "capture.resuming" in self.log() or "capture.reset" in self.log()
+            )
+
+        wait_for(running, timeout, what="capture to start")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 60) -> int:
+        assert self.process is not None
+        self.process.send_signal(sig)
+        code = self.process.wait(timeout=timeout)
+        return code
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+    def log(self) -> str:
+        return self.log_path.read_text() if self.log_path.exists() else ""
+
+    def events(self, schema: str, table: str) -> list[dict]:
+        data = self.zone.read_table(schema, table)
+        return [] if data is None else data.to_pylist()
+
+    def wait_events(self, schema: str, table: str, count: int, timeout: float = 30) -> list[dict]:
+        def enough() -> list[dict] | None:
+            events = self.events(schema, table)
+            return events if len(events) >= count else None
+
+        try:
+            return wait_for(enough, timeout, interval=0.1, what=f"{count} events of {schema}.{table}")
+        except TimeoutError:
+            raise AssertionError(
+                f"only {len(self.events(schema, table))} of {count} events landed; capture log:\n{self.log()}"
+            ) from None
+
+
+@pytest.fixture
+def make_capture(mariadb: MariaDB, tmp_path: Path) -> Iterator:
+    """Build a config for the private MariaDB and return a CaptureProcess for it."""
+    processes: list[CaptureProcess] = []
+
+    def make(include: list[str], source: str = "src", **overrides: object) -> CaptureProcess:
+        landing = {"path": str(tmp_path / "landing"), "flush_interval_s": 0.2}
+        landing.update(overrides.pop("landing", {}))  # type: ignore[arg-type]
+        source_config = {
+            "kind": "mariadb",
+            "host": "127.0.0.1",
+            "port": mariadb.port,
+            "user": "root",
+            "password": "${TEST_DB_PASSWORD:-}",
+            "server_id": next(_server_ids),
+            "include": include,
+            "heartbeat_s": 0.2,
+            "metrics": {"port": free_port()},
+        }
+        source_config.update(overrides)
+        path = tmp_path / f"logtide-{source}.yaml"
+        path.write_text(yaml.safe_dump({"landing": landing, "sources": {source: source_config}}))
+        process = CaptureProcess(path, source, tmp_path)
+        processes.append(process)
+        return process
+
+    yield make
+    for process in processes:
+        process.kill()
+
+
+def settle(seconds: float = 0.3) -> None:
+    time.sleep(seconds)

@@ -1,0 +1,97 @@
+"""Helpers for dump tests: a random concurrent workload and the check that the reconciled
+stream reproduces the source table."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+
+import pymysql
+
+from capture.dump.reconcile import apply, reconcile_table
+from capture.sources.mysql.reader import position_lsn
+from tests.servers import wait_for
+
+
+class Workload(threading.Thread):
+    """Inserts, updates, deletes, key changes and multi-row transactions on `table(id, v, note)`.
+
+    `server` is any test server whose `connect(database, autocommit=False)` gives a DB-API
+    connection (MariaDB, PostgreSQL); `random_sql` is its random function."""
+
+    def __init__(
+        self, server, database: str, table: str, first_free_id: int, seed: int, random_sql: str = "RAND()"
+    ) -> None:
+        super().__init__(daemon=True)
+        self.server, self.database, self.table, self.random_sql = server, database, table, random_sql
+        self.next_id = first_free_id
+        self.rng = random.Random(seed)
+        self.stop_event = threading.Event()
+        self.transactions = 0
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self._run()
+        except BaseException as exc:  # reported by stop()
+            self.error = exc
+
+    def _run(self) -> None:
+        rng, t = self.rng, self.table
+        conn = self.server.connect(self.database, autocommit=False)
+        try:
+            self._transactions(conn, rng, t)
+        finally:
+            conn.close()
+
+    def _transactions(self, conn, rng: random.Random, t: str) -> None:
+        with conn.cursor() as cur:
+            while not self.stop_event.is_set():
+                cur.execute(f"SELECT id FROM {t} ORDER BY {self.random_sql} LIMIT 5")
+                some = [r[0] for r in cur.fetchall()]
+                choice = rng.random()
+                if choice < 0.3 or not some:
+                    n = rng.randint(1, 10)
+                    rows = [(i, rng.randint(0, 999), f"new{i}") for i in range(self.next_id, self.next_id + n)]
+                    cur.executemany(f"INSERT INTO {t} (id, v, note) VALUES (%s, %s, %s)", rows)
+                    self.next_id += n
+                elif choice < 0.6:
+                    cur.executemany(f"UPDATE {t} SET v = v + 1, note = 'upd' WHERE id = %s", [(k,) for k in some])
+                elif choice < 0.8:
+                    cur.execute(f"DELETE FROM {t} WHERE id = %s", (some[0],))
+                    if rng.random() < 0.3:  # deleted and re-inserted
+                        cur.execute(f"INSERT INTO {t} (id, v, note) VALUES (%s, 7, 'again')", (some[0],))
+                else:
+                    cur.execute(f"UPDATE {t} SET id = %s WHERE id = %s", (self.next_id, some[0]))
+                    self.next_id += 1
+                conn.commit()
+                self.transactions += 1
+                time.sleep(rng.uniform(0, 0.003))
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.join(timeout=30)
+        if self.error is not None:
+            raise self.error
+
+
+def wait_until_landed(mariadb, capture, timeout: float = 60) -> None:
+    """Until the capture's frontier passes the server's current binlog end."""
+    with mariadb.connect() as conn, conn.cursor() as cur:
+        cur.execute("SHOW MASTER STATUS")
+        file, pos = cur.fetchone()[:2]
+    end = position_lsn(file, int(pos))
+    wait_for(lambda: capture.zone.checkpoint().frontier >= end, timeout, interval=0.1, what="capture to catch up")
+
+
+def table_state(mariadb, database: str, table: str, key: tuple[str, ...] = ("id",)) -> dict:
+    with mariadb.connect(database) as conn, conn.cursor(pymysql.cursors.DictCursor) as cur:
+        cur.execute("SET time_zone = '+00:00'")
+        cur.execute(f"SELECT * FROM {table}")
+        return {tuple(r[k] for k in key): r for r in cur.fetchall()}
+
+
+def reconciled_state(capture, database: str, table: str):
+    stream, stats = reconcile_table(capture.zone, database, table)
+    return apply(stream), stats

@@ -1,0 +1,168 @@
+"""Watermark dumps against a real PostgreSQL with the capture service running: the log and the
+chunks reconcile to the table, for every kind of key."""
+
+from __future__ import annotations
+
+import pytest
+
+from capture.dump.control import DumpSettings
+from capture.dump.engine import DumpEngine, DumpRequest
+from capture.dump.progress import dump_dir
+from capture.errors import DumpInputError
+from capture.landing.chunks import chunk_files, read_chunk_meta
+from capture.sources import open_chunk_source
+from tests.integration.postgres.dumping import Workload, reconciled_state, table_state, wait_until_landed
+
+pytestmark = pytest.mark.integration
+
+
+def _engine(capture):
+    source = open_chunk_source("src", capture.config.source("src"))
+    return DumpEngine(source, capture.zone), source
+
+
+def _populate(postgres, database: str, rows: int) -> None:
+    postgres.execute(
+        "CREATE TABLE ledger (id int PRIMARY KEY, v int, note text)",
+        f"INSERT INTO ledger SELECT i, i % 100, 'row' || i FROM generate_series(1, {rows}) i",
+        database=database,
+    )
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_dump_during_concurrent_writes_reconciles_to_the_table(postgres, pg_database, make_pg_capture, seed):
+    _populate(postgres, pg_database, 3000)  # history before capture started: only the dump has it
+    capture = make_pg_capture().start()
+    capture.wait_running()
+    workload = Workload(postgres, pg_database, "ledger", 100_000, seed)
+    workload.start()
+    engine, source = _engine(capture)
+    try:
+        summary = engine.run(DumpRequest(tables=["public.ledger"], settings=DumpSettings(chunk_size=37)))
+    finally:
+        source.close()
+        workload.stop()
+    wait_until_landed(postgres, pg_database, capture)
+
+    state, stats = reconciled_state(capture, "public", "ledger")
+    assert len(state) == len(table_state(postgres, pg_database, "ledger")), (stats, summary)
+    assert state == table_state(postgres, pg_database, "ledger")
+    assert workload.transactions > 50 and summary["tables"][0]["chunks"] > 50
+    assert stats.chunks == summary["tables"][0]["chunks"] and stats.chunks_pending == 0
+    log_only = {k: v for k, v in state.items() if k[0] >= 100_000}
+    assert len(log_only) < len(state)
+
+
+def test_composite_collated_uuid_binary_and_unique_keys(postgres, pg_database, make_pg_capture):
+    postgres.execute(
+        'CREATE TABLE composite (region text COLLATE "en-x-icu", n int, v int, PRIMARY KEY (region, n))',
+        "INSERT INTO composite VALUES ('a', 1, 1), ('A', 2, 2), ('b', 1, 3), ('B', 2, 4), ('c', 9, 5), ('é', 1, 6),"
+        " ('e', 2, 7), ('Z', 1, 8)",
+        "CREATE TABLE uuids (u uuid PRIMARY KEY, v int)",
+        "INSERT INTO uuids SELECT md5(i::text)::uuid, i FROM generate_series(1, 9) i",
+        "CREATE TABLE bin (k bytea PRIMARY KEY, v int)",
+        "INSERT INTO bin VALUES ('\\x00', 1), ('\\x0001', 2), ('\\xff', 3), ('\\x7f', 4)",
+        "CREATE TABLE uniq (code text NOT NULL UNIQUE, v int)",
+        "INSERT INTO uniq VALUES ('x', 1), ('y', 2), ('z', 3)",
+        "ALTER TABLE uniq REPLICA IDENTITY USING INDEX uniq_code_key",  # PostgreSQL's rule for published updates
+        database=pg_database,
+    )
+    capture = make_pg_capture().start()
+    capture.wait_running()
+    engine, source = _engine(capture)
+    tables = ("composite", "uuids", "bin", "uniq")
+    try:
+        summary = engine.run(DumpRequest(tables=[f"public.{t}" for t in tables], settings=DumpSettings(chunk_size=2)))
+    finally:
+        source.close()
+    postgres.execute(
+        "UPDATE uniq SET code = 'q' WHERE code = 'y'",  # key change on a table keyed by a unique index
+        "UPDATE composite SET n = 3 WHERE region = 'é'",
+        "UPDATE uuids SET v = -1",
+        database=pg_database,
+    )
+    wait_until_landed(postgres, pg_database, capture)
+    assert [t["rows"] for t in summary["tables"]] == [8, 9, 4, 3]
+    # chunk boundaries follow the column's collation: ICU en interleaves cases, C would not
+    metas = sorted(
+        (read_chunk_meta(p) for p in chunk_files(capture.zone, "public", "composite")), key=lambda m: m.chunk
+    )
+    assert [m.after for m in metas][:3] == [None, ("A", 2), ("B", 2)]
+    for table, key in (("composite", ("region", "n")), ("uuids", ("u",)), ("bin", ("k",)), ("uniq", ("code",))):
+        state, _ = reconciled_state(capture, "public", table)
+        assert state == table_state(postgres, pg_database, table, key), table
+
+
+def test_key_list_and_key_range(postgres, pg_database, make_pg_capture):
+    _populate(postgres, pg_database, 100)
+    capture = make_pg_capture().start()
+    capture.wait_running()
+    engine, source = _engine(capture)
+    try:
+        by_keys = engine.run(
+            DumpRequest(tables=["public.ledger"], keys=[5, "7", 500, 9], settings=DumpSettings(chunk_size=2))
+        )
+        by_range = engine.run(
+            DumpRequest(tables=["public.ledger"], key_from=10, key_to=20, settings=DumpSettings(chunk_size=4))
+        )
+    finally:
+        source.close()
+    assert by_keys["tables"][0]["rows"] == 3 and by_keys["tables"][0]["missing_keys"] == 1
+    assert by_range["tables"][0]["rows"] == 11 and by_range["tables"][0]["chunks"] == 3
+    metas = [read_chunk_meta(p) for p in chunk_files(capture.zone, "public", "ledger")]
+    ranged = sorted((m for m in metas if m.dump_id == by_range["dump_id"]), key=lambda m: m.chunk)
+    assert [(m.start, m.after, m.stop, m.last) for m in ranged] == [
+        ((10,), None, (20,), False),
+        (None, (13,), (20,), False),
+        (None, (17,), (20,), True),
+    ]
+    wait_until_landed(postgres, pg_database, capture)
+    state, _ = reconciled_state(capture, "public", "ledger")
+    table = table_state(postgres, pg_database, "ledger")
+    assert all(state[k] == table[k] for k in state)  # what was dumped is what the table holds
+    assert set(state) == {(5,), (7,), (9,), *((i,) for i in range(10, 21))}
+
+
+def test_bad_requests_are_refused_before_anything_is_written(postgres, pg_database, make_pg_capture):
+    _populate(postgres, pg_database, 10)
+    postgres.execute("CREATE TABLE keyless (a int, b int)", database=pg_database)
+    capture = make_pg_capture()
+    engine, source = _engine(capture)
+    cases = [
+        (DumpRequest(tables=["public.nope"]), "table public.nope does not exist"),
+        (DumpRequest(tables=["public.keyless"]), "has no primary key and no UNIQUE index on NOT NULL"),
+        (DumpRequest(tables=["public.ledger"], keys=[[1, 2]]), "has 2 value(s); public.ledger"),
+        (DumpRequest(tables=["public.ledger"], keys=["abc"]), "key value 'abc' for column 'id' is not an integer"),
+    ]
+    try:
+        for request, message in cases:
+            with pytest.raises(DumpInputError) as info:
+                engine.run(request)
+            assert message in str(info.value)
+            assert not dump_dir(capture.zone, request.dump_id).exists()
+    finally:
+        source.close()
+
+
+def test_a_user_without_watermark_grants_is_told_which_grant(postgres, pg_database, make_pg_capture):
+    _populate(postgres, pg_database, 10)
+    postgres.execute("DROP ROLE IF EXISTS reader", "CREATE ROLE reader LOGIN PASSWORD 'r'")
+    postgres.execute(
+        "GRANT SELECT ON ledger TO reader",
+        f'REVOKE CREATE ON DATABASE "{pg_database}" FROM PUBLIC',
+        database=pg_database,
+    )
+    capture = make_pg_capture(user="reader", password="r")
+    engine, source = _engine(capture)
+    try:
+        with pytest.raises(DumpInputError, match=r"may not create the watermark table .* GRANT CREATE ON DATABASE"):
+            engine.run(DumpRequest(tables=["public.ledger"]))
+        admin = open_chunk_source("src", make_pg_capture(source="admin").config.source("admin"))
+        admin.setup()  # what `logtide setup` does, as a user allowed to
+        admin.close()
+        postgres.execute("GRANT USAGE ON SCHEMA logtide TO reader", database=pg_database)
+        with pytest.raises(DumpInputError, match=r"may not write .* GRANT INSERT, UPDATE ON logtide\.watermarks"):
+            engine.run(DumpRequest(tables=["public.ledger"]))
+    finally:
+        source.close()
+        postgres.execute("DROP OWNED BY reader", database=pg_database)

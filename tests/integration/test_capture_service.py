@@ -1,0 +1,248 @@
+"""The capture service against a real MariaDB: what lands, in which order, across stops and restarts."""
+
+from __future__ import annotations
+
+import json
+import signal
+import urllib.request
+
+import pytest
+
+from capture.sources import open_chunk_source
+from capture.sources.base import Watermark
+from tests.servers import wait_for
+
+pytestmark = pytest.mark.integration
+
+
+def _ops(events: list[dict]) -> list[tuple]:
+    def key(image: dict | None) -> object:
+        return None if image is None else image["id"]
+
+    return [(e["_op"], key(e["before"]), key(e["after"])) for e in events]
+
+
+def test_row_changes_land_in_commit_order_with_images(mariadb, database, make_capture):
+    mariadb.execute(
+        "CREATE TABLE items (id INT PRIMARY KEY, name VARCHAR(20), qty INT)",
+        "CREATE TABLE skipped (id INT PRIMARY KEY)",
+        database=database,
+    )
+    capture = make_capture([f"{database}.*"], exclude=[f"{database}.skipped"]).start()
+    capture.wait_running()
+    with mariadb.connect(database, autocommit=False) as conn, conn.cursor() as cur:
+        cur.execute("INSERT INTO items VALUES (1, 'one', 1), (2, 'two', 2)")
+        cur.execute("INSERT INTO skipped VALUES (1)")
+        conn.commit()
+        cur.execute("UPDATE items SET qty = 10 WHERE id = 1")
+        cur.execute("UPDATE items SET id = 20 WHERE id = 2")  # key change
+        conn.commit()
+        conn.commit()
+    source = open_chunk_source("src", capture.config.source("src"))
+    try:
+        source.setup()
+        source.write_watermark(Watermark("d1", f"{database}.items", 1, "LOW", "wm-1"))
+    finally:
+        source.close()
+    mariadb.execute("DELETE FROM items WHERE id = 1", database=database)
+
+    events = capture.wait_events(database, "items", 6)
+    assert _ops(events) == [
+        ("c", None, 1),
+        ("c", None, 2),
+        ("u", 1, 1),
+        ("d", 2, None),
+        ("c", None, 20),
+        ("d", 1, None),
+    ]
+    assert events[2]["before"] == {"id": 1, "name": "one", "qty": 1}
+    assert events[2]["after"] == {"id": 1, "name": "one", "qty": 10}
+    assert events[4]["after"] == {"id": 20, "name": "two", "qty": 2}
+    lsns = [int(e["_lsn"]) for e in events]
+    assert lsns == sorted(lsns) and len(set(lsns)) == len(lsns)
+    # one transaction, one id and one commit time
+    assert events[0]["_txid"] == events[1]["_txid"] != events[2]["_txid"] == events[4]["_txid"]
+    assert all(e["_txid"].count("-") == 2 for e in events)  # MariaDB GTIDs
+    assert not any(e["_watermark"] for e in events)
+
+    watermarks = capture.wait_events("logtide", "watermarks", 1)
+    mark = watermarks[-1]["after"]
+    assert watermarks[-1]["_watermark"] is True
+    assert (mark["dump_id"], mark["table_name"], mark["chunk"], mark["kind"], mark["watermark_id"]) == (
+        "d1",
+        f"{database}.items",
+        1,
+        "LOW",
+        "wm-1",
+    )
+    assert lsns[-2] < int(watermarks[-1]["_lsn"]) < lsns[-1]  # between the transactions around it
+    assert capture.events(database, "skipped") == []
+    assert capture.stop() == 0
+    assert "capture.stopped" in capture.log()
+
+
+def test_ddl_goes_to_schema_history_and_new_columns_are_carried(mariadb, database, make_capture):
+    mariadb.execute("CREATE TABLE evolving (id INT PRIMARY KEY, a INT)", database=database)
+    capture = make_capture([f"{database}.*"]).start()
+    capture.wait_running()
+    mariadb.execute(
+        "INSERT INTO evolving VALUES (1, 1)",
+        "ALTER TABLE evolving ADD COLUMN b VARCHAR(10) DEFAULT 'x'",
+        "INSERT INTO evolving VALUES (2, 2, 'two')",
+        "UPDATE evolving SET a = 11 WHERE id = 1",
+        database=database,
+    )
+    events = capture.wait_events(database, "evolving", 3)
+    assert events[0]["after"] == {"id": 1, "a": 1, "b": None}  # older file, column added on read
+    assert events[1]["after"] == {"id": 2, "a": 2, "b": "two"}
+    assert events[2]["before"] == {"id": 1, "a": 1, "b": "x"}
+
+    history = capture.zone.read_schema_history().to_pylist()
+    ddl = [h for h in history if h["kind"] == "ddl" and "ALTER TABLE" in h["statement"]]
+    assert len(ddl) == 1 and ddl[0]["schema"] == database
+    versions = [h for h in history if h["kind"] == "table" and h["table"] == "evolving"]
+    assert [[c["name"] for c in v["columns"]] for v in versions] == [["id", "a"], ["id", "a", "b"]]
+    assert versions[0]["_lsn"] < ddl[0]["_lsn"] < versions[1]["_lsn"]
+    assert versions[1]["key"] == ["id"]
+
+
+def test_sigterm_stops_cleanly_and_restart_resumes_exactly(mariadb, database, make_capture):
+    mariadb.execute("CREATE TABLE t (id INT PRIMARY KEY)", database=database)
+    capture = make_capture([f"{database}.*"]).start()
+    capture.wait_running()
+    mariadb.execute("INSERT INTO t SELECT seq FROM seq_1_to_100", database=database)
+    capture.wait_events(database, "t", 100)
+    assert capture.stop(signal.SIGTERM) == 0
+    mariadb.execute("INSERT INTO t SELECT seq FROM seq_101_to_250", database=database)  # while stopped
+    capture.start()
+    events = capture.wait_events(database, "t", 250)
+    assert [e["after"]["id"] for e in events] == list(range(1, 251))
+    assert "capture.resuming" in capture.log()
+    assert capture.stop(signal.SIGINT) == 0
+
+
+def test_second_instance_for_the_same_source_is_refused(mariadb, database, make_capture):
+    first = make_capture([f"{database}.*"]).start()
+    first.wait_running()
+    second = make_capture([f"{database}.*"])
+    assert second.run_to_exit() == 2
+    assert "another capture instance" in second.log()
+
+
+def test_survives_a_database_restart(mariadb, database, make_capture):
+    mariadb.execute("CREATE TABLE t (id INT PRIMARY KEY)", database=database)
+    capture = make_capture([f"{database}.*"]).start()
+    capture.wait_running()
+    mariadb.execute("INSERT INTO t SELECT seq FROM seq_1_to_50", database=database)
+    capture.wait_events(database, "t", 50)
+    mariadb.stop()
+    mariadb.start()
+    mariadb.execute("INSERT INTO t SELECT seq FROM seq_51_to_120", database=database)
+    events = capture.wait_events(database, "t", 120, timeout=60)
+    assert [e["after"]["id"] for e in events] == list(range(1, 121))
+    assert "capture.source_lost" in capture.log()
+    assert capture.process.poll() is None
+
+
+def test_purged_checkpoint_stops_with_instructions_and_reset_recovers(mariadb, database, make_capture):
+    mariadb.execute("CREATE TABLE t (id INT PRIMARY KEY)", database=database)
+    capture = make_capture([f"{database}.*"]).start()
+    capture.wait_running()
+    assert capture.stop() == 0
+    before = capture.zone.checkpoint()
+    mariadb.execute("INSERT INTO t VALUES (1)", database=database)
+
+    def purged() -> bool:
+        # the server keeps a file until its binlog checkpoint and dump threads have moved on
+        mariadb.execute("FLUSH BINARY LOGS")
+        current = mariadb_query(mariadb, "SHOW MASTER STATUS")[0][0]
+        mariadb.execute(f"PURGE BINARY LOGS TO '{current}'")
+        return before.resume["file"] not in [r[0] for r in mariadb_query(mariadb, "SHOW BINARY LOGS")]
+
+    wait_for(purged, 30, interval=0.5, what="the checkpoint's binlog to be purged")
+
+    assert capture.run_to_exit() == 2
+    log = capture.log()
+    assert "has been purged" in log and "--reset" in log and "full dump" in log
+    assert capture.zone.checkpoint() == before  # refused: nothing changed
+
+    capture.start("--reset")
+    wait_for(lambda: "capture.reset" in capture.log(), 30, what="reset")
+    mariadb.execute("INSERT INTO t VALUES (2)", database=database)
+    events = capture.wait_events(database, "t", 1)
+    assert [e["after"]["id"] for e in events] == [2]
+    assert capture.zone.checkpoint().frontier > before.frontier
+
+
+def mariadb_query(mariadb, sql: str) -> list[tuple]:
+    with mariadb.connect() as conn, conn.cursor() as cur:
+        cur.execute(sql)
+        return list(cur.fetchall())
+
+
+def test_metrics_and_health_endpoints(mariadb, database, make_capture):
+    mariadb.execute("CREATE TABLE t (id INT PRIMARY KEY)", database=database)
+    capture = make_capture([f"{database}.*"]).start()
+    capture.wait_running()
+    mariadb.execute("INSERT INTO t SELECT seq FROM seq_1_to_30", database=database)
+    capture.wait_events(database, "t", 30)
+    port = capture.config.source("src").metrics.port
+
+    def get(path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
+                return response.status, response.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+
+    def metrics_show_events() -> str | None:
+        status, text = get("/metrics")
+        return text if status == 200 and 'logtide_capture_events_total{source="src"} 30.0' in text else None
+
+    text = wait_for(metrics_show_events, 10, what="metrics")
+    for name in (
+        "logtide_capture_lag_seconds",
+        "logtide_capture_lag_bytes",
+        "logtide_capture_rows_per_second",
+        "logtide_capture_last_commit_timestamp_seconds",
+        "logtide_capture_frontier_lsn",
+    ):
+        assert f'{name}{{source="src"}}' in text
+    status, body = get("/health")
+    assert status == 200 and json.loads(body)["healthy"] is True
+
+
+def test_user_errors_and_passwords_never_reach_the_log(mariadb, database, make_capture):
+    secret = "Sup3r-Secret-Pa55"
+    mariadb.execute(
+        "DROP USER IF EXISTS 'weak'@'%'",
+        f"CREATE USER 'weak'@'%' IDENTIFIED BY '{secret}'",
+        f"GRANT SELECT ON `{database}`.* TO 'weak'@'%'",
+    )
+    capture = make_capture([f"{database}.*"], user="weak")
+    assert capture.run_to_exit(env={"TEST_DB_PASSWORD": secret}) == 2
+    log = capture.log()
+    assert "lacks REPLICATION SLAVE" in log and "BINLOG MONITOR" in log
+    assert secret not in log
+
+    assert capture.run_to_exit(env={"TEST_DB_PASSWORD": "wrong-" + secret}) == 2
+    assert "access denied" in capture.log() and secret not in capture.log()
+
+    mariadb.execute("GRANT REPLICATION SLAVE, BINLOG MONITOR ON *.* TO 'weak'@'%'")
+    capture.start(env={"TEST_DB_PASSWORD": secret})
+    capture.wait_running()
+    assert capture.stop() == 0
+    assert secret not in capture.log()
+
+
+def test_preflight_names_every_wrong_setting(mariadb, make_capture):
+    mariadb.execute("SET GLOBAL binlog_row_metadata = 'MINIMAL'", "SET GLOBAL binlog_format = 'MIXED'")
+    try:
+        capture = make_capture(["nothing.*"])
+        assert capture.run_to_exit() == 2
+        log = capture.log()
+        assert "binlog_row_metadata is MINIMAL, must be FULL: SET GLOBAL binlog_row_metadata='FULL'" in log
+        assert "binlog_format is MIXED, must be ROW" in log
+        assert capture.zone.checkpoint() is None
+    finally:
+        mariadb.execute("SET GLOBAL binlog_row_metadata = 'FULL'", "SET GLOBAL binlog_format = 'ROW'")

@@ -1,0 +1,351 @@
+"""Watermark dumps against a real MariaDB with the capture service running."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+
+import pyarrow.parquet as pq
+import pymysql
+import pytest
+
+from capture.dump.control import DumpSettings, FileControl
+from capture.dump.engine import DumpEngine, DumpRequest
+from capture.dump.progress import dump_dir
+from capture.errors import DumpInputError
+from capture.landing.chunks import chunk_files, read_chunk_meta
+from capture.sources import open_chunk_source
+from tests.conftest import ROOT
+from tests.integration.dumping import Workload, reconciled_state, table_state, wait_until_landed
+from tests.servers import wait_for
+
+pytestmark = pytest.mark.integration
+
+
+def _engine(capture, control=None):
+    source = open_chunk_source("src", capture.config.source("src"))
+    return DumpEngine(source, capture.zone, control), source
+
+
+def _populate(mariadb, database: str, rows: int) -> None:
+    mariadb.execute(
+        "CREATE TABLE ledger (id INT PRIMARY KEY, v INT, note VARCHAR(20))",
+        f"INSERT INTO ledger SELECT seq, seq % 100, CONCAT('row', seq) FROM seq_1_to_{rows}",
+        database=database,
+    )
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_dump_during_concurrent_writes_reconciles_to_the_table(mariadb, database, make_capture, seed):
+    _populate(mariadb, database, 3000)  # history before capture started: only the dump has it
+    capture = make_capture([f"{database}.*"]).start()
+    capture.wait_running()
+    workload = Workload(mariadb, database, "ledger", 100_000, seed)
+    workload.start()
+    engine, source = _engine(capture)
+    try:
+        summary = engine.run(DumpRequest(tables=[f"{database}.ledger"], settings=DumpSettings(chunk_size=37)))
+    finally:
+        source.close()
+        workload.stop()
+    wait_until_landed(mariadb, capture)
+
+    state, stats = reconciled_state(capture, database, "ledger")
+    assert state == table_state(mariadb, database, "ledger")
+    assert workload.transactions > 50 and summary["tables"][0]["chunks"] > 50
+    assert stats.chunks == summary["tables"][0]["chunks"] and stats.chunks_pending == 0
+    # the log alone does not rebuild the table: the dump carried the history
+    log_only = {k: v for k, v in state.items() if k[0] >= 100_000}
+    assert len(log_only) < len(state)
+
+
+def test_composite_case_insensitive_binary_and_unique_keys(mariadb, database, make_capture):
+    mariadb.execute(
+        "CREATE TABLE composite (region VARCHAR(10) COLLATE utf8mb4_general_ci, n INT, v INT, PRIMARY KEY (region, n))",
+        "INSERT INTO composite VALUES ('a', 1, 1), ('A ', 2, 2), ('b', 1, 3), ('B', 2, 4), ('c', 9, 5), ('é', 1, 6)",
+        "CREATE TABLE bin (k VARBINARY(8) PRIMARY KEY, v INT)",
+        "INSERT INTO bin VALUES (X'00', 1), (X'0001', 2), (X'ff', 3), (X'7f', 4)",
+        "CREATE TABLE uniq (code CHAR(3) NOT NULL, v INT, UNIQUE KEY (code))",
+        "INSERT INTO uniq VALUES ('x', 1), ('y', 2), ('z', 3)",
+        database=database,
+    )
+    capture = make_capture([f"{database}.*"]).start()
+    capture.wait_running()
+    engine, source = _engine(capture)
+    try:
+        summary = engine.run(
+            DumpRequest(
+                tables=[f"{database}.{t}" for t in ("composite", "bin", "uniq")], settings=DumpSettings(chunk_size=2)
+            )
+        )
+    finally:
+        source.close()
+    mariadb.execute("UPDATE uniq SET code = 'q' WHERE code = 'y'", database=database)  # key change, no primary key
+    wait_until_landed(mariadb, capture)
+    assert [t["rows"] for t in summary["tables"]] == [6, 4, 3]
+    for table, key in (("composite", ("region", "n")), ("bin", ("k",)), ("uniq", ("code",))):
+        state, _ = reconciled_state(capture, database, table)
+        assert state == table_state(mariadb, database, table, key), table
+
+
+def test_key_list_and_key_range(mariadb, database, make_capture):
+    _populate(mariadb, database, 100)
+    capture = make_capture([f"{database}.*"]).start()
+    capture.wait_running()
+    engine, source = _engine(capture)
+    try:
+        by_keys = engine.run(
+            DumpRequest(tables=[f"{database}.ledger"], keys=[5, "7", 500, 9], settings=DumpSettings(chunk_size=2))
+        )
+        by_range = engine.run(
+            DumpRequest(tables=[f"{database}.ledger"], key_from=10, key_to=20, settings=DumpSettings(chunk_size=4))
+        )
+    finally:
+        source.close()
+    assert by_keys["tables"][0]["rows"] == 3 and by_keys["tables"][0]["missing_keys"] == 1
+    assert by_range["tables"][0]["rows"] == 11 and by_range["tables"][0]["chunks"] == 3
+    metas = [read_chunk_meta(p) for p in chunk_files(capture.zone, database, "ledger")]
+    keyed = [m for m in metas if m.dump_id == by_keys["dump_id"]]
+    assert [m.keys for m in keyed] == [((5,), (7,)), ((500,), (9,))]
+    ranged = sorted((m for m in metas if m.dump_id == by_range["dump_id"]), key=lambda m: m.chunk)
+    assert [(m.start, m.after, m.stop, m.last) for m in ranged] == [
+        ((10,), None, (20,), False),
+        (None, (13,), (20,), False),
+        (None, (17,), (20,), True),
+    ]
+
+
+def test_bad_requests_are_refused_before_anything_is_written(mariadb, database, make_capture):
+    _populate(mariadb, database, 10)
+    mariadb.execute(
+        "CREATE TABLE keyless (a INT, b INT)", "CREATE TABLE hidden (id INT PRIMARY KEY)", database=database
+    )
+    capture = make_capture([f"{database}.*"], exclude=[f"{database}.hidden"])
+    engine, source = _engine(capture)
+    mariadb.execute("CREATE DATABASE IF NOT EXISTS logtide")
+    cases = [
+        (DumpRequest(tables=[f"{database}.nope"]), f"table {database}.nope does not exist"),
+        (DumpRequest(tables=[f"{database}.keyless"]), "has no primary key and no UNIQUE index on NOT NULL"),
+        (DumpRequest(tables=[f"{database}.hidden"]), f"table {database}.hidden is not captured"),
+        (DumpRequest(tables=[f"{database}.ledger"], keys=[[1, 2]]), "has 2 value(s); " + database),
+        (DumpRequest(tables=[f"{database}.ledger"], keys=["abc"]), "key value 'abc' for column 'id' is not an integer"),
+        (DumpRequest(tables=[f"{database}.ledger"], key_from=1.5), "is not an integer"),
+    ]
+    try:
+        for request, message in cases:
+            with pytest.raises(DumpInputError) as info:
+                engine.run(request)
+            assert message in str(info.value)
+            assert not dump_dir(capture.zone, request.dump_id).exists()
+    finally:
+        source.close()
+    with pytest.raises(ValueError, match="need exactly one table"):
+        DumpRequest(keys=[1])
+    with pytest.raises(ValueError, match="greater than or equal to 1"):
+        DumpSettings(chunk_size=0)
+
+
+def _cli(capture, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "capture.cli", "--config", str(capture.config_path), *args]
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=check, timeout=120)
+
+
+def test_cli_dump_survives_kill9_and_resumes_after_the_last_chunk(mariadb, database, make_capture):
+    _populate(mariadb, database, 400)
+    capture = make_capture([f"{database}.*"]).start()
+    capture.wait_running()
+    cmd = [
+        sys.executable,
+        "-m",
+        "capture.cli",
+        "--config",
+        str(capture.config_path),
+        "dump",
+        "--source",
+        "src",
+        "--table",
+        f"{database}.ledger",
+        "--chunk-size",
+        "10",
+        "--delay",
+        "0.05",
+        "--dump-id",
+        "resumable",
+    ]
+    first = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    progress = dump_dir(capture.zone, "resumable") / f"{database}.ledger.json"
+    wait_for(lambda: progress.exists() and json.loads(progress.read_text())["chunk"] >= 5, 60, what="5 chunks")
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    done_before = json.loads(progress.read_text())["chunk"]
+    assert done_before < 40
+
+    second = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert second.returncode == 0, second.stderr
+    assert f"dump.table_resumed dump_id=resumable table={database}.ledger after_chunk={done_before}" in second.stderr
+    assert json.loads(second.stdout)["tables"][0]["rows"] == 400
+    wait_until_landed(mariadb, capture)
+    state, _ = reconciled_state(capture, database, "ledger")
+    assert state == table_state(mariadb, database, "ledger")
+
+
+def test_pause_resume_and_cancel_from_the_cli(mariadb, database, make_capture):
+    _populate(mariadb, database, 300)
+    capture = make_capture([f"{database}.*"])
+    control = FileControl(dump_dir(capture.zone, "ctl") / "control.json")
+    control.update(state="paused")
+    engine, source = _engine(capture, control)
+    result: dict = {}
+
+    def run() -> None:
+        try:
+            result["summary"] = engine.run(
+                DumpRequest(
+                    dump_id="ctl", tables=[f"{database}.ledger"], settings=DumpSettings(chunk_size=10, delay_s=0.05)
+                )
+            )
+        except Exception as exc:
+            result["error"] = exc
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        progress = dump_dir(capture.zone, "ctl") / f"{database}.ledger.json"
+        thread.join(1.5)
+        assert not progress.exists()  # paused before the first chunk
+        assert _cli(capture, "dump-control", "--source", "src", "--dump-id", "ctl", "resume").returncode == 0
+        wait_for(lambda: progress.exists() and json.loads(progress.read_text())["chunk"] >= 3, 30, what="chunks")
+        bad = _cli(capture, "dump-control", "--source", "src", "--dump-id", "ctl", "--chunk-size", "0", check=False)
+        assert bad.returncode == 2 and "chunk_size: Input should be greater than or equal to 1" in bad.stderr
+        _cli(capture, "dump-control", "--source", "src", "--dump-id", "ctl", "cancel")
+        thread.join(30)
+    finally:
+        source.close()
+    assert "was cancelled" in str(result["error"])
+    assert json.loads(progress.read_text())["chunk"] < 30
+
+
+def test_writers_never_wait_for_the_dump(mariadb, database, make_capture):
+    _populate(mariadb, database, 5000)
+    capture = make_capture([f"{database}.*"])
+    failures: list[Exception] = []
+    stop = threading.Event()
+    writes = [0]
+
+    def writer() -> None:
+        conn = mariadb.connect(database, autocommit=False)
+        with conn, conn.cursor() as cur:
+            cur.execute("SET SESSION innodb_lock_wait_timeout = 1, SESSION lock_wait_timeout = 1")
+            while not stop.is_set():
+                try:
+                    low = writes[0] * 37 % 4900
+                    cur.execute("UPDATE ledger SET v = v + 1 WHERE id BETWEEN %s AND %s", (low, low + 50))
+                    conn.commit()
+                    writes[0] += 1
+                except pymysql.MySQLError as exc:
+                    failures.append(exc)
+
+    threads = [threading.Thread(target=writer) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    engine, source = _engine(capture)
+    try:
+        engine.run(DumpRequest(tables=[f"{database}.ledger"], settings=DumpSettings(chunk_size=100)))
+    finally:
+        source.close()
+        stop.set()
+        for thread in threads:
+            thread.join()
+    assert writes[0] > 100 and failures == []
+
+
+def test_a_column_added_during_the_dump_reaches_the_following_chunks(mariadb, database, make_capture):
+    _populate(mariadb, database, 600)
+    capture = make_capture([f"{database}.*"]).start()
+    capture.wait_running()
+    engine, source = _engine(capture)
+    request = DumpRequest(
+        dump_id="alter", tables=[f"{database}.ledger"], settings=DumpSettings(chunk_size=20, delay_s=0.03)
+    )
+    thread = threading.Thread(target=engine.run, args=(request,))
+    thread.start()
+    progress = dump_dir(capture.zone, "alter") / f"{database}.ledger.json"
+    try:
+        wait_for(lambda: progress.exists() and json.loads(progress.read_text())["chunk"] >= 5, 30, what="chunks")
+        mariadb.execute(
+            "ALTER TABLE ledger ADD COLUMN extra INT DEFAULT 5",
+            "UPDATE ledger SET v = -1 WHERE id < 50",
+            database=database,
+        )
+        altered_at = json.loads(progress.read_text())["chunk"]
+        thread.join(60)
+    finally:
+        source.close()
+    wait_until_landed(mariadb, capture)
+    columns = {
+        read_chunk_meta(p).chunk: pq.read_schema(p).field("after").type.names
+        for p in chunk_files(capture.zone, database, "ledger")
+    }
+    assert all("extra" in columns[n] for n in columns if n > altered_at + 1)
+    assert all("extra" not in columns[n] for n in columns if n <= 5)
+    state, _ = reconciled_state(capture, database, "ledger")
+    table = table_state(mariadb, database, "ledger")
+    original = ("id", "v", "note")
+    assert {k: {c: r[c] for c in original} for k, r in state.items()} == {
+        k: {c: r[c] for c in original} for k, r in table.items()
+    }
+    assert all(state[k]["extra"] == 5 for k in state if k[0] > 20 * (altered_at + 1))
+
+
+def test_a_user_without_watermark_grants_is_told_which_grant(mariadb, database, make_capture):
+    _populate(mariadb, database, 10)
+    mariadb.execute(
+        "DROP USER IF EXISTS 'reader'@'%'",
+        "CREATE USER 'reader'@'%' IDENTIFIED BY 'r'",
+        f"GRANT SELECT ON `{database}`.* TO 'reader'@'%'",
+        "GRANT SELECT ON logtide.* TO 'reader'@'%'",
+    )
+    mariadb.execute("DROP TABLE IF EXISTS logtide.watermarks")
+    capture = make_capture([f"{database}.*"], user="reader", password="r")
+    engine, source = _engine(capture)
+    try:
+        with pytest.raises(DumpInputError, match=r"may not create .* GRANT CREATE, INSERT, UPDATE ON logtide\.\*"):
+            engine.run(DumpRequest(tables=[f"{database}.ledger"]))
+        admin = open_chunk_source("src", make_capture([f"{database}.*"], source="admin").config.source("admin"))
+        admin.setup()  # what `logtide setup` does, as a user allowed to
+        admin.close()
+        with pytest.raises(DumpInputError, match=r"may not write .* GRANT INSERT, UPDATE ON logtide\.\* TO 'reader'"):
+            engine.run(DumpRequest(tables=[f"{database}.ledger"]))
+    finally:
+        source.close()
+
+
+def test_concurrent_dumps_of_different_tables_do_not_block_each_other(mariadb, database, make_capture):
+    _populate(mariadb, database, 500)
+    mariadb.execute("CREATE TABLE other LIKE ledger", "INSERT INTO other SELECT * FROM ledger", database=database)
+    capture = make_capture([f"{database}.*"]).start()
+    capture.wait_running()
+    results: dict[str, dict] = {}
+
+    def run(table: str) -> None:
+        engine, source = _engine(capture)
+        try:
+            results[table] = engine.run(
+                DumpRequest(tables=[f"{database}.{table}"], settings=DumpSettings(chunk_size=7))
+            )
+        finally:
+            source.close()
+
+    threads = [threading.Thread(target=run, args=(t,)) for t in ("ledger", "other")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert {t: r["rows"] for t, r in results.items()} == {"ledger": 500, "other": 500}
+    wait_until_landed(mariadb, capture)
+    for table in ("ledger", "other"):
+        state, stats = reconciled_state(capture, database, table)
+        assert state == table_state(mariadb, database, table) and stats.chunks == 72

@@ -1,0 +1,361 @@
+"""Private database servers for tests and the quickstart, started from the installed binaries.
+
+Never the system instances: every server here gets its own data folder, socket and a free
+port, and is stopped (and its folder removed) by whoever started it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pymysql
+
+MARIADB_BINLOG_OPTIONS = [
+    "--log-bin=binlog",
+    "--binlog-format=ROW",
+    "--binlog-row-image=FULL",
+    "--binlog-row-metadata=FULL",
+    "--server-id=1",
+    "--gtid-strict-mode=1",
+]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class MariaDB:
+    """A mariadbd in `base`; root with an empty password over TCP on 127.0.0.1."""
+
+    base: Path
+    port: int = field(default_factory=free_port)
+    extra_options: list[str] = field(default_factory=list)
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def datadir(self) -> Path:
+        return self.base / "data"
+
+    @property
+    def socket_path(self) -> Path:
+        return self.base / "mysqld.sock"
+
+    def install(self) -> None:
+        self.base.mkdir(parents=True, exist_ok=True)
+        subprocess.run(
+            [
+                "mariadb-install-db",
+                "--no-defaults",
+                f"--datadir={self.datadir}",
+                "--user=root",
+                "--auth-root-authentication-method=normal",
+                "--skip-test-db",
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+
+    def start(self, timeout: float = 30.0) -> None:
+        if not self.datadir.exists():
+            self.install()
+        log = open(self.base / "mariadbd.log", "ab")  # noqa: SIM115 - owned by the child
+        self.process = subprocess.Popen(
+            [
+                "mariadbd",
+                "--no-defaults",
+                "--user=root",
+                f"--datadir={self.datadir}",
+                f"--port={self.port}",
+                "--bind-address=127.0.0.1",
+                f"--socket={self.socket_path}",
+                f"--tmpdir={self.base}",  # not /tmp: other processes clean /tmp
+                "--innodb-buffer-pool-size=256M",
+                "--innodb-log-file-size=256M",
+                "--innodb-flush-log-at-trx-commit=2",
+                "--sync-binlog=0",
+                "--max-connections=200",
+                "--skip-name-resolve",
+                *MARIADB_BINLOG_OPTIONS,
+                *self.extra_options,
+            ],
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self.connect().close()
+                return
+            except pymysql.err.OperationalError:
+                if self.process.poll() is not None:
+                    raise RuntimeError(f"mariadbd exited; see {self.base / 'mariadbd.log'}") from None
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+    def connect(
+        self, database: str | None = None, user: str = "root", password: str = "", autocommit: bool = True
+    ) -> pymysql.connections.Connection:
+        return pymysql.connect(
+            host="127.0.0.1",
+            port=self.port,
+            user=user,
+            password=password,
+            database=database,
+            autocommit=autocommit,
+            charset="utf8mb4",
+        )
+
+    def execute(self, *statements: str, database: str | None = None) -> None:
+        with self.connect(database) as conn, conn.cursor() as cursor:
+            for statement in statements:
+                cursor.execute(statement)
+
+    def stop(self, kill: bool = False) -> None:
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None
+
+    def destroy(self) -> None:
+        self.stop()
+        shutil.rmtree(self.base, ignore_errors=True)
+
+
+PG_BIN = Path("/usr/lib/postgresql/15/bin")
+PG_OPTIONS = {
+    "wal_level": "logical",
+    "max_replication_slots": "20",
+    "max_wal_senders": "20",
+    "max_connections": "200",
+    "fsync": "off",  # a test server: durability of the server itself is not under test
+    "synchronous_commit": "on",
+    "shared_buffers": "128MB",
+}
+
+
+@dataclass
+class PostgreSQL:
+    """A private PostgreSQL 15 in `base`, run as the non-root user `postgres` (initdb refuses
+    root); trust authentication on 127.0.0.1, superuser `postgres`."""
+
+    base: Path
+    port: int = field(default_factory=free_port)
+    options: dict[str, str] = field(default_factory=dict)
+    os_user: str = "postgres"
+
+    @property
+    def datadir(self) -> Path:
+        return self.base / "data"
+
+    @property
+    def socket_dir(self) -> Path:
+        return self.base / "sock"
+
+    def _as_owner(self, args: list[str], **kwargs) -> subprocess.CompletedProcess:
+        if os.geteuid() == 0:
+            args = ["runuser", "-u", self.os_user, "--", *args]
+        return subprocess.run(args, check=True, **kwargs)
+
+    def install(self) -> None:
+        self.base.mkdir(parents=True, exist_ok=True)
+        self.socket_dir.mkdir(exist_ok=True)
+        if os.geteuid() == 0:
+            shutil.chown(self.base, self.os_user)
+            shutil.chown(self.socket_dir, self.os_user)
+            # the server user must reach its folders: pytest's tmp folders are 0700 and owned by root
+            for folder in reversed(self.base.parents):
+                if folder.stat().st_uid == 0 and not folder.stat().st_mode & 0o001:
+                    folder.chmod(folder.stat().st_mode | 0o711)
+        self._as_owner(
+            [str(PG_BIN / "initdb"), "-D", str(self.datadir), "--auth=trust", "-U", "postgres", "-E", "UTF8",
+             "--locale=C.UTF-8", "--no-sync"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+
+    def start(self, timeout: float = 60.0) -> None:
+        if not self.datadir.exists():
+            self.install()
+        settings = {**PG_OPTIONS, **self.options, "port": str(self.port), "listen_addresses": "127.0.0.1",
+                    "unix_socket_directories": str(self.socket_dir)}
+        opts = " ".join(f"-c {k}={v}" for k, v in settings.items())
+        self._as_owner(
+            [str(PG_BIN / "pg_ctl"), "-D", str(self.datadir), "-w", "-t", str(int(timeout)), "-l",
+             str(self.base / "postgres.log"), "-o", opts, "start"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+
+    def connect(self, database: str = "postgres", user: str = "postgres", password: str = "", autocommit: bool = True):
+        import psycopg2
+
+        conn = psycopg2.connect(
+            host="127.0.0.1", port=self.port, dbname=database, user=user, password=password, connect_timeout=10
+        )
+        conn.autocommit = autocommit
+        return conn
+
+    def execute(self, *statements: str, database: str = "postgres") -> None:
+        conn = self.connect(database)
+        try:
+            with conn.cursor() as cursor:
+                for statement in statements:
+                    cursor.execute(statement)
+        finally:
+            conn.close()
+
+    def query(self, sql: str, args=None, database: str = "postgres") -> list[tuple]:
+        conn = self.connect(database)
+        try:
+            with conn.cursor() as cursor:
+                cursor.execute(sql, args)
+                return list(cursor.fetchall()) if cursor.description else []
+        finally:
+            conn.close()
+
+    def stop(self, mode: str = "fast") -> None:
+        if not (self.datadir / "postmaster.pid").exists():
+            return
+        self._as_owner(
+            [str(PG_BIN / "pg_ctl"), "-D", str(self.datadir), "-w", "-m", mode, "stop"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+
+    def destroy(self) -> None:
+        try:
+            self.stop("immediate")
+        finally:
+            shutil.rmtree(self.base, ignore_errors=True)
+
+
+def wait_for(predicate, timeout: float, interval: float = 0.05, what: str = "condition"):
+    """Poll `predicate` until it returns a truthy value; that value is returned."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+def environment_without_secrets() -> dict[str, str]:
+    """The current environment minus anything that looks like a password (for child processes)."""
+    return {k: v for k, v in os.environ.items() if "PASSWORD" not in k}
+
+
+ZOOKEEPER_CLASSPATH = "/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar"
+
+
+@dataclass
+class ZooKeeper:
+    """A private standalone ZooKeeper 3.8 (Debian package `zookeeper`) on 127.0.0.1 and a free port.
+
+    tickTime is 250 ms so sessions may be as short as 0.5 s (the server clamps a client's
+    session timeout to [2, 20] ticks unless told otherwise). Restartable on the same port and
+    data: sessions and the epoch node survive a restart, as in production.
+    """
+
+    base: Path
+    port: int = field(default_factory=free_port)
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def hosts(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def _write_config(self) -> Path:
+        self.base.mkdir(parents=True, exist_ok=True)
+        (self.base / "data").mkdir(exist_ok=True)
+        config = self.base / "zoo.cfg"
+        config.write_text(
+            "\n".join(
+                [
+                    "tickTime=250",
+                    "minSessionTimeout=500",
+                    "maxSessionTimeout=60000",
+                    f"dataDir={self.base / 'data'}",
+                    f"clientPort={self.port}",
+                    "clientPortAddress=127.0.0.1",
+                    "admin.enableServer=false",
+                    "4lw.commands.whitelist=ruok,srvr,mntr",
+                    "forceSync=no",
+                    "",
+                ]
+            )
+        )
+        return config
+
+    def start(self, timeout: float = 60.0) -> None:
+        from kazoo.client import KazooClient
+        from kazoo.handlers.threading import KazooTimeoutError
+
+        config = self._write_config()
+        log = open(self.base / "zookeeper.log", "ab")  # noqa: SIM115 - owned by the child
+        self.process = subprocess.Popen(
+            [
+                "java",
+                "-Xmx128m",
+                "-XX:+UseSerialGC",
+                "-cp",
+                ZOOKEEPER_CLASSPATH,
+                "org.apache.zookeeper.server.ZooKeeperServerMain",
+                str(config),
+            ],
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + timeout
+        # `ruok` answers before the server serves sessions: wait for a real client session
+        while True:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"zookeeper exited; see {self.base / 'zookeeper.log'}")
+            client = KazooClient(hosts=self.hosts, timeout=2.0, connection_retry={"max_tries": 0})
+            try:
+                client.start(timeout=1.0)
+                client.stop()
+                return
+            except KazooTimeoutError:
+                if time.monotonic() > deadline:
+                    raise
+            finally:
+                client.close()
+            time.sleep(0.05)
+
+    def stop(self, kill: bool = False) -> None:
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None
+
+    def destroy(self) -> None:
+        self.stop(kill=True)
+        shutil.rmtree(self.base, ignore_errors=True)

@@ -1,0 +1,79 @@
+"""Configuration: clear errors that name the key, secrets from the environment."""
+
+from __future__ import annotations
+
+import pytest
+
+from capture.config import load_config, parse_config
+from capture.errors import ConfigError
+
+pytestmark = pytest.mark.unit
+
+MINIMAL = {"sources": {"shop": {"kind": "mariadb", "user": "cdc", "server_id": 7}}}
+
+
+def test_defaults_and_env_secret(monkeypatch):
+    monkeypatch.setenv("SHOP_PW", "s3cret")
+    data = {"sources": {"shop": {**MINIMAL["sources"]["shop"], "password": "${SHOP_PW}"}}}
+    config = parse_config(data)
+    shop = config.source("shop")
+    assert shop.password.get_secret_value() == "s3cret"
+    assert "s3cret" not in repr(config) and "s3cret" not in str(shop)
+    assert shop.port == 3306 and shop.include == ["*.*"] and config.landing.flush_interval_s == 0.5
+
+
+def test_unset_secret_is_an_error_unless_not_required():
+    data = {"sources": {"shop": {**MINIMAL["sources"]["shop"], "password": "${NOPE_NOT_SET}"}}}
+    with pytest.raises(ConfigError, match=r"sources\.shop\.password: environment variable NOPE_NOT_SET"):
+        parse_config(data)
+    assert parse_config(data, require_env=False).source("shop").password.get_secret_value() == ""
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"port": 0}, "sources.shop.port: Input should be greater than or equal to 1"),
+        ({"kind": "oracle"}, "sources.shop.kind: Input should be 'mariadb', 'mysql' or 'postgresql'"),
+        ({"include": ["orders"]}, "pattern 'orders' must look like 'database.table'"),
+        ({"colour": "blue"}, "sources.shop.colour: Extra inputs are not permitted"),
+    ],
+)
+def test_invalid_values_name_the_key(change, message):
+    data = {"sources": {"shop": {**MINIMAL["sources"]["shop"], **change}}}
+    with pytest.raises(ConfigError) as info:
+        parse_config(data)
+    assert message in str(info.value)
+
+
+def test_missing_file_and_unknown_source(tmp_path, monkeypatch):
+    monkeypatch.delenv("LOGTIDE_CONFIG", raising=False)
+    with pytest.raises(ConfigError, match="pass --config FILE or set LOGTIDE_CONFIG"):
+        load_config(None)
+    with pytest.raises(ConfigError, match="cannot read configuration"):
+        load_config(tmp_path / "missing.yaml")
+    (tmp_path / "bad.yaml").write_text("sources: [")
+    with pytest.raises(ConfigError, match="is not valid YAML"):
+        load_config(tmp_path / "bad.yaml")
+    with pytest.raises(ConfigError, match=r"no source named 'nope' in the configuration \(known: shop\)"):
+        parse_config(MINIMAL).source("nope")
+
+
+def test_include_and_exclude_patterns():
+    data = {"sources": {"shop": {**MINIMAL["sources"]["shop"], "include": ["shop.*"], "exclude": ["shop.tmp_*"]}}}
+    shop = parse_config(data).source("shop")
+    assert shop.captures("shop", "orders") and not shop.captures("shop", "tmp_x") and not shop.captures("hr", "x")
+
+
+def test_postgresql_sources_need_a_database_and_get_their_own_defaults():
+    data = {"sources": {"pg-main": {"kind": "postgresql", "user": "cdc", "database": "shop"}}}
+    pg = parse_config(data).source("pg-main")
+    assert pg.port == 5432 and pg.server_id is None
+    assert pg.slot_name("pg-main") == "logtide_pg_main" and pg.publication_name("pg-main") == "logtide_pg_main"
+    with pytest.raises(ConfigError, match="kind 'postgresql' needs database"):
+        parse_config({"sources": {"pg": {"kind": "postgresql", "user": "cdc"}}})
+    with pytest.raises(ConfigError, match=r"sources\.pg\.slot: String should match pattern"):
+        parse_config({"sources": {"pg": {"kind": "postgresql", "user": "cdc", "database": "d", "slot": "Bad-Slot"}}})
+    with pytest.raises(ConfigError, match="kind 'mariadb' needs server_id"):
+        parse_config({"sources": {"m": {"kind": "mariadb", "user": "cdc"}}})
+    with pytest.raises(ConfigError, match="database is for kind 'postgresql' only"):
+        parse_config({"sources": {"m": {**MINIMAL["sources"]["shop"], "database": "x"}}})

@@ -1,0 +1,119 @@
+"""The landing zone's commit protocol, without a database: LSN order, atomic commits, spills, recovery."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pyarrow as pa
+import pytest
+
+from capture.events import Change, ChangeBatch, Column, Lsn, Op, SchemaChange, TableSchema, TransactionEnd
+from capture.landing import Checkpoint, LandingZone
+from capture.landing.files import parse_segment_name, segment_name
+from capture.landing.log_writer import LogWriter
+
+pytestmark = pytest.mark.unit
+
+T = TableSchema("shop", "orders", (Column("id", pa.int64(), "bigint"), Column("v", pa.string(), "varchar")), ("id",))
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def _event(major: int, minor: int, key: int) -> ChangeBatch:
+    return ChangeBatch(T, f"0-1-{major}", NOW, False, [Change(Lsn(major, minor), Op.CREATE, None, (key, f"v{key}"))])
+
+
+def _end(major: int) -> TransactionEnd:
+    return TransactionEnd(Lsn(major), {"pos": major}, NOW)
+
+
+def _writer(tmp_path, max_rows: int = 1000) -> tuple[LandingZone, LogWriter]:
+    zone = LandingZone(tmp_path, "src")
+    start = Checkpoint(Lsn(1), {"pos": 1})
+    zone.write_checkpoint(start)
+    return zone, LogWriter(zone, start, flush_interval_s=60, max_buffer_rows=max_rows)
+
+
+def test_lsn_encoding_sorts_like_the_lsn():
+    lsns = [Lsn(5, 0), Lsn(5, 1), Lsn(5, 2**32 - 1), Lsn(6, 0), Lsn(2**64, 3)]
+    encoded = [lsn.encode() for lsn in lsns]
+    assert encoded == sorted(encoded) and [Lsn.decode(e) for e in encoded] == lsns
+    names = [segment_name(e, e) for e in encoded]
+    assert names == sorted(names) and parse_segment_name(names[-1]) == (encoded[-1], encoded[-1])
+    with pytest.raises(ValueError):
+        Lsn(1, 2**32).encode()
+
+
+def test_nothing_is_visible_before_the_commit_and_everything_after(tmp_path):
+    zone, writer = _writer(tmp_path)
+    writer.add(_event(10, 0, 1))
+    writer.add(_event(10, 1, 2))
+    writer.end_transaction(_end(20))
+    writer.add(_event(30, 0, 3))  # open transaction
+    assert zone.read_table("shop", "orders") is None
+    writer.commit()
+    assert zone.checkpoint().frontier == Lsn(20)
+    rows = zone.read_table("shop", "orders").to_pylist()
+    assert [r["after"]["id"] for r in rows] == [1, 2]
+    assert rows[0]["_lsn"] == Lsn(10, 0).encode() and rows[0]["_op"] == "c" and rows[0]["before"] is None
+
+
+def test_a_big_transaction_spills_and_a_crash_discards_the_spill(tmp_path):
+    zone, writer = _writer(tmp_path, max_rows=3)
+    writer.add(_event(10, 0, 1))
+    writer.end_transaction(_end(20))
+    for i in range(5):
+        writer.add(_event(30, i, 100 + i))
+        if writer.due():
+            writer.flush()
+    spilled = zone.committed_files("shop.orders", Lsn(10**6))
+    assert len(spilled) == 2  # the committed transaction and the spill of the open one
+    assert zone.checkpoint().frontier == Lsn(20)
+    assert [r["after"]["id"] for r in zone.read_table("shop", "orders").to_pylist()] == [1]
+
+    # crash now: a restart discards what is past the frontier, and reads it again from the source
+    assert LandingZone(tmp_path, "src").discard_uncommitted(Lsn(20)) == 1
+    assert len(zone.committed_files("shop.orders", Lsn(10**6))) == 1
+
+
+def test_a_spilled_transaction_commits_whole(tmp_path):
+    zone, writer = _writer(tmp_path, max_rows=3)
+    for i in range(7):
+        writer.add(_event(30, i, i))
+        if writer.due():
+            writer.flush()
+    writer.end_transaction(_end(40))
+    writer.commit()
+    rows = zone.read_table("shop", "orders").to_pylist()
+    assert [r["after"]["id"] for r in rows] == list(range(7))
+    assert zone.checkpoint().frontier == Lsn(40)
+
+
+def test_schema_history_holds_ddl_and_table_versions(tmp_path):
+    zone, writer = _writer(tmp_path)
+    writer.add(_event(10, 0, 1))
+    writer.end_transaction(_end(11))
+    writer.add_schema_change(SchemaChange(Lsn(12), "0-1-2", NOW, "shop", "ALTER TABLE orders ADD c INT"))
+    writer.end_transaction(_end(13))
+    wider = TableSchema("shop", "orders", (*T.columns, Column("c", pa.int32(), "int")), ("id",))
+    writer.add(ChangeBatch(wider, "0-1-3", NOW, False, [Change(Lsn(14, 0), Op.CREATE, None, (2, "x", 5))]))
+    writer.end_transaction(_end(15))
+    writer.commit()
+    history = zone.read_schema_history().to_pylist()
+    assert [h["kind"] for h in history] == ["table", "ddl", "table"]
+    assert zone.table_fingerprints() == {"shop.orders": wider.fingerprint}
+    rows = zone.read_table("shop", "orders").to_pylist()
+    assert rows[0]["after"] == {"id": 1, "v": "v1", "c": None} and rows[1]["after"] == {
+        "id": 2,
+        "v": "x",
+        "c": 5,
+    }
+
+
+def test_a_second_writer_is_locked_out(tmp_path):
+    zone = LandingZone(tmp_path, "src")
+    with (
+        zone.lock(),
+        pytest.raises(Exception, match="another capture instance"),
+        LandingZone(tmp_path, "src").lock(),
+    ):
+        pass

@@ -1,0 +1,41 @@
+"""Chunk SQL for MySQL/MariaDB: exact text for composite keys, quoting, bounds."""
+
+from __future__ import annotations
+
+import pytest
+
+from capture.sources.mysql.sql import chunk_select, keys_select, quote
+
+pytestmark = pytest.mark.unit
+
+
+def test_identifiers_are_quoted_and_backticks_doubled():
+    assert quote("order") == "`order`" and quote("we`ird") == "`we``ird`"
+
+
+def test_first_chunk_of_a_whole_table():
+    sql, params = chunk_select("shop", "orders", ["id", "v"], ["id"], None, None, None, 100)
+    assert sql == "SELECT `id`, `v` FROM `shop`.`orders` ORDER BY `id` LIMIT %s"
+    assert params == [100]
+
+
+def test_next_chunk_with_a_composite_key_is_exclusive_and_expanded():
+    sql, params = chunk_select("s", "t", ["a", "b", "c"], ["a", "b"], [1, "x"], None, None, 10)
+    assert sql == (
+        "SELECT `a`, `b`, `c` FROM `s`.`t` WHERE ((`a` > %s) OR (`a` = %s AND `b` > %s)) ORDER BY `a`, `b` LIMIT %s"
+    )
+    assert params == [1, 1, "x", 10]
+
+
+def test_a_key_range_starts_inclusive_and_stops_inclusive():
+    sql, params = chunk_select("s", "t", ["a", "b"], ["a", "b"], None, [1, 2], [5, 6], 10)
+    assert "WHERE ((`a` > %s) OR (`a` = %s AND `b` >= %s)) AND ((`a` < %s) OR (`a` = %s AND `b` <= %s))" in sql
+    assert params == [1, 1, 2, 5, 5, 6, 10]
+
+
+def test_keys_select_binds_every_value():
+    sql, params = keys_select("s", "t", ["a", "b"], ["a", "b"], [(1, "x"), (2, "y")])
+    assert (
+        sql == "SELECT `a`, `b` FROM `s`.`t` WHERE (`a` = %s AND `b` = %s) OR (`a` = %s AND `b` = %s) ORDER BY `a`, `b`"
+    )
+    assert params == [1, "x", 2, "y"]
