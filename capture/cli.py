@@ -9,12 +9,9 @@ import sys
 import threading
 from typing import Any
 
-import pyarrow.parquet as pq
-
 from capture.config import CONFIG_ENV, LogtideConfig, load_config
 from capture.errors import LogtideError
 from capture.landing import LandingZone
-from capture.landing.zone import table_folder
 from capture.log import get_logger, setup_logging
 
 log = get_logger("logtide")
@@ -86,7 +83,7 @@ def _dump(config: LogtideConfig, args: argparse.Namespace) -> int:
     source = open_chunk_source(args.source, config.source(args.source))
     try:
         control = FileControl(dump_dir(zone, request.dump_id) / "control.json")
-        summary = DumpEngine(source, zone, control).run(request)
+        summary = DumpEngine(source, zone, control, config.coordination).run(request)
     finally:
         source.close()
     print(json.dumps(summary, indent=2))
@@ -130,54 +127,13 @@ def _setup(config: LogtideConfig, args: argparse.Namespace) -> int:
 
 
 def _status(config: LogtideConfig, args: argparse.Namespace) -> int:
-    report = []
-    for name in [args.source] if args.source else sorted(config.sources):
-        config.source(name)
-        zone = LandingZone(config.landing.path, name)
-        checkpoint = zone.checkpoint()
-        tables = {}
-        for schema, table in zone.tables():
-            files = zone.committed_files(table_folder(schema, table))
-            tables[f"{schema}.{table}"] = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
-        report.append(
-            {
-                "source": name,
-                "landing": str(zone.root),
-                "frontier": checkpoint.frontier.encode() if checkpoint else None,
-                "position": checkpoint.resume if checkpoint else None,
-                "checkpoint_at": checkpoint.updated_at.isoformat() if checkpoint else None,
-                "epoch": checkpoint.epoch if checkpoint else None,
-                "lease": _lease_status(config, name),
-                "events_by_table": tables,
-            }
-        )
-    if args.json:
-        print(json.dumps(report, indent=2))
-        return 0
-    for entry in report:
-        print(f"source {entry['source']}  landing {entry['landing']}")
-        if entry["frontier"] is None:
-            print("  not started (no checkpoint)")
-            continue
-        print(f"  frontier {entry['frontier']}  position {json.dumps(entry['position'])}  epoch {entry['epoch']}")
-        lease = entry["lease"]
-        if lease is not None:
-            standbys = ", ".join(lease.get("standbys") or []) or "none"
-            print(f"  lease: leader {lease['leader']}  epoch {lease['epoch']}  standbys {standbys}", end="")
-            print(f"  ({lease['error']})" if lease.get("error") else "")
-        print(f"  checkpoint written at {entry['checkpoint_at']}")
-        for table, count in entry["events_by_table"].items():
-            print(f"  {table:40s} {count:>10d} events")
+    """Per source: lease, checkpoint, lag, dumps, applied frontiers (capture/status.py collects)."""
+    from capture.status import collect, render
+
+    names = [args.source] if args.source else sorted(config.sources)
+    report = collect(config, names)
+    print(json.dumps(report, indent=2, default=str) if args.json else render(report))
     return 0
-
-
-def _lease_status(config: LogtideConfig, source: str) -> dict[str, Any] | None:
-    """Leader, standbys and epoch from ZooKeeper (None with the local lease)."""
-    if config.coordination.kind != "zookeeper":
-        return None
-    from capture.coordination.zookeeper import leader_status
-
-    return leader_status(config.coordination, source)
 
 
 def _events(config: LogtideConfig, args: argparse.Namespace) -> int:
@@ -209,38 +165,18 @@ def _events(config: LogtideConfig, args: argparse.Namespace) -> int:
 
 
 def _merge(config: LogtideConfig, args: argparse.Namespace) -> int:
-    """spark-submit spark_apps/merge.py with the jars of merge.jars_dir (see README, "Merge")."""
+    """spark-submit spark_apps/merge.py with the jars of merge.jars_dir (see README, "Merge").
+    The command is built by capture.merge_submit, which the Airflow DAGs use too."""
     import os
-    import shutil
     import subprocess
-    from pathlib import Path
 
-    from capture.errors import ConfigError
+    from capture.merge_submit import build_merge_submit, merge_lock, spark_submit_binary
 
-    config.source(args.source)
-    merge = config.merge
-    app = Path(__file__).resolve().parent.parent / "spark_apps" / "merge.py"
-    beside = Path(sys.executable).with_name("spark-submit")
-    submit = str(beside) if beside.exists() else shutil.which("spark-submit")
-    if submit is None:
-        raise ConfigError("spark-submit not found: install pyspark 3.5 (pip install -e '.[dev]') or put it on PATH")
-    cmd = [submit, "--master", args.master or merge.spark_master]
-    packages = merge.spark_conf.get("spark.jars.packages")
-    if packages:
-        cmd += ["--packages", packages]
-    else:
-        jars = sorted(str(p.resolve()) for p in Path(merge.jars_dir).glob("*.jar"))
-        if not jars:
-            raise ConfigError(f"no jars in {merge.jars_dir}: run scripts/jars.sh (merge.jars_dir)")
-        cmd += ["--jars", ",".join(jars)]
-    cmd += [str(app), "--source", args.source]
-    if args.config:
-        cmd += ["--config", args.config]
-    for table in args.table or []:
-        cmd += ["--table", table]
-    env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
-    log.info("merge.submit", source=args.source, master=cmd[2], app=str(app))
-    return subprocess.run(cmd, env=env).returncode
+    submit = build_merge_submit(config, args.source, args.table or [], config_path=args.config, master=args.master)
+    cmd = submit.command(spark_submit_binary())
+    with merge_lock(config, args.source):
+        log.info("merge.submit", source=args.source, master=submit.master, app=submit.application)
+        return subprocess.run(cmd, env={**os.environ, **submit.env}).returncode
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -258,7 +194,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     capture.set_defaults(run=_capture)
 
-    status = commands.add_parser("status", help="checkpoint and landed events per source")
+    status = commands.add_parser(
+        "status", help="per source: leader, checkpoint, lag, dumps, applied frontiers of the targets"
+    )
     status.add_argument("--source")
     status.add_argument("--json", action="store_true")
     status.set_defaults(run=_status)

@@ -169,6 +169,10 @@ class MergeConfig(_Strict):
     spark_master: str = "local[2]"
     jars_dir: Path = Path("var/jars")
     spark_conf: dict[str, str] = Field(default_factory=dict, description="extra Spark settings")
+    schedule: str | None = Field(None, description="cron or preset of the logtide_merge DAG; null: on demand only")
+    landed_timeout_s: float = Field(
+        600.0, gt=0, le=86_400, description="Airflow: how long a dump's merge waits for capture to land its watermarks"
+    )
 
     @model_validator(mode="after")
     def _jdbc_needs_uri(self) -> MergeConfig:

@@ -61,3 +61,8 @@ class FencedError(LeaseLostError):
 
 class CoordinationError(LogtideError):
     """The coordination service (ZooKeeper) is unusable as configured."""
+
+
+class DumpClaimedError(LogtideError):
+    """Another dump holds a table this dump asks for (or this dump lost its claim on it); two
+    dumps of one table never run at once. Nothing was written."""

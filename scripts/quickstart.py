@@ -1,12 +1,14 @@
-"""Run the whole capture pipeline on local defaults, end to end, and show what landed.
+"""Run the whole pipeline on local defaults, end to end: capture, a dump through Airflow that
+ends with the Spark merge into Apache Iceberg, and a check of every target table against its source.
 
 Everything lives under var/quickstart/ (wiped at start): a private MariaDB on a free port
 (never the system one), the database `shop`, a capture user `logtide`, the configuration
-logtide.yaml, the capture service's log and the landing zone. The password of `logtide`
-comes from $LOGTIDE_QUICKSTART_PASSWORD or is generated; it reaches the capture process only
-as $LOGTIDE_SHOP_PASSWORD and is never written to a file or printed.
+logtide.yaml, the capture service's log, the landing zone, Airflow's home (SQLite metadata
+database, no server: `airflow dags test` runs the DAG in one process) and the Iceberg warehouse.
+The password of `logtide` comes from $LOGTIDE_QUICKSTART_PASSWORD or is generated; it reaches
+capture and Airflow only as $LOGTIDE_SHOP_PASSWORD and is never written to a file or printed.
 
-    scripts/quickstart.sh                  # set up, run, show, stop; the landing zone stays
+    scripts/quickstart.sh                  # set up, run, check, stop; landing zone and tables stay
     scripts/quickstart.sh --keep-running   # leave MariaDB and capture running
     scripts/quickstart.sh --stop           # stop what --keep-running left running
 """
@@ -34,21 +36,25 @@ sys.path.insert(0, str(ROOT))
 
 import pymysql  # noqa: E402
 
-from capture.dump.reconcile import apply, reconcile_table  # noqa: E402
+from capture.config import load_config  # noqa: E402
 from capture.landing import LandingZone  # noqa: E402
-from capture.sources.mysql.reader import position_lsn  # noqa: E402
 from tests.servers import MariaDB, environment_without_secrets, free_port, wait_for  # noqa: E402
 
 WORK = Path("var/quickstart")  # relative to ROOT: the config's landing path is relative too
 CONFIG = WORK / "logtide.yaml"
 LANDING = WORK / "landing"
 CAPTURE_LOG = WORK / "capture.log"
+AIRFLOW_HOME = WORK / "airflow"
+AIRFLOW_LOG = WORK / "airflow.log"
+WAREHOUSE = WORK / "warehouse"
 RUNNING = WORK / "running.json"
 SOURCE = "shop"
 PASSWORD_ENV = "LOGTIDE_SHOP_PASSWORD"
 START_TIMEOUT_S = 60.0
 LAND_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 60.0
+DAG_TIMEOUT_S = 900.0
+TABLE_KEYS = {"customers": "id", "orders": "id", "products": "sku"}
 
 SCHEMA = [
     "CREATE DATABASE shop",
@@ -131,9 +137,15 @@ def write_config(metrics_port: int, mariadb_port: int) -> None:
 # Written by scripts/quickstart.py for its private MariaDB; see config/logtide.example.yaml.
 # The password is not here: capture reads it from ${PASSWORD_ENV}.
 landing:
-  path: {LANDING}
+  path: {ROOT / LANDING}
   flush_interval_s: 0.5
 log_level: INFO
+merge:
+  warehouse: {ROOT / WAREHOUSE}
+  jars_dir: {ROOT / "var" / "jars"}
+  spark_master: local[2]
+  spark_conf:
+    spark.sql.shuffle.partitions: "4"
 sources:
   {SOURCE}:
     kind: mariadb
@@ -252,41 +264,134 @@ def stop_process(process: subprocess.Popen[bytes], timeout: float = STOP_TIMEOUT
     return process.returncode
 
 
+def airflow_env(password: str) -> dict[str, str]:
+    """Airflow on SQLite in a private home, with Logtide's DAGs and plugins and the quickstart's config."""
+    home = ROOT / AIRFLOW_HOME
+    return {
+        **cli_env(password),  # the dump tasks connect to MariaDB with the source's password
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+        "LOGTIDE_CONFIG": str(ROOT / CONFIG),  # what the DAG files and the tasks read
+    }
+
+
+def run_airflow(password: str, *args: str, timeout: float = 300) -> int:
+    """`airflow ARGS`, its output appended to AIRFLOW_LOG; returns the exit code."""
+    airflow = Path(sys.executable).with_name("airflow")
+    with open(ROOT / AIRFLOW_LOG, "ab") as log:
+        log.write(f"\n$ airflow {' '.join(args)}\n".encode())
+        log.flush()
+        try:
+            return subprocess.run(
+                [str(airflow), *args],
+                cwd=ROOT,
+                env=airflow_env(password),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                timeout=timeout,
+            ).returncode
+        except subprocess.TimeoutExpired:
+            command = " ".join(args)
+            raise QuickstartError(f"`airflow {command}` did not finish in {timeout:.0f}s; see {AIRFLOW_LOG}") from None
+
+
+def airflow_log() -> str:
+    path = ROOT / AIRFLOW_LOG
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
+def set_up_airflow(password: str) -> None:
+    (ROOT / AIRFLOW_HOME).mkdir(parents=True, exist_ok=True)
+    for args in (["db", "migrate"], ["pools", "set", f"logtide_{SOURCE}", "2", f"Logtide dumps of {SOURCE}"]):
+        if run_airflow(password, *args) != 0:
+            raise QuickstartError(f"`airflow {' '.join(args)}` failed; {AIRFLOW_LOG} ends:\n{tail(airflow_log())}")
+
+
+def dag_run_report(dag_id: str) -> tuple[str, str, list[tuple[str, int, str]], dict[str, Any] | None]:
+    """The last run of `dag_id` in the SQLite metadata database: run id, state, task states, merge report."""
+    import sqlite3
+
+    with sqlite3.connect(ROOT / AIRFLOW_HOME / "airflow.db") as db:
+        run_id, state = db.execute(
+            "SELECT run_id, state FROM dag_run WHERE dag_id = ? ORDER BY id DESC LIMIT 1", (dag_id,)
+        ).fetchone()
+        tasks = db.execute(
+            "SELECT task_id, map_index, state FROM task_instance WHERE dag_id = ? AND run_id = ? "
+            "ORDER BY start_date, task_id, map_index",
+            (dag_id, run_id),
+        ).fetchall()
+        value = db.execute(
+            "SELECT value FROM xcom WHERE dag_id = ? AND run_id = ? AND task_id = ? AND key = 'return_value'",
+            (dag_id, run_id, f"merge_{SOURCE}"),
+        ).fetchone()
+    report = None
+    if value is not None:
+        report = json.loads(value[0]) if isinstance(value[0], str | bytes) else value[0]
+        if isinstance(report, str):  # stored as a JSON text holding JSON
+            report = json.loads(report)
+    return run_id, state, [(t, m, s or "none") for t, m, s in tasks], report
+
+
+def dump_through_airflow(password: str) -> dict[str, Any] | None:
+    conf = {"source": SOURCE, "chunk_size": 7}
+    say(f"airflow dags test logtide_dump --conf '{json.dumps(conf)}'   (log: {AIRFLOW_LOG})")
+    began = time.monotonic()
+    code = run_airflow(password, "dags", "test", "logtide_dump", "--conf", json.dumps(conf), timeout=DAG_TIMEOUT_S)
+    run_id, state, tasks, report = dag_run_report("logtide_dump")
+    say(f"run {run_id}: {state} in {time.monotonic() - began:.1f}s")
+    for task_id, map_index, task_state in tasks:
+        say(f"  {task_id + ('' if map_index < 0 else f'[{map_index}]'):20s} {task_state}")
+    if code != 0 or state != "success":
+        raise QuickstartError(f"the logtide_dump run {state} (exit {code}); {AIRFLOW_LOG} ends:\n{tail(airflow_log())}")
+    return report
+
+
 def naive_utc(value: Any) -> Any:
-    """TIMESTAMP columns land as UTC-aware datetimes; PyMySQL gives them naive (session time_zone UTC)."""
+    """TIMESTAMP columns come back UTC-aware or naive depending on the reader: compare them as naive UTC."""
     if isinstance(value, datetime) and value.tzinfo is not None:
         return value.astimezone(UTC).replace(tzinfo=None)
     return value
 
 
-def check_dump(server: MariaDB) -> None:
-    """Reconcile chunks with the log (DBLog's rule, in plain Python) and compare with the source."""
-    with server.connect() as conn, conn.cursor() as cursor:
-        cursor.execute("SHOW MASTER STATUS")
-        file, pos = cursor.fetchone()[:2]
-    end = position_lsn(file, int(pos))
-    zone = LandingZone(ROOT / LANDING, SOURCE)
-    wait_for(lambda: zone.checkpoint().frontier >= end, LAND_TIMEOUT_S, interval=0.1, what="the dump's watermarks")
-    say("reconciled (log events + chunk rows whose key the log did not touch between LOW and HIGH):")
-    for table, key in (("customers", "id"), ("orders", "id"), ("products", "sku")):
-        stream, stats = reconcile_table(zone, "shop", table)
-        state = {k: {c: naive_utc(v) for c, v in row.items()} for k, row in apply(stream).items()}
-        with server.connect("shop") as conn, conn.cursor(pymysql.cursors.DictCursor) as cursor:
-            cursor.execute("SET time_zone = '+00:00'")
-            cursor.execute(f"SELECT * FROM {table}")
-            source = {(row[key],): row for row in cursor.fetchall()}
-        equal = state == source
-        say(
-            f"  shop.{table:12s} source {len(source):3d} rows, reconciled {len(state):3d} rows, "
-            f"{stats.dropped_by_window} chunk rows dropped by a window: {'EQUAL' if equal else 'DIFFERENT'}"
-        )
-        if not equal:
-            raise QuickstartError(f"shop.{table}: the reconciled landing zone differs from the source table")
+def check_iceberg(server: MariaDB) -> bool:
+    """Per table: the source's rows against the Iceberg target's, value for value. True when all are equal."""
+    from spark_apps.merge import build_session, quote, session_conf
+
+    config = load_config(ROOT / CONFIG, require_env=False)
+    os.environ["TZ"] = "UTC"  # Spark hands timestamps to Python in the process's time zone
+    time.tzset()
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # a local session: no warning about the host name
+    spark = build_session(session_conf(config.merge), "local[2]", "logtide-quickstart-check")
+    spark.sparkContext.setLogLevel("ERROR")
+    all_equal = True
+    try:
+        say(f"{'table':16s} {'source rows':>11s} {'target rows':>11s}  equal")
+        for table, key in TABLE_KEYS.items():
+            name = ".".join(quote(p) for p in (config.merge.catalog_name, SOURCE, f"shop__{table}"))
+            target_rows = spark.table(name).drop("_lsn", "_applied_at").collect()
+            target = {r[key]: {c: naive_utc(v) for c, v in r.asDict().items()} for r in target_rows}
+            with server.connect("shop") as conn, conn.cursor(pymysql.cursors.DictCursor) as cursor:
+                cursor.execute("SET time_zone = '+00:00'")
+                cursor.execute(f"SELECT * FROM `{table}`")
+                source = {row[key]: {c: naive_utc(v) for c, v in row.items()} for row in cursor.fetchall()}
+            equal = source == target
+            all_equal &= equal
+            say(f"shop.{table:11s} {len(source):11d} {len(target):11d}  {'yes' if equal else 'NO'}")
+            if not equal:
+                differing = sorted(k for k in source.keys() | target.keys() if source.get(k) != target.get(k))
+                say(f"  keys that differ: {differing[:10]}")
+    finally:
+        spark.stop()
+    return all_equal
 
 
 def check_no_secret(password: str) -> None:
-    for path in (CONFIG, CAPTURE_LOG):
-        if password in (ROOT / path).read_text(errors="replace"):
+    for path in (CONFIG, CAPTURE_LOG, AIRFLOW_LOG):
+        if (ROOT / path).exists() and password in (ROOT / path).read_text(errors="replace"):
             raise QuickstartError(f"the password appears in {path}: it must only be passed by {PASSWORD_ENV}")
 
 
@@ -414,14 +519,22 @@ def quickstart(keep_running: bool) -> int:
             say("stop     scripts/quickstart.sh --stop   (SIGTERM to capture, then to MariaDB)")
             return 0
 
-        heading(f"logtide dump --source {SOURCE} (all captured tables, chunks of 7 rows)")
+        heading("Airflow: logtide_dump (every captured table, chunks of 7 rows), then the Spark merge")
         server.execute("UPDATE shop.products SET price = price + 1 WHERE sku = 'SKU-0003'")  # a change the log has
-        summary = json.loads(
-            run_cli(password, "dump", "--source", SOURCE, "--chunk-size", "7", "--dump-id", "quickstart")
-        )
-        for table in summary["tables"]:
-            say(f"  {table['table']:16s} {table['chunks']:3d} chunks {table['rows']:5d} rows")
-        check_dump(server)
+        set_up_airflow(password)
+        say(f"AIRFLOW_HOME {AIRFLOW_HOME} (SQLite), pool logtide_{SOURCE}, LOGTIDE_CONFIG {CONFIG}")
+        report = dump_through_airflow(password)
+        for table in (report or {}).get("tables", []):
+            say(
+                f"  merged {table['table']:16s} frontier {table.get('frontier')}  log events {table.get('log_events')}"
+                f"  chunks {table.get('chunks')}  chunk rows {table.get('chunk_rows')}"
+                f"  dropped by a window {table.get('dropped_by_window')}"
+            )
+        check_no_secret(password)
+
+        heading(f"check: source tables vs Iceberg tables ({WAREHOUSE})")
+        if not check_iceberg(server):
+            raise QuickstartError("an Iceberg table differs from its source table (above)")
 
         heading("stop")
         code = stop_process(capture)
@@ -440,8 +553,10 @@ def quickstart(keep_running: bool) -> int:
         heading("done")
         say(f"finished in {time.monotonic() - started:.1f}s")
         say(f"landing zone   {LANDING}/{SOURCE}  (left in place: Parquet per table + checkpoint.json)")
+        say(f"Iceberg tables {WAREHOUSE}/{SOURCE}/shop__<table> (Hadoop catalog `logtide`)")
         say(f"config         {CONFIG}")
         say(f"capture log    {CAPTURE_LOG}")
+        say(f"Airflow        {AIRFLOW_HOME} (task logs under logs/), output {AIRFLOW_LOG}")
         say(f"MariaDB log    {WORK / 'mariadbd.log'}")
         say(
             f"inspect again  cd {ROOT} && .venv/bin/logtide --config {CONFIG} "

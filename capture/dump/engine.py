@@ -10,7 +10,9 @@ Per chunk of one table, in key order:
   6. write and commit the HIGH watermark: the log now says the chunk exists;
   7. record progress, log one line, throttle.
 Refusals happen before anything is written: unknown tables, tables without a usable key,
-keys of the wrong arity or type. A rerun with the same dump id resumes after the last
+keys of the wrong arity or type, a table another dump is dumping (the engine claims every table
+of the request first, all or nothing, and checks the claim before each chunk; see
+capture.coordination.claims). A rerun with the same dump id resumes after the last
 finished chunk; a chunk whose HIGH never committed is redone with new watermark ids.
 """
 
@@ -23,10 +25,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from capture.config import CoordinationConfig
+from capture.coordination.claims import DumpClaims
 from capture.dump.control import Controller, ControlStore, DumpSettings
 from capture.dump.keys import coerce_key
 from capture.dump.progress import ProgressStore, TableProgress
-from capture.errors import DumpInputError
+from capture.dump.record import DumpRecord
+from capture.errors import DumpCancelledError, DumpInputError
 from capture.events import Row, TableSchema
 from capture.landing import LandingZone
 from capture.landing.chunks import ChunkMeta, write_chunk
@@ -95,10 +100,20 @@ class _Plan:
 
 
 class DumpEngine:
-    def __init__(self, source: ChunkSource, zone: LandingZone, control: ControlStore | None = None) -> None:
+    """`coordination`: with `kind: zookeeper` the table claims are ZooKeeper nodes as well as the
+    landing zone's lock files (None: lock files only)."""
+
+    def __init__(
+        self,
+        source: ChunkSource,
+        zone: LandingZone,
+        control: ControlStore | None = None,
+        coordination: CoordinationConfig | None = None,
+    ) -> None:
         self.source = source
         self.zone = zone
         self.control = control
+        self.coordination = coordination
 
     def plan(self, request: DumpRequest) -> list[_Plan]:
         """Resolve and check every table and key before anything is written."""
@@ -125,15 +140,33 @@ class DumpEngine:
 
     def run(self, request: DumpRequest) -> dict[str, Any]:
         plans = self.plan(request)
-        self.source.setup()
-        controller = Controller(request.settings, self.control, request.dump_id)
-        log.info("dump.started", dump_id=request.dump_id, tables=len(plans))
-        summaries = [self._dump_table(request.dump_id, plan, controller).as_dict() for plan in plans]
+        names = [plan.table.qualified_name for plan in plans]
+        with DumpClaims(self.zone, self.coordination) as claims:
+            claims.acquire(names, request.dump_id)  # refuses before any watermark is written
+            self.source.setup()
+            controller = Controller(request.settings, self.control, request.dump_id)
+            record = DumpRecord(self.zone, request.dump_id)
+            record.start(names)
+            log.info("dump.started", dump_id=request.dump_id, tables=len(plans))
+            summaries = []
+            try:
+                for plan in plans:
+                    summaries.append(self._dump_table(request.dump_id, plan, controller, claims, record).as_dict())
+                    claims.release(plan.table.qualified_name)  # done: another dump may take it now
+            except DumpCancelledError as exc:
+                record.finish("cancelled", str(exc))
+                raise
+            except BaseException as exc:
+                record.finish("failed", f"{type(exc).__name__}: {exc}")
+                raise
+            record.finish("finished")
         total = sum(s["rows"] for s in summaries)
         log.info("dump.finished", dump_id=request.dump_id, tables=len(plans), rows=total)
         return {"dump_id": request.dump_id, "rows": total, "tables": summaries}
 
-    def _dump_table(self, dump_id: str, plan: _Plan, controller: Controller) -> TableSummary:
+    def _dump_table(
+        self, dump_id: str, plan: _Plan, controller: Controller, claims: DumpClaims, record: DumpRecord
+    ) -> TableSummary:
         table = plan.table
         name = table.qualified_name
         store = ProgressStore(self.zone, dump_id)
@@ -141,6 +174,7 @@ class DumpEngine:
         summary = TableSummary(name, progress.chunk, progress.rows)
         if progress.done:
             log.info("dump.table_already_complete", dump_id=dump_id, table=name, chunks=progress.chunk)
+            record.table(name, chunks=progress.chunk, rows=progress.rows, percent=100.0, eta_s=0.0, done=True)
             return summary
         if progress.chunk:
             log.info("dump.table_resumed", dump_id=dump_id, table=name, after_chunk=progress.chunk)
@@ -148,6 +182,7 @@ class DumpEngine:
         began, rows_at_start = time.monotonic(), progress.rows
         while not progress.done:
             settings = controller.next_chunk()
+            claims.check(name)
             chunk_began = time.monotonic()
             progress, table, rows_read = self._chunk(dump_id, plan, table, progress, settings)
             store.save(table.schema, table.table, progress)
@@ -158,17 +193,34 @@ class DumpEngine:
             done_part = min(1.0, (progress.keys_done if plan.keys is not None else progress.rows) / expected)
             rate = (progress.rows - rows_at_start) / elapsed if elapsed else 0.0
             eta = (elapsed / done_part - elapsed) if done_part > 0 and not progress.done else 0.0
+            line = {
+                "chunk": progress.chunk,
+                "of_about": max(progress.chunk, -(-expected // settings.chunk_size)),
+                "rows_per_s": round(rate, 1),
+                "percent": round(100 * (1.0 if progress.done else done_part), 1),
+                "eta_s": round(eta, 1),
+            }
             log.info(
                 "dump.chunk",
                 dump_id=dump_id,
                 table=name,
-                chunk=progress.chunk,
-                of_about=max(progress.chunk, -(-expected // settings.chunk_size)),
+                chunk=line["chunk"],
+                of_about=line["of_about"],
                 rows=rows_read,
                 window_ms=round(window_ms, 1),
-                rows_per_s=round(rate, 1),
-                percent=round(100 * (1.0 if progress.done else done_part), 1),
-                eta_s=round(eta, 1),
+                rows_per_s=line["rows_per_s"],
+                percent=line["percent"],
+                eta_s=line["eta_s"],
+            )
+            record.table(
+                name,
+                chunks=line["chunk"],
+                of_about=line["of_about"],
+                rows=progress.rows,
+                percent=line["percent"],
+                rows_per_s=line["rows_per_s"],
+                eta_s=line["eta_s"],
+                done=progress.done,
             )
             self._throttle(settings, rows_read, time.monotonic() - chunk_began)
         log.info(

@@ -1,12 +1,17 @@
 """Prometheus metrics and a health endpoint for one capture instance.
 
 `/metrics` is the Prometheus text format; `/health` answers 200 while the capture loop is
-making progress (reading events or heartbeats) and 503 when it is stuck or stopped.
+making progress (reading events or heartbeats) and 503 when it is stuck or stopped. Every
+instance of a source serves both (a standby too), so each says whether it leads:
+`logtide_capture_leader`, and in `/health` `leader`, `epoch` and `instance` ("host:pid", the
+identity its lease shows in ZooKeeper and in `logtide status`).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -49,7 +54,13 @@ class CaptureMetrics:
         self._alive_at = time.monotonic()
         self._rate_at = time.monotonic()
         self._rate_events = 0
-        self.state: dict[str, Any] = {"source": source, "state": "starting"}
+        self.state: dict[str, Any] = {
+            "source": source,
+            "instance": f"{socket.gethostname()}:{os.getpid()}",
+            "state": "starting",
+            "leader": False,
+            "epoch": None,
+        }
         self.total_events = 0
         self.rate = 0.0
         self.lag_s = 0.0
@@ -57,6 +68,7 @@ class CaptureMetrics:
     def set_lag(self, seconds: float) -> None:
         self.lag_s = seconds
         self.lag_seconds.set(seconds)
+        self.state["lag_s"] = round(seconds, 3)
 
     def alive(self) -> None:
         self._alive_at = time.monotonic()

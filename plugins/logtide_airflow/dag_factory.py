@@ -2,6 +2,7 @@
 (scheduled). Both have the same graph, for each source of the configuration:
 
     plan_<source>  ->  dump_<source> (mapped: one task instance per table, pool logtide_<source>)  ->  summary
+                                        dump_<source>  ->  landed_<source>  ->  merge_<source>
 
 - `plan_<source>` skips unless the run's `source` param names its source. It checks the whole
   request against the source (unknown tables, tables without a usable key, key arity and type,
@@ -11,6 +12,9 @@
   "100" into a number).
 - `dump_<source>` runs `LogtideDumpOperator` (`expand_kwargs`), one table per task instance.
 - `summary` logs one line with the totals and returns them for XCom.
+- Then, unless the param `merge` is false: `landed_<source>` waits until capture has landed the
+  HIGH watermark of each dumped table's last chunk, and `merge_<source>` merges those tables into
+  Iceberg (`merge_dag.add_dump_merge`).
 
 Why a plan/dump pair per source: an Airflow task's pool is fixed when the DAG file is parsed
 (a task instance takes it from its task when it is created), but the source is a param chosen
@@ -40,6 +44,7 @@ from capture.errors import LogtideError, SourceConnectionError
 from capture.log import get_logger
 from logtide_airflow.control import control_variable
 from logtide_airflow.hooks import LogtideHook
+from logtide_airflow.merge_dag import add_dump_merge
 from logtide_airflow.operators import LogtideDumpOperator, build_request, dump_id_for_run, plan
 
 log = get_logger(__name__)
@@ -108,6 +113,11 @@ def dump_params(sources: Sequence[str], source_default: str | None = None, table
         ),
         "max_rows_per_s": Param(
             None, type=["null", "number"], exclusiveMinimum=0, description="Rows/s ceiling; null: config"
+        ),
+        "merge": Param(
+            True,
+            type="boolean",
+            description="Then merge the dumped tables into Iceberg (once capture has landed the dump's last chunks)",
         ),
     }
 
@@ -193,11 +203,11 @@ def build_dump_dag(
         dumps = []
         for source, task_id in zip(sources, dump_task_ids, strict=True):
             planned = plan_for(source)
-            dumps.append(
-                LogtideDumpOperator.partial(
-                    task_id=task_id, pool=pool_name(source), source=source, map_index_template="{{ task.table }}"
-                ).expand_kwargs(planned)
-            )
+            dump = LogtideDumpOperator.partial(
+                task_id=task_id, pool=pool_name(source), source=source, map_index_template="{{ task.table }}"
+            ).expand_kwargs(planned)
+            dumps.append(dump)
+            add_dump_merge(source, planned, dump)
 
         @task(task_id="summary", trigger_rule=TriggerRule.NONE_FAILED, multiple_outputs=False)
         def summarize(params: dict[str, Any] | None = None, run_id: str | None = None, ti: Any = None) -> dict:

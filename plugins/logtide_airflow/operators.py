@@ -146,7 +146,9 @@ class LogtideDumpOperator(BaseOperator):
             )
             source = hook.chunk_source()
             try:
-                engine = DumpEngine(source, hook.zone(), VariableControl(str(self.source), dump_id))
+                engine = DumpEngine(
+                    source, hook.zone(), VariableControl(str(self.source), dump_id), hook.config().coordination
+                )
                 return engine.run(request)
             finally:
                 source.close()

@@ -17,7 +17,7 @@ def test_dag_files_import_without_errors(airflow_ready):
 
     bag = DagBag(dag_folder=str(DAGS))
     assert bag.import_errors == {}
-    assert sorted(bag.dag_ids) == ["logtide_backfill_nightly", "logtide_dump"]
+    assert sorted(bag.dag_ids) == ["logtide_backfill_nightly", "logtide_dump", "logtide_merge"]
 
     dump = bag.get_dag("logtide_dump")
     assert dump.schedule is None and dump.catchup is False
@@ -26,13 +26,34 @@ def test_dag_files_import_without_errors(airflow_ready):
         "dump_src": "logtide_src",
     }
     assert {t.task_id: sorted(t.downstream_task_ids) for t in dump.tasks} == {
-        "plan_src": ["dump_src"],
-        "plan_nightly": ["dump_nightly"],
-        "dump_src": ["summary"],
-        "dump_nightly": ["summary"],
+        "plan_src": ["dump_src", "landed_src"],
+        "plan_nightly": ["dump_nightly", "landed_nightly"],
+        "dump_src": ["landed_src", "summary"],
+        "dump_nightly": ["landed_nightly", "summary"],
+        "landed_src": ["merge_src"],
+        "landed_nightly": ["merge_nightly"],
+        "merge_src": [],
+        "merge_nightly": [],
         "summary": [],
     }
     assert "source" in dump.params and dump.params.get_param("source").schema["enum"] == ["nightly", "src"]
+
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+    from airflow.sdk import AssetAlias
+
+    merges = {t.task_id: t for t in dump.tasks if t.task_id.startswith("merge_")}
+    assert all(isinstance(t, SparkSubmitOperator) for t in merges.values())
+    assert merges["merge_src"].outlets == [AssetAlias("logtide_iceberg_src")]
+
+    merge = bag.get_dag("logtide_merge")
+    assert merge.schedule is None and merge.catchup is False and merge.max_active_runs == 1
+    assert {t.task_id: sorted(t.downstream_task_ids) for t in merge.tasks} == {
+        "plan_src": ["merge_src"],
+        "plan_nightly": ["merge_nightly"],
+        "merge_src": [],
+        "merge_nightly": [],
+    }
+    assert merge.params["source"] is None and merge.params["tables"] == []
 
     backfill = bag.get_dag("logtide_backfill_nightly")
     assert backfill.catchup is False and backfill.schedule == "0 3 * * *"
@@ -60,4 +81,4 @@ def test_without_a_config_the_dag_files_define_nothing_and_say_why(airflow_ready
     assert bag.import_errors == {} and bag.dag_ids == []
     assert [e["reason"] for e in events.named("airflow.no_config")] == [
         "LOGTIDE_CONFIG is not set in the DAG processor's environment"
-    ] * 2
+    ] * 3

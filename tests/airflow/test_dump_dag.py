@@ -48,7 +48,12 @@ def test_dump_of_two_tables_during_writes_reconciles(airflow_ready, mariadb, dat
         w.start()
     try:
         run = load_dag("logtide_dump").test(
-            run_conf={"source": "src", "tables": [f"{database}.{t}" for t in TABLES], "chunk_size": 40}
+            run_conf={
+                "source": "src",
+                "tables": [f"{database}.{t}" for t in TABLES],
+                "chunk_size": 40,
+                "merge": False,  # the merge at the end: test_merge_dag.py
+            }
         )
     finally:
         for w in workloads:
@@ -143,11 +148,11 @@ def test_pause_and_resume_through_the_control_variables(airflow_ready, mariadb, 
             wait_for(lambda: events.named("dump.paused"), 60, interval=0.1, what="the dump to pause")
             seen["dump_id"] = dump_id = events.named("dump.planned")[0]["dump_id"]
             time.sleep(1.5)
-            seen["chunks_while_paused"] = (capture.zone.root / "dumps").exists()
+            seen["chunks_while_paused"] = (capture.zone.root / "chunks").exists()
             # a broken dump-level Variable is reported and ignored: still paused
             set_variable(f"logtide_dump_control_{dump_id}", "{not json")
             wait_for(lambda: events.named("dump.control_unreadable"), 30, interval=0.1, what="the report")
-            seen["chunks_after_bad_variable"] = (capture.zone.root / "dumps").exists()
+            seen["chunks_after_bad_variable"] = (capture.zone.root / "chunks").exists()
             # the dump's own Variable wins over the source's
             set_variable(f"logtide_dump_control_{dump_id}", json.dumps({"state": "running", "chunk_size": 50}))
         except BaseException as exc:
@@ -159,7 +164,13 @@ def test_pause_and_resume_through_the_control_variables(airflow_ready, mariadb, 
             operator = threading.Thread(target=operate, args=(events,))
             operator.start()
             run = dag.test(
-                run_conf={"source": "src", "tables": [f"{database}.ledger"], "chunk_size": 25, "delay_s": 0.01}
+                run_conf={
+                    "source": "src",
+                    "tables": [f"{database}.ledger"],
+                    "chunk_size": 25,
+                    "delay_s": 0.01,
+                    "merge": False,
+                }
             )
             operator.join(30)
             assert events.named("dump.resumed")
@@ -214,7 +225,9 @@ def test_connection_overrides_the_config_and_its_password_is_never_logged(
         )
     try:
         with recorded_events("capture", "logtide_airflow", "") as events:  # "": every record of the process
-            run = load_dag("logtide_dump").test(run_conf={"source": "src", "tables": [f"{database}.items"]})
+            run = load_dag("logtide_dump").test(
+                run_conf={"source": "src", "tables": [f"{database}.items"], "merge": False}
+            )
     finally:
         with create_session() as session:
             session.query(Connection).filter_by(conn_id="logtide_src").delete()
@@ -238,10 +251,10 @@ def test_string_keys_that_look_like_numbers_stay_strings(airflow_ready, mariadb,
     table = f"{database}.codes"
     # a fresh DAG object for each dag.test(): it keeps the previous run's conf in its params
     ranged = load_dag("logtide_dump").test(
-        run_conf={"source": "src", "tables": [table], "key_from": "100", "key_to": "200"}
+        run_conf={"source": "src", "tables": [table], "key_from": "100", "key_to": "200", "merge": False}
     )
     listed = load_dag("logtide_dump").test(
-        run_conf={"source": "src", "tables": [table], "keys": ["150", "2000", "999"], "chunk_size": 2}
+        run_conf={"source": "src", "tables": [table], "keys": ["150", "2000", "999"], "chunk_size": 2, "merge": False}
     )
     for run in (ranged, listed):
         assert run.state == "success", task_states("logtide_dump", run.run_id)

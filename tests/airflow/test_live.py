@@ -141,6 +141,7 @@ def test_trigger_through_the_api_like_the_ui(mariadb, database, make_capture, st
         "chunk_size": 0,
         "delay_s": None,
         "max_rows_per_s": None,
+        "merge": False,  # the merge at the end of a dump: test_merge_dag.py
     }
     refused = api.post("/api/v2/dags/logtide_dump/dagRuns", json={"logical_date": None, "conf": conf})
     assert refused.status_code == 400 and "0 is less than the minimum of 1" in refused.text

@@ -1,0 +1,297 @@
+"""The Spark merge under Airflow: the operator, the Iceberg Assets it updates, and the wait
+that lets a dump's merge see the dump's last chunks.
+
+- `LogtideMergeOperator` is the Spark provider's `SparkSubmitOperator` running
+  spark_apps/merge.py with the application arguments, jars and Spark settings that
+  `capture.merge_submit` builds (the same as `logtide merge`). The master is the Airflow
+  connection `spark_default` when it exists, else the config's `merge.spark_master`.
+- Assets: each target table is the Asset `iceberg://<catalog_name>/<namespace>/<db>__<table>`.
+  Which tables a source has is only known when the merge runs (the config holds patterns), so
+  the operator's outlet is the AssetAlias `logtide_iceberg_<source>`, through which it emits
+  one event per table the merge committed to; a DAG scheduled on the Asset runs after it.
+- `wait_for_high_watermarks`: the merge reads only what the landing zone has committed. A chunk
+  is reconciled once its HIGH watermark is below the committed frontier, so a merge started the
+  moment a dump ends would miss the dump's last chunks until the next merge. The dump DAGs
+  therefore wait until capture has landed the HIGH watermark of every table's last chunk.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import pyarrow.parquet as pq
+from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import Asset, AssetAlias, BaseHook
+from airflow.sdk.exceptions import AirflowFailException, AirflowNotFoundException, AirflowSkipException
+
+from capture.config import LogtideConfig, MergeConfig, load_config
+from capture.errors import LogtideError
+from capture.landing import LandingZone
+from capture.landing.chunks import read_chunk_meta
+from capture.landing.files import parse_segment_name
+from capture.landing.zone import folder_table, table_folder
+from capture.log import get_logger
+from capture.merge_submit import APPLICATION, build_merge_submit, merge_lock
+from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE
+from logtide_airflow.hooks import config_path
+
+log = get_logger(__name__)
+
+SPARK_CONNECTION = "spark_default"
+
+
+class LandingTimeoutError(LogtideError):
+    """Capture did not land a dump's watermarks in time (it is probably not running)."""
+
+
+def merge_config() -> tuple[str, LogtideConfig]:
+    """The config file tasks read, loaded without the sources' secrets: the merge never connects to them."""
+    path = config_path()
+    return path, load_config(path, require_env=False)
+
+
+# -- Assets ---------------------------------------------------------------------------------------
+
+
+def table_asset_uri(merge: MergeConfig, source: str, table: str) -> str:
+    """`iceberg://<catalog_name>/<namespace>/<db>__<table>`: the target table `merge` writes for `table`."""
+    schema, _, name = table.partition(".")
+    namespace = merge.namespace or source
+    return f"iceberg://{quote(merge.catalog_name, safe='')}/{quote(namespace, safe='')}/" + quote(
+        f"{schema}__{name}", safe=""
+    )
+
+
+def table_asset(merge: MergeConfig, source: str, table: str) -> Asset:
+    return Asset(table_asset_uri(merge, source, table))
+
+
+def merge_alias(source: str) -> AssetAlias:
+    """The outlet of a source's merge tasks; the Assets of the tables each run merged are attached to it."""
+    return AssetAlias(f"logtide_iceberg_{source}")
+
+
+# -- what the landing zone holds -------------------------------------------------------------------
+
+
+def landed_tables(zone: LandingZone) -> list[str]:
+    """`db.table` of every table with log events or dump chunks in the landing zone (what a merge can merge)."""
+    names = {f"{s}.{t}" for s, t in zone.tables()}
+    chunks = zone.root / "chunks"
+    if chunks.exists():
+        names |= {"{}.{}".format(*folder_table(p.name)) for dump in chunks.iterdir() for p in dump.iterdir()}
+    names.discard(f"{WATERMARK_SCHEMA}.{WATERMARK_TABLE}")
+    return sorted(names)
+
+
+def last_chunks(zone: LandingZone, dump_id: str, tables: Sequence[str]) -> dict[str, Any]:
+    """The chunk metadata (`ChunkMeta`) of the last chunk of each table of a finished dump."""
+    found = {}
+    for name in tables:
+        schema, _, table = name.partition(".")
+        files = sorted((zone.root / "chunks" / dump_id / table_folder(schema, table)).glob("*.parquet"))
+        if not files:
+            raise LandingTimeoutError(f"dump {dump_id} wrote no chunk of {name} in {zone.root / 'chunks'}")
+        found[name] = read_chunk_meta(files[-1])  # named <chunk:08d>.parquet: the last sorts last
+    return found
+
+
+class WatermarkLog:
+    """Watermark ids -> LSN, from the committed log of `logtide.watermarks`. Read newest file first
+    and each committed file once (committed files never change), so polling stays cheap."""
+
+    def __init__(self, zone: LandingZone) -> None:
+        self.zone = zone
+        self.folder = zone.log_dir / table_folder(WATERMARK_SCHEMA, WATERMARK_TABLE)
+        self.read: set[str] = set()
+        self.lsns: dict[str, int] = {}
+        self.frontier: int | None = None
+
+    def find(self, ids: set[str]) -> dict[str, int]:
+        checkpoint = self.zone.checkpoint()
+        if checkpoint is None:
+            return {}
+        self.frontier = checkpoint.frontier.encode()
+        files = []
+        if self.folder.exists():
+            for path in self.folder.iterdir():
+                span = parse_segment_name(path.name)
+                if span is not None and span[0] < self.frontier and path.name not in self.read:
+                    files.append((span[0], path))
+        for _, path in sorted(files, reverse=True):
+            if ids <= self.lsns.keys():
+                break
+            for event in pq.read_table(path, columns=["_lsn", "after"]).to_pylist():
+                if event["after"] is not None and int(event["_lsn"]) < self.frontier:
+                    self.lsns[event["after"]["watermark_id"]] = int(event["_lsn"])
+            self.read.add(path.name)
+        return {i: self.lsns[i] for i in ids if i in self.lsns}
+
+
+def wait_for_high_watermarks(
+    zone: LandingZone, dump_id: str, tables: Sequence[str], timeout_s: float, poll_s: float = 0.5
+) -> dict[str, dict[str, Any]]:
+    """Wait until the committed frontier is past the HIGH watermark of each table's last chunk of
+    `dump_id`; return per table its last chunk, that watermark's LSN and the frontier seen."""
+    chunks = last_chunks(zone, dump_id, tables)
+    wanted = {meta.high_id: name for name, meta in chunks.items()}
+    marks = WatermarkLog(zone)
+    began = time.monotonic()
+    while True:
+        found = marks.find(set(wanted))
+        if len(found) == len(wanted):
+            break
+        if time.monotonic() - began >= timeout_s:
+            name = next(wanted[i] for i in wanted if i not in found)
+            meta = chunks[name]
+            raise LandingTimeoutError(
+                f"capture for source {zone.source} has not landed HIGH watermark {meta.high_id} of {name} "
+                f"(chunk {meta.chunk} of dump {dump_id}) in {timeout_s:.0f} s (committed frontier "
+                f"{marks.frontier}): is `logtide capture --source {zone.source}` running? Start it, then clear "
+                "this task (merge.landed_timeout_s sets the wait)"
+            )
+        time.sleep(poll_s)
+    waited = round(time.monotonic() - began, 3)
+    result = {
+        name: {"chunk": meta.chunk, "high_lsn": found[meta.high_id], "frontier": marks.frontier}
+        for name, meta in chunks.items()
+    }
+    for name, seen in result.items():
+        log.info("merge.dump_landed", source=zone.source, dump_id=dump_id, table=name, waited_s=waited, **seen)
+    return result
+
+
+def check_tables(zone: LandingZone, tables: Sequence[str]) -> list[str]:
+    """The tables a merge run asks for, checked against the landing zone; none: every table that landed."""
+    landed = landed_tables(zone)
+    for name in tables:
+        if name not in landed:
+            raise LogtideError(
+                f"table {name} has nothing in the landing zone of source {zone.source} ({zone.root}): it is not "
+                f"captured, or nothing of it has landed yet; tables there: {', '.join(landed) or 'none'}"
+            )
+    return list(dict.fromkeys(tables)) if tables else landed
+
+
+# -- the operator ------------------------------------------------------------------------------------
+
+
+def _spark_connection_exists(conn_id: str) -> bool:
+    try:
+        BaseHook.get_connection(conn_id)
+    except AirflowNotFoundException:
+        return False
+    return True
+
+
+class LogtideMergeOperator(SparkSubmitOperator):
+    """Merge `tables` of `source` into Iceberg: spark-submit of spark_apps/merge.py.
+
+    `tables` (templated, or an upstream task's output) is a list of `db.table`; None merges
+    every table with landed data, an empty list skips. Returns the merge's JSON report and
+    emits an Asset event per table it committed to (through the AssetAlias of the source).
+    """
+
+    template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "source", "tables")
+    ui_color = "#e8dff5"
+
+    def __init__(self, *, source: str, tables: Any = None, conn_id: str = SPARK_CONNECTION, **kwargs: Any) -> None:
+        kwargs.setdefault("name", f"logtide-merge-{source}")
+        kwargs.setdefault("outlets", [merge_alias(source)])
+        super().__init__(application=str(APPLICATION), conn_id=conn_id, **kwargs)
+        self.source = source
+        self.tables = tables
+        self._fallback_master: str | None = None
+        self._lines: list[str] = []
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        try:
+            path, config = merge_config()
+            zone = LandingZone(config.landing.path, str(self.source))
+            tables = check_tables(zone, []) if self.tables is None else list(self.tables)
+            if not tables:
+                raise AirflowSkipException(f"nothing to merge for source {self.source}")
+            submit = build_merge_submit(config, str(self.source), tables, config_path=path)
+        except LogtideError as exc:
+            log.error("merge.refused", source=self.source, error=str(exc))
+            raise AirflowFailException(str(exc)) from exc
+        self.application = submit.application
+        self.application_args = submit.application_args
+        self.jars = ",".join(submit.jars) or None
+        self.packages = submit.packages
+        self.conf = {**submit.conf, **(self.conf or {})}
+        # the hook finds spark-submit on PATH: put this Python's (pyspark's) first
+        bin_dir = str(Path(sys.executable).parent)
+        path_var = f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
+        self.env_vars = {**submit.env, "PATH": path_var, **(self.env_vars or {})}
+        has_connection = _spark_connection_exists(self._conn_id)
+        self._fallback_master = None if has_connection else submit.master
+        log.info(
+            "merge.submit",
+            source=self.source,
+            tables=",".join(tables),
+            master=f"connection {self._conn_id}" if has_connection else f"{submit.master} (merge.spark_master)",
+            app=submit.application,
+        )
+        with merge_lock(config, str(self.source)):
+            super().execute(context)
+        summary = self._summary()
+        self._emit_assets(context, config.merge, tables, summary)
+        return summary or {"source": self.source, "tables": [{"table": t} for t in tables], "report_seen": False}
+
+    def _get_hook(self) -> SparkSubmitHook:
+        hook = super()._get_hook()
+        if self._fallback_master is not None:  # no spark_default connection: the config's master, not yarn
+            master = self._fallback_master
+            hook._connection["master"] = master
+            hook._is_yarn = "yarn" in master
+            hook._is_kubernetes = "k8s" in master
+            hook._should_track_driver_status = hook._resolve_should_track_driver_status()
+        process_log = hook._process_spark_submit_log
+
+        def keep_lines(lines: Iterator[Any]) -> None:
+            def tee() -> Iterator[Any]:
+                for line in lines:
+                    if line.startswith("{"):  # candidates for the report line; the hook logs every line
+                        self._lines.append(line.strip())
+                    yield line
+
+            process_log(tee())
+
+        hook._process_spark_submit_log = keep_lines  # type: ignore[method-assign]
+        return hook
+
+    def _summary(self) -> dict[str, Any] | None:
+        """The JSON line spark_apps/merge.py prints at the end (client mode: the driver's stdout)."""
+        for line in reversed(self._lines):
+            if line.startswith("{"):
+                try:
+                    data = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(data, dict) and "tables" in data and data.get("source") == self.source:
+                    return data
+        return None
+
+    def _emit_assets(self, context: Any, merge: MergeConfig, tables: list[str], summary: dict[str, Any] | None) -> None:
+        alias = context["outlet_events"][merge_alias(str(self.source))]
+        if summary is None:  # e.g. cluster deploy mode: the report stays with the driver
+            reports = [{"table": t} for t in tables]
+        else:
+            reports = [r for r in summary.get("tables", []) if "skipped" not in r]
+        for report in reports:
+            extra = {"source": str(self.source), "table": report["table"]}
+            for key in ("frontier", "added_records", "deleted_records", "total_records"):
+                if key in report:
+                    extra[key] = int(report[key])
+            uri = table_asset_uri(merge, str(self.source), report["table"])
+            alias.add(Asset(uri), extra=extra)
+            log.info("merge.asset_event", asset=uri, **extra)

@@ -1,0 +1,227 @@
+"""`logtide status` against a real MariaDB (and PostgreSQL) with the capture service running: lag,
+dump progress, and the applied frontier read from Iceberg tables a real merge wrote."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from capture.dump.control import DumpSettings
+from capture.dump.engine import DumpEngine, DumpRequest
+from capture.dump.progress import dump_dir
+from capture.sources import open_chunk_source
+from capture.status import collect, render
+from tests.conftest import ROOT
+from tests.integration.dumping import wait_until_landed
+from tests.integration.postgres.conftest import make_pg_capture, pg_database  # noqa: F401 - fixtures
+from tests.servers import free_port, wait_for
+from tests.spark.conftest import catalogs, iceberg_dir, merge_config, spark  # noqa: F401 - fixtures (Spark test)
+
+pytestmark = pytest.mark.integration
+
+
+def _cli(config: Path, *args: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "capture.cli", "--config", str(config), *args]
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+
+def _status(config: Path) -> dict:
+    result = _cli(config, "status", "--json")
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)[0]
+
+
+def _insert_each_in_its_own_transaction(mariadb, database: str, first: int, count: int) -> None:
+    with mariadb.connect(database) as conn, conn.cursor() as cur:
+        for n in range(first, first + count):
+            cur.execute("INSERT INTO t (id, v) VALUES (%s, %s)", (n, n))
+
+
+def test_lag_grows_while_capture_is_stopped_and_returns_to_zero(mariadb, database, make_capture):
+    mariadb.execute("CREATE TABLE t (id INT PRIMARY KEY, v INT)", database=database)
+    capture = make_capture([f"{database}.*"]).start()
+    capture.wait_running()
+    _insert_each_in_its_own_transaction(mariadb, database, 1, 5)
+    wait_until_landed(mariadb, capture)
+    caught_up = _status(capture.config_path)
+    assert caught_up["lag"]["bytes"] == 0 and caught_up["lag"]["transactions"] == 0
+    assert caught_up["lag"]["lag_s"] == 0.0 and caught_up["lag"]["last_commit_at"] is not None
+    assert caught_up["events_by_table"] == {f"{database}.t": 5}
+    port = capture.config.source("src").metrics.port  # the instance's own view: it leads, with that epoch
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as response:
+        health = json.loads(response.read())
+    assert health["leader"] is True and health["epoch"] == caught_up["epoch"] and health["lag_s"] == 0.0
+    assert health["instance"].endswith(f":{capture.process.pid}")
+
+    assert capture.stop() == 0
+    _insert_each_in_its_own_transaction(mariadb, database, 100, 40)
+    time.sleep(1.2)  # the binlog's commit times have a resolution of one second
+    behind = _status(capture.config_path)
+    lag = behind["lag"]
+    assert lag["bytes"] > 40 * 50 and lag["transactions"] == 40
+    assert lag["lag_s"] >= 1.0 and lag["lag_s"] == lag["since_last_commit_s"]
+    text = _cli(capture.config_path, "status").stdout
+    assert f"lag {lag['bytes']} bytes, 40 transactions" in text
+
+    capture.start()
+    capture.wait_events(database, "t", 45)
+    wait_until_landed(mariadb, capture)
+    again = _status(capture.config_path)["lag"]
+    assert again["bytes"] == 0 and again["transactions"] == 0 and again["lag_s"] == 0.0
+    capture.stop()
+
+
+def test_status_without_the_database_still_shows_the_landing_zone(mariadb, database, make_capture, tmp_path):
+    mariadb.execute("CREATE TABLE t (id INT PRIMARY KEY, v INT)", database=database)
+    capture = make_capture([f"{database}.*"]).start()
+    capture.wait_running()
+    _insert_each_in_its_own_transaction(mariadb, database, 1, 3)
+    wait_until_landed(mariadb, capture)
+    capture.stop()
+    config = yaml.safe_load(capture.config_path.read_text())
+    config["sources"]["src"]["port"] = free_port()  # nothing listens there
+    path = tmp_path / "unreachable.yaml"
+    path.write_text(yaml.safe_dump(config))
+    report = _status(path)
+    assert report["lag"]["error"].startswith("database unreachable")
+    assert report["frontier"] == capture.zone.checkpoint().frontier.encode()
+    assert report["events_by_table"] == {f"{database}.t": 3}
+    text = _cli(path, "status")
+    assert text.returncode == 0 and "database unreachable" in text.stdout and "frontier" in text.stdout
+
+
+def test_dump_progress_while_running_paused_killed_and_finished(mariadb, database, make_capture):
+    mariadb.execute(
+        "CREATE TABLE t (id INT PRIMARY KEY, v INT)",
+        "INSERT INTO t SELECT seq, seq FROM seq_1_to_400",
+        database=database,
+    )
+    capture = make_capture([f"{database}.*"]).start()
+    capture.wait_running()
+    table = f"{database}.t"
+    cmd = [
+        *(sys.executable, "-m", "capture.cli", "--config", str(capture.config_path), "dump", "--source", "src"),
+        *("--table", table, "--chunk-size", "10", "--delay", "0.1", "--dump-id", "watched"),
+    ]
+    run = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        record = dump_dir(capture.zone, "watched") / "dump.json"
+        wait_for(
+            lambda: record.exists() and json.loads(record.read_text())["tables"][table].get("chunks", 0) >= 3,
+            60,
+            what="3 chunks",
+        )
+        dump = _status(capture.config_path)["dumps"][0]
+        progress = dump["tables"][table]
+        assert dump["dump_id"] == "watched" and dump["state"] == "running" and dump["pid"] == run.pid
+        assert progress["of_about"] == 40 and 3 <= progress["chunks"] < 40
+        assert 0 < progress["percent"] < 100 and progress["eta_s"] > 0 and not progress["done"]
+
+        control = ("dump-control", "--source", "src", "--dump-id", "watched")
+        assert _cli(capture.config_path, *control, "pause").returncode == 0
+        wait_for(lambda: _status(capture.config_path)["dumps"][0]["state"] == "paused", 30, what="paused")
+        assert _cli(capture.config_path, *control, "resume").returncode == 0
+        wait_for(
+            lambda: json.loads(record.read_text())["tables"][table].get("chunks", 0) >= progress["chunks"] + 2,
+            60,
+            what="2 more chunks",
+        )
+        run.send_signal(signal.SIGKILL)
+        run.wait()
+    finally:
+        run.kill()
+    dead = _status(capture.config_path)["dumps"][0]
+    assert dead["state"] == "failed" and "process is gone" in dead["error"]
+
+    rerun = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert rerun.returncode == 0, rerun.stderr
+    done = _status(capture.config_path)["dumps"][0]
+    assert done["state"] == "finished" and done["rows"] == 400 and done["tables_done"] == 1
+    assert done["tables"][table]["percent"] == 100.0 and done["tables"][table]["done"]
+    text = _cli(capture.config_path, "status").stdout
+    assert "watched  finished  1/1 tables  400 rows" in text
+    capture.stop()
+
+
+def test_postgres_lag_is_the_slots_unconfirmed_wal(postgres, request):
+    db, make = request.getfixturevalue("pg_database"), request.getfixturevalue("make_pg_capture")
+    postgres.execute("CREATE TABLE t (id INT PRIMARY KEY, v INT)", database=db)
+    capture = make(["public.*"]).start()
+    capture.wait_running()
+    postgres.execute("INSERT INTO t VALUES (1, 1)", database=db)
+    capture.wait_events("public", "t", 1)
+    capture.stop()
+    postgres.execute(*(f"INSERT INTO t VALUES ({n}, {n})" for n in range(2, 42)), database=db)
+    behind = _status(capture.config_path)["lag"]
+    assert behind["bytes"] > 40 * 50 and behind["slot"] and behind["lag_s"] > 0
+
+    capture.start()
+    capture.wait_events("public", "t", 41)
+
+    def caught_up() -> bool:
+        return _status(capture.config_path)["lag"]["bytes"] < 1024  # the server keeps writing a little WAL
+
+    wait_for(caught_up, 30, interval=0.5, what="the slot to confirm what landed")
+    capture.stop()
+
+
+# -- the applied frontier, read from Iceberg tables a real merge wrote (needs Spark) ------------
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("kind", ["hadoop", "jdbc"])
+def test_applied_frontier_is_read_from_iceberg_metadata(mariadb, database, make_capture, request, kind):
+    session, with_merge = request.getfixturevalue("spark"), request.getfixturevalue("merge_config")
+    from spark_apps.merge import applied_frontier, run_merge
+
+    mariadb.execute(
+        "CREATE TABLE kv (k INT PRIMARY KEY, v INT)",
+        "INSERT INTO kv SELECT seq, seq FROM seq_1_to_30",
+        database=database,
+    )
+    capture = make_capture([f"{database}.*"]).start()
+    capture.wait_running()
+    config = with_merge(capture.config, kind)
+    source = open_chunk_source("src", config.source("src"))
+    try:
+        DumpEngine(source, capture.zone).run(
+            DumpRequest(tables=[f"{database}.kv"], settings=DumpSettings(chunk_size=8))
+        )
+    finally:
+        source.close()
+    wait_until_landed(mariadb, capture)
+    before = collect(config, ["src"])[0]["targets"]
+    assert before == [
+        {
+            "table": f"{database}.kv",
+            "target": f"{config.merge.catalog_name}.{database}.{database}__kv",
+            "applied": None,
+            "note": "not merged yet",
+        }
+    ]
+
+    merged = run_merge(session, config, "src")["frontier"]
+    target = collect(config, ["src"])[0]["targets"][0]
+    name = f"`{config.merge.catalog_name}`.`{database}`.`{database}__kv`"
+    assert target["applied"] == merged == applied_frontier(session, name) > 0
+    assert target["events_behind"] == 0
+
+    mariadb.execute("INSERT INTO kv VALUES (100, 1)", "UPDATE kv SET v = 0 WHERE k = 3", database=database)
+    mariadb.execute("DELETE FROM kv WHERE k = 4", database=database)
+    wait_until_landed(mariadb, capture)
+    behind = collect(config, ["src"])[0]["targets"][0]
+    assert behind["applied"] == merged and behind["events_behind"] == 3 and behind["landed"] > merged
+    assert "3 landed events not applied" in render(collect(config, ["src"]))
+
+    again = run_merge(session, config, "src")["frontier"]
+    after = collect(config, ["src"])[0]["targets"][0]
+    assert after["applied"] == again == applied_frontier(session, name) and after["events_behind"] == 0
+    capture.stop()

@@ -1,0 +1,79 @@
+"""The spark-submit command of the merge, as `logtide merge` and the Airflow operator build it."""
+
+from __future__ import annotations
+
+import pytest
+
+from capture.config import parse_config
+from capture.errors import ConfigError
+from capture.merge_submit import APPLICATION, build_merge_submit, merge_lock
+
+pytestmark = pytest.mark.unit
+
+
+def _config(tmp_path, **merge):
+    data = {
+        "landing": {"path": str(tmp_path / "landing")},
+        "sources": {"shop": {"kind": "mariadb", "user": "u", "server_id": 1}},
+        "merge": {"jars_dir": str(tmp_path / "jars"), **merge},
+    }
+    return parse_config(data)
+
+
+def test_the_command_carries_jars_settings_and_the_tables(tmp_path):
+    (tmp_path / "jars").mkdir()
+    for name in ("b.jar", "a.jar", "notes.txt"):
+        (tmp_path / "jars" / name).write_text("")
+    config = _config(tmp_path, spark_master="local[3]", spark_conf={"spark.driver.memory": "2g"})
+    submit = build_merge_submit(config, "shop", ["shop.orders", "shop.lines"], config_path=tmp_path / "c.yaml")
+    jars = f"{tmp_path / 'jars' / 'a.jar'},{tmp_path / 'jars' / 'b.jar'}"
+    assert submit.command("spark-submit") == [
+        "spark-submit",
+        "--master",
+        "local[3]",
+        "--jars",
+        jars,
+        "--conf",
+        "spark.driver.memory=2g",
+        str(APPLICATION),
+        "--source",
+        "shop",
+        "--config",
+        str(tmp_path / "c.yaml"),
+        "--table",
+        "shop.orders",
+        "--table",
+        "shop.lines",
+    ]
+    assert build_merge_submit(config, "shop", master="yarn").master == "yarn"
+
+
+def test_packages_replace_the_jars(tmp_path):
+    config = _config(tmp_path, spark_conf={"spark.jars.packages": "org.apache.iceberg:x:1"})
+    submit = build_merge_submit(config, "shop")
+    assert submit.jars == [] and submit.conf == {}
+    assert submit.command("s")[:5] == ["s", "--master", "local[2]", "--packages", "org.apache.iceberg:x:1"]
+
+
+def test_refusals_name_the_problem(tmp_path):
+    config = _config(tmp_path)
+    with pytest.raises(ConfigError, match=r"no jars in .*jars \(merge.jars_dir\): run scripts/jars.sh"):
+        build_merge_submit(config, "shop")
+    (tmp_path / "jars").mkdir()
+    (tmp_path / "jars" / "a.jar").write_text("")
+    with pytest.raises(ConfigError, match=r"no source named 'nope' in the configuration \(known: shop\)"):
+        build_merge_submit(config, "nope")
+    with pytest.raises(ConfigError, match=r"table 'orders' must be given as database\.table"):
+        build_merge_submit(config, "shop", ["orders"])
+
+
+def test_one_merge_of_a_source_at_a_time(tmp_path):
+    import fcntl
+
+    config = _config(tmp_path)
+    with merge_lock(config, "shop"):
+        lock = tmp_path / "landing" / "shop" / "merge.lock"
+        with open(lock) as other, pytest.raises(BlockingIOError):
+            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    with open(lock) as other:
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released
