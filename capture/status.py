@@ -129,20 +129,6 @@ def lag_status(name: str, source: SourceConfig, zone: LandingZone, checkpoint: C
     return report
 
 
-def binlog_distance(logs: list[tuple[str, int]], start: tuple[str, int], end: tuple[str, int]) -> int | None:
-    """Bytes of binlog from `start` to `end` (file, pos), across files; None when `start`'s file is gone."""
-    names = [n for n, _ in logs]
-    if start[0] not in names or end[0] not in names:
-        return None
-    first, last = names.index(start[0]), names.index(end[0])
-    if first == last:
-        return max(0, end[1] - start[1])
-    if first > last:
-        return 0
-    sizes = dict(logs)
-    return sizes[start[0]] - start[1] + sum(sizes[n] for n in names[first + 1 : last]) + end[1]
-
-
 def gtid_distance(server: str, landed: str) -> int:
     """Transactions the server has past `landed`, summed over replication domains (MariaDB GTIDs)."""
 
@@ -159,6 +145,7 @@ def gtid_distance(server: str, landed: str) -> int:
 
 def _mysql_lag(source: SourceConfig, resume: dict[str, Any]) -> dict[str, Any]:
     from capture.sources.mysql.connection import connect, query
+    from capture.sources.mysql.source import binlog_distance
 
     with connect(source) as conn:
         status = query(conn, "SHOW MASTER STATUS")

@@ -7,6 +7,11 @@ leaves files past the old frontier, which the next start deletes and reads again
 
 A transaction too large for memory is spilled: its events are written as files past the
 frontier before it commits, and become committed when the checkpoint after it is written.
+
+Events arrive either as `Change` rows (MySQL/MariaDB) or already as Arrow columns
+(`ColumnBatch`, PostgreSQL): a buffer keeps what it got, one piece per batch, and a file is
+the concatenation of its pieces, so columns built by a reader are never turned into Python
+values and back.
 """
 
 from __future__ import annotations
@@ -15,15 +20,21 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from itertools import chain
 from operator import itemgetter
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from capture.events import (
     LSN_ARROW_TYPE,
+    MINOR_BITS,
+    Change,
     ChangeBatch,
     Lsn,
+    Op,
     SchemaChange,
     TableSchema,
     TransactionEnd,
@@ -109,12 +120,113 @@ def events_table(table: TableSchema, rows: list[tuple[Any, ...]]) -> pa.Table:
     if any(missing):
         arrays.append(pa.array([list(m) if m else None for m in missing], MISSING_FIELD.type))
         fields.append(MISSING_FIELD)
-    metadata = {
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields, metadata=_file_metadata(table)))
+
+
+def _file_metadata(table: TableSchema) -> dict[str, str]:
+    return {
         "logtide.table": table.qualified_name,
         "logtide.key": ",".join(table.key),
         "logtide.fingerprint": table.fingerprint,
     }
-    return pa.Table.from_arrays(arrays, schema=pa.schema(fields, metadata=metadata))
+
+
+_INDEX_TYPE = pa.decimal128(19, 0)  # a minor index; + a decimal128(37, 0) base gives LSN_ARROW_TYPE
+_indexes: list[pa.Array] = [pa.array([], _INDEX_TYPE)]
+
+
+def _index_range(count: int) -> pa.Array:
+    """0..count-1 as decimals, sliced from a cached array (building it per batch would cost more
+    than everything else the LSN column needs)."""
+    if len(_indexes[0]) < count:
+        _indexes[0] = pa.array(range(max(count, 2 * len(_indexes[0]))), pa.int64()).cast(_INDEX_TYPE)
+    return _indexes[0].slice(0, count)
+
+
+def lsn_column(major: int, first_minor: int, count: int) -> pa.Array:
+    """The encoded LSNs (major, first_minor + i) for i < count, as `_lsn` stores them."""
+    if first_minor < 0 or first_minor + count > 1 << MINOR_BITS:
+        raise ValueError(f"LSN minor {first_minor + count - 1} out of range")
+    base = pa.scalar(Decimal(major << MINOR_BITS | first_minor), pa.decimal128(37, 0))
+    return pc.add(_index_range(count), base).cast(LSN_ARROW_TYPE)
+
+
+class ColumnBatch(ChangeBatch):
+    """A ChangeBatch whose changes are already Arrow columns laid out as the event files store
+    them (`events`: _lsn, _op, before, after, and _missing when some change has missing columns).
+    The writer appends them as they are; `changes` rebuilds `Change` rows for anyone else."""
+
+    __slots__ = ("events",)
+
+    def __init__(self, table: TableSchema, txid: str, commit_ts: datetime, watermark: bool, events: pa.Table) -> None:
+        self.table, self.txid, self.commit_ts, self.watermark = table, txid, commit_ts, watermark
+        self.events = events
+
+    @property  # type: ignore[override]
+    def changes(self) -> list[Change]:
+        events = self.events
+        missing = events["_missing"].to_pylist() if "_missing" in events.column_names else [None] * len(events)
+        return [
+            Change(
+                Lsn.decode(int(lsn)),
+                Op(op),
+                None if before is None else tuple(before.values()),
+                None if after is None else tuple(after.values()),
+                tuple(gone or ()),
+            )
+            for lsn, op, before, after, gone in zip(
+                events["_lsn"].to_pylist(),
+                events["_op"].to_pylist(),
+                events["before"].to_pylist(),
+                events["after"].to_pylist(),
+                missing,
+                strict=True,
+            )
+        ]
+
+
+def column_batch(
+    table: TableSchema,
+    txid: str,
+    commit_ts: datetime,
+    watermark: bool,
+    lsn_major: int,
+    first_minor: int,
+    ops: pa.Array,
+    before: pa.Array,
+    after: pa.Array,
+    missing: pa.Array | None = None,
+) -> ColumnBatch:
+    """A ColumnBatch of len(ops) changes numbered (lsn_major, first_minor + i); `before`/`after`
+    are StructArrays of `table.row_type` (null rows where an operation has no image), `missing`
+    a list<string> array or None when no change misses a column."""
+    count = len(ops)
+    arrays = [lsn_column(lsn_major, first_minor, count), ops, before, after]
+    names = ["_lsn", "_op", "before", "after"]
+    if missing is not None:
+        arrays.append(missing)
+        names.append("_missing")
+    return ColumnBatch(table, txid, commit_ts, watermark, pa.Table.from_arrays(arrays, names=names))
+
+
+def _envelope(piece: pa.Table, txid: str, commit_ts: datetime, watermark: bool) -> pa.Table:
+    """A ColumnBatch's columns completed with the per-batch constants, in the file layout."""
+    count = len(piece)
+    micros = None if commit_ts is None else (commit_ts - _EPOCH) // _MICROSECOND
+    arrays = [
+        piece["_lsn"],
+        piece["_op"],
+        pa.repeat(pa.scalar(txid, pa.string()), count),
+        pa.repeat(pa.scalar(micros, UTC_MICROS), count),
+        pa.repeat(pa.scalar(watermark, pa.bool_()), count),
+        piece["before"],
+        piece["after"],
+    ]
+    names = [f.name for f in ENVELOPE] + ["before", "after"]
+    if "_missing" in piece.column_names:
+        arrays.append(piece["_missing"])
+        names.append(MISSING_FIELD.name)
+    return pa.Table.from_arrays(arrays, names=names)
 
 
 def table_schema_record(lsn: Lsn, txid: str, ts: Any, table: TableSchema) -> tuple[Any, ...]:
@@ -133,19 +245,64 @@ def table_schema_record(lsn: Lsn, txid: str, ts: Any, table: TableSchema) -> tup
     )
 
 
+@dataclass(slots=True)
+class _Piece:
+    """What one add() buffered: event tuples (MySQL/MariaDB changes, schema-history records) or
+    the Arrow columns of a ColumnBatch, already in the file layout."""
+
+    count: int
+    first: int  # encoded LSN of its first event
+    last: int  # ... and of its last
+    rows: list[tuple[Any, ...]] | None = None
+    columns: pa.Table | None = None
+
+
 @dataclass
 class _Buffer:
     folder: str
     table: TableSchema | None  # None: the schema history
-    rows: list[tuple[Any, ...]] = field(default_factory=list)
-    committed: int = 0  # rows[:committed] belong to finished transactions
+    pieces: list[_Piece] = field(default_factory=list)
+    committed: int = 0  # pieces[:committed] belong to finished transactions
 
-    def to_arrow(self, rows: list[tuple[Any, ...]]) -> pa.Table:
+    def to_arrow(self, pieces: list[_Piece]) -> pa.Table:
         if self.table is None:
+            rows = list(chain.from_iterable(p.rows or () for p in pieces))
             return pa.Table.from_pylist(
                 [dict(zip(SCHEMA_HISTORY_SCHEMA.names, r, strict=True)) for r in rows], SCHEMA_HISTORY_SCHEMA
             )
-        return events_table(self.table, rows)
+        return _file_table(self.table, pieces)
+
+
+def _file_table(table: TableSchema, pieces: list[_Piece]) -> pa.Table:
+    """One file's events: runs of tuple pieces converted at once, column pieces as they are."""
+    parts: list[pa.Table] = []
+    rows: list[tuple[Any, ...]] = []
+    for piece in pieces:
+        if piece.rows is not None:
+            rows.extend(piece.rows)
+            continue
+        if rows:
+            parts.append(events_table(table, rows))
+            rows = []
+        parts.append(piece.columns)
+    if rows:
+        parts.append(events_table(table, rows))
+    if len(parts) == 1 and parts[0].schema.metadata:  # built by events_table: complete
+        return parts[0]
+    missing = any(MISSING_FIELD.name in part.column_names for part in parts)
+    fields = [*ENVELOPE, pa.field("before", table.row_type), pa.field("after", table.row_type)]
+    if missing:
+        fields.append(MISSING_FIELD)
+    columns = []
+    for f in fields:
+        chunks = []
+        for part in parts:
+            if f.name in part.column_names:
+                chunks.extend(part[f.name].chunks)
+            else:  # _missing: absent where no event of the part misses a column
+                chunks.append(pa.nulls(len(part), f.type))
+        columns.append(pa.chunked_array(chunks, f.type))
+    return pa.Table.from_arrays(columns, schema=pa.schema(fields, metadata=_file_metadata(table)))
 
 
 class LogWriter:
@@ -188,25 +345,37 @@ class LogWriter:
         return buffer
 
     def _append(self, buffer: _Buffer, row: tuple[Any, ...]) -> None:
-        buffer.rows.append(row)
+        buffer.pieces.append(_Piece(1, row[0], row[0], rows=[row]))
         self._rows += 1
 
     def add(self, batch: ChangeBatch) -> None:
-        if not batch.changes:
-            return
+        if isinstance(batch, ColumnBatch):
+            count = batch.events.num_rows
+            if not count:
+                return
+            lsns = batch.events["_lsn"]
+            first, last = int(lsns[0].as_py()), int(lsns[-1].as_py())
+            piece = _Piece(
+                count, first, last, columns=_envelope(batch.events, batch.txid, batch.commit_ts, batch.watermark)
+            )
+        else:
+            if not batch.changes:
+                return
+            txid, ts, watermark = batch.txid, batch.commit_ts, batch.watermark
+            rows = [
+                (c.lsn.encode(), c.op.value, txid, ts, watermark, c.before, c.after, c.missing) for c in batch.changes
+            ]
+            piece = _Piece(len(rows), rows[0][0], rows[-1][0], rows=rows)
         table = batch.table
         folder = table_folder(table.schema, table.table)
         if self._fingerprints.get(folder) != table.fingerprint:
             self._fingerprints[folder] = table.fingerprint
             history = self._buffer(SCHEMA_HISTORY, "", None)
-            self._append(history, table_schema_record(batch.changes[0].lsn, batch.txid, batch.commit_ts, table))
+            self._append(history, table_schema_record(Lsn.decode(piece.first), batch.txid, batch.commit_ts, table))
         buffer = self._buffer(folder, table.fingerprint, table)
-        txid, ts, watermark = batch.txid, batch.commit_ts, batch.watermark
-        buffer.rows.extend(
-            [(c.lsn.encode(), c.op.value, txid, ts, watermark, c.before, c.after, c.missing) for c in batch.changes]
-        )
-        self._rows += len(batch.changes)
-        self._open_events += len(batch.changes)
+        buffer.pieces.append(piece)
+        self._rows += piece.count
+        self._open_events += piece.count
 
     def add_schema_change(self, change: SchemaChange) -> None:
         history = self._buffer(SCHEMA_HISTORY, "", None)
@@ -229,7 +398,7 @@ class LogWriter:
     def end_transaction(self, end: TransactionEnd) -> None:
         for key in self._touched:
             buffer = self._buffers[key]
-            buffer.committed = len(buffer.rows)
+            buffer.committed = len(buffer.pieces)
         self._touched.clear()
         self._finished_events += self._open_events
         self._open_events = 0
@@ -263,23 +432,23 @@ class LogWriter:
 
     def _spill(self) -> None:
         self._guard()
-        self._write(lambda b: len(b.rows))
+        self._write(lambda b: len(b.pieces))
 
     def _write(self, count: Callable[[_Buffer], int]) -> None:
         folders = set()
         for key, buffer in list(self._buffers.items()):
             n = count(buffer)
             if n:
-                rows = buffer.rows[:n]
+                pieces = buffer.pieces[:n]
                 folder = self.zone.folder(buffer.folder)
                 folder.mkdir(parents=True, exist_ok=True)
-                path = folder / segment_name(rows[0][0], rows[-1][0])
-                write_parquet_atomic(buffer.to_arrow(rows), path, self.zone.staging)
+                path = folder / segment_name(pieces[0].first, pieces[-1].last)
+                write_parquet_atomic(buffer.to_arrow(pieces), path, self.zone.staging)
                 folders.add(folder)
-                del buffer.rows[:n]
-                self._rows -= n
+                del buffer.pieces[:n]
+                self._rows -= sum(p.count for p in pieces)
             buffer.committed = 0
-            if not buffer.rows:
+            if not buffer.pieces:
                 del self._buffers[key]
                 self._touched.discard(key)
         for folder in folders:

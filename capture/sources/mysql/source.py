@@ -13,7 +13,21 @@ from capture.errors import CheckpointPurgedError, PositionWentBackwardsError, Pr
 from capture.events import LogItem, Lsn
 from capture.sources.mysql.connection import connect, connection_settings, query
 from capture.sources.mysql.preflight import preflight
-from capture.sources.mysql.reader import BinlogReader, position_lsn
+from capture.sources.mysql.reader import BinlogReader, file_number, position_lsn
+
+
+def binlog_distance(logs: list[tuple[str, int]], start: tuple[str, int], end: tuple[str, int]) -> int | None:
+    """Bytes of binlog from `start` to `end` (file, pos), across files; None when `start`'s file is gone."""
+    names = [n for n, _ in logs]
+    if start[0] not in names or end[0] not in names:
+        return None
+    first, last = names.index(start[0]), names.index(end[0])
+    if first == last:
+        return max(0, end[1] - start[1])
+    if first > last:
+        return 0
+    sizes = dict(logs)
+    return sizes[start[0]] - start[1] + sum(sizes[n] for n in names[first + 1 : last]) + end[1]
 
 
 class MySqlSource:
@@ -65,17 +79,18 @@ class MySqlSource:
         """Nothing to tell the server: a binlog reader keeps no position there."""
 
     def lag_bytes(self, position: Lsn) -> int | None:
+        """Bytes of binlog past `position`, across file rotations; None when its file is gone."""
         if self._lag_conn is None:
             self._lag_conn = pymysql.connect(**connection_settings(self.config), autocommit=True)
         try:
-            server = position_lsn(*self._server_position(self._lag_conn))
+            logs = [(str(r[0]), int(r[1])) for r in query(self._lag_conn, "SHOW BINARY LOGS")]
+            end = self._server_position(self._lag_conn)
         except pymysql.MySQLError:
             self._lag_conn.close()
             self._lag_conn = None
             raise
-        if server.major >> 32 != position.major >> 32:
-            return None  # different binlog files: not comparable in bytes
-        return max(0, (server.major - position.major))
+        start = next((name for name, _ in logs if file_number(name) == position.major >> 32), None)
+        return None if start is None else binlog_distance(logs, (start, position.major & 0xFFFFFFFF), end)
 
     def retained_bytes(self) -> None:
         """The binlog is kept by the server's own expiry settings, not for a reader."""

@@ -14,17 +14,28 @@ from capture.events import Column, TableSchema
 from capture.sources.postgres.connection import query
 from capture.sources.postgres.types import ColumnBuilder, TypeInfo, builder, column_type, select_as_text
 
-COLUMNS_SQL = (
-    "SELECT a.attname, a.atttypid, a.atttypmod, format_type(a.atttypid, a.atttypmod), a.attnotnull"
-    " FROM pg_attribute a WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''"
-    " ORDER BY a.attnum"
-)
 KEY_SQL = (
     "SELECT i.indisprimary, i.indexrelid, array_agg(a.attname ORDER BY k.n), bool_and(a.attnotnull)"
     " FROM pg_index i CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, n)"
     " JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum"
     " WHERE i.indrelid = %s AND i.indisunique AND i.indisvalid AND i.indpred IS NULL AND i.indexprs IS NULL"
     " GROUP BY i.indisprimary, i.indexrelid ORDER BY i.indisprimary DESC, i.indexrelid"
+)
+# relation, columns and key candidates in ONE round trip (a dump re-reads them after every chunk)
+DESCRIBE_SQL = (
+    "SELECT c.oid,"
+    " (SELECT json_agg(json_build_array(a.attname, a.atttypid, a.atttypmod, format_type(a.atttypid, a.atttypmod),"
+    "  a.attnotnull) ORDER BY a.attnum) FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0"
+    "  AND NOT a.attisdropped AND a.attgenerated = ''),"
+    " (SELECT json_agg(json_build_array(k.columns, k.not_null) ORDER BY k.indisprimary DESC, k.indexrelid) FROM ("
+    "  SELECT i.indisprimary, i.indexrelid, array_agg(a.attname ORDER BY k.n) AS columns,"
+    "  bool_and(a.attnotnull) AS not_null"
+    "  FROM pg_index i CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, n)"
+    "  JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum"
+    "  WHERE i.indrelid = c.oid AND i.indisunique AND i.indisvalid AND i.indpred IS NULL AND i.indexprs IS NULL"
+    "  GROUP BY i.indisprimary, i.indexrelid) k)"
+    " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+    " WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p')"
 )
 TYPE_SQL = (
     "SELECT t.oid, t.typname, t.typtype, t.typelem, t.typbasetype, t.typtypmod, t.typcategory"
@@ -95,17 +106,25 @@ def describe(
 ) -> tuple[TableSchema, list[ColumnBuilder], list[bool]]:
     """Schema of `schema.table`, a builder per column and whether a SELECT must cast it to
     text (`types.select_as_text`); DumpInputError if it cannot be dumped."""
-    oid = relation_oid(conn, schema, table)
-    if oid is None:
+    return described(types, schema, table, query(conn, DESCRIBE_SQL, (schema, table)))
+
+
+def described(
+    types: TypeCatalog, schema: str, table: str, rows: list[tuple[Any, ...]]
+) -> tuple[TableSchema, list[ColumnBuilder], list[bool]]:
+    """`describe` from the rows of DESCRIBE_SQL (which a caller may have sent along with other
+    statements in one round trip)."""
+    if not rows:
         raise DumpInputError(f"table {schema}.{table} does not exist (or the dump user may not see it)")
+    _oid, attributes, candidates = rows[0]
     columns, builders, as_text = [], [], []
-    for name, type_oid, typmod, source_type, _not_null in query(conn, COLUMNS_SQL, (oid,)):
+    for name, type_oid, typmod, source_type, _not_null in attributes or ():
         info = types.info(type_oid, typmod)
         arrow_type, _ = column_type(info)
         columns.append(Column(name, arrow_type, source_type))
         builders.append(builder(info))
         as_text.append(select_as_text(info))
-    key = dump_key(conn, oid)
+    key = next((tuple(names) for names, not_null in candidates or () if not_null), ())
     if not key:
         raise DumpInputError(
             f"table {schema}.{table} has no primary key and no UNIQUE index on NOT NULL columns (without "

@@ -1,8 +1,10 @@
 """PostgreSQL as a `ChunkSource`: the watermark table and keyset chunk reads.
 
-Every column is fetched as its text form (`column::text`, except the string types psycopg2
-hands over as text anyway, in C) and parsed column by column by the same builders the log
-uses (`types`), so chunk rows and log rows are equal values and the driver converts nothing.
+Every column is fetched as its text form (`column::text`, except the string types whose text
+is their value anyway) through `COPY (SELECT ...) TO STDOUT (FORMAT csv)`: Arrow's CSV reader
+splits it into one string array per column in C, and the same builders the log uses (`types`)
+parse them column by column, so chunk rows and log rows are equal values and no Python object
+is made per value. The connection's client encoding is UTF-8 (what Arrow reads).
 
 One connection, autocommit: a watermark write commits before the next statement. Each chunk
 is read in a transaction of its own (REPEATABLE READ, READ ONLY) begun after LOW committed,
@@ -10,24 +12,28 @@ so its snapshot is fresh; the transaction also records that snapshot
 (`pg_current_snapshot()`), which tells which transactions the chunk could not see (see
 README, "PostgreSQL: visibility and WAL order"). Plain SELECTs only: no LOCK TABLE, no FOR
 UPDATE/SHARE.
+
+Round trips per chunk: LOW (WAL position and upsert in one statement), BEGIN + snapshot, the
+COPY, COMMIT + the catalog re-check the engine asks for next (one `describe` query), HIGH.
 """
 
 from __future__ import annotations
 
-from operator import itemgetter
+import io
 from typing import Any
 
 import psycopg2
 import psycopg2.errors
 import psycopg2.extensions
 import pyarrow as pa
+import pyarrow.csv as pacsv
 
 from capture.config import SourceConfig
 from capture.errors import DumpInputError
 from capture.events import Lsn, Row, TableSchema
 from capture.log import get_logger
 from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE, Watermark
-from capture.sources.postgres.catalog import TypeCatalog, base_tables, describe, relation_oid
+from capture.sources.postgres.catalog import DESCRIBE_SQL, TypeCatalog, base_tables, described, relation_oid
 from capture.sources.postgres.connection import connect, parse_lsn, query, translate
 from capture.sources.postgres.preflight import ensure_publication
 from capture.sources.postgres.sql import chunk_select, keys_select, qualified, quote
@@ -52,6 +58,17 @@ WATERMARK_UPSERT = (
     " dump_id = EXCLUDED.dump_id, table_name = EXCLUDED.table_name, chunk = EXCLUDED.chunk,"
     " kind = EXCLUDED.kind, watermark_id = EXCLUDED.watermark_id, written_at = EXCLUDED.written_at"
 )
+# LOW: the WAL insert position read BEFORE the upsert writes (the CTE is materialised once, when the
+# INSERT pulls its row, i.e. before the row is written), returned by the same statement
+WATERMARK_LOW_UPSERT = (
+    "WITH position AS MATERIALIZED (SELECT pg_current_wal_insert_lsn()::text AS lsn) "
+    f"INSERT INTO {WATERMARKS} (slot, dump_id, table_name, chunk, kind, watermark_id, written_at)"
+    " SELECT %s, %s, %s, %s, %s, %s, clock_timestamp() FROM position ON CONFLICT (slot) DO UPDATE SET"
+    " dump_id = EXCLUDED.dump_id, table_name = EXCLUDED.table_name, chunk = EXCLUDED.chunk,"
+    " kind = EXCLUDED.kind, watermark_id = EXCLUDED.watermark_id, written_at = EXCLUDED.written_at"
+    " RETURNING (SELECT lsn FROM position)"
+)
+_CSV_PARSE = pacsv.ParseOptions(newlines_in_values=True, ignore_empty_lines=False)
 
 
 class PostgresChunkSource:
@@ -60,7 +77,10 @@ class PostgresChunkSource:
         self.config = config
         self._builders: dict[str, tuple[list[ColumnBuilder], list[bool]]] = {}
         self._conn = connect(config)
+        self._conn.set_client_encoding("UTF8")  # COPY's bytes are read as UTF-8
         self._types = TypeCatalog(self._conn)
+        # (schema, table) -> DESCRIBE_SQL's rows, read in the round trip that committed the last chunk
+        self._after_chunk: dict[tuple[str, str], list[tuple[Any, ...]]] = {}
         self.last_snapshot: str | None = None  # pg_current_snapshot() of the last chunk read
         self._before_low = 0  # pg_current_wal_insert_lsn() before the last LOW watermark
 
@@ -108,12 +128,18 @@ class PostgresChunkSource:
             )
 
     def tables(self) -> list[tuple[str, str]]:
+        self._after_chunk.clear()  # a new plan: describe() reads the catalog afresh
         return [t for t in base_tables(self._conn) if self.config.captures(*t)]
 
     def describe(self, schema: str, table: str) -> TableSchema:
-        described, builders, as_text = describe(self._conn, self._types, schema, table)
-        self._builders[described.fingerprint] = (builders, as_text)
-        return described
+        """The table as the catalog has it now; right after a chunk, as it was when the chunk's
+        transaction committed (read in that round trip: the engine's re-check for schema changes)."""
+        rows = self._after_chunk.pop((schema, table), None)
+        if rows is None:
+            rows = self._run(DESCRIBE_SQL, (schema, table))
+        table_schema, builders, as_text = described(self._types, schema, table, rows)
+        self._builders[table_schema.fingerprint] = (builders, as_text)
+        return table_schema
 
     def estimate_rows(self, table: TableSchema) -> int:
         oid = relation_oid(self._conn, table.schema, table.table)
@@ -121,15 +147,16 @@ class PostgresChunkSource:
         return max(0, int(rows[0][0])) if rows else 0
 
     def write_watermark(self, mark: Watermark) -> None:
-        if mark.kind == "LOW":
-            # every transaction that commits before LOW but after this point got its xid after LOW's
-            # reconciliation looks for invisible ones from here on (README: visibility and WAL order)
-            self._before_low = parse_lsn(self._run("SELECT pg_current_wal_insert_lsn()::text")[0][0])
+        args = (f"{mark.dump_id}/{mark.table}", mark.dump_id, mark.table, mark.chunk, mark.kind, mark.id)
+        self._after_chunk.clear()  # only the describe() right after a chunk may use it
         try:
-            self._run(
-                WATERMARK_UPSERT,
-                (f"{mark.dump_id}/{mark.table}", mark.dump_id, mark.table, mark.chunk, mark.kind, mark.id),
-            )
+            if mark.kind == "LOW":
+                # a transaction that commits before LOW but after the position read first got its xid after
+                # that position: reconciliation looks for invisible ones from there (README: visibility and
+                # WAL order)
+                self._before_low = parse_lsn(self._run(WATERMARK_LOW_UPSERT, args)[0][0])
+            else:
+                self._run(WATERMARK_UPSERT, args)
         except psycopg2.errors.InsufficientPrivilege:
             raise DumpInputError(
                 f"source {self.name!r}: user {self.config.user!r} may not write the watermark table: "
@@ -139,20 +166,26 @@ class PostgresChunkSource:
 
     def _rows(self, table: TableSchema, sql: str, params: list[Any]) -> pa.StructArray:
         """The chunk in a transaction of its own: a snapshot taken now, after LOW committed."""
+        out = io.BytesIO()
         try:
             with self._conn.cursor() as cursor:
                 # one round trip: the snapshot is taken as soon after LOW as the server can
                 cursor.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY; SELECT pg_current_snapshot()::text")
                 self.last_snapshot = cursor.fetchone()[0]
                 try:
-                    cursor.execute(sql, params)
-                    rows = cursor.fetchall()
-                finally:
-                    cursor.execute("COMMIT")
+                    select = cursor.mogrify(sql, params)
+                    cursor.copy_expert(b"COPY (" + select + b") TO STDOUT (FORMAT csv)", out)
+                except BaseException:
+                    cursor.execute("ROLLBACK")
+                    raise
+                # COMMIT, and the catalog as the engine's next describe() needs it, in one round trip
+                cursor.execute("COMMIT; " + DESCRIBE_SQL, (table.schema, table.table))
+                self._after_chunk[(table.schema, table.table)] = cursor.fetchall()
         except psycopg2.Error as exc:
             raise translate(exc, self.config) from exc
         builders = self._builders[table.fingerprint][0]
-        arrays = [build(list(map(itemgetter(i), rows))) for i, build in enumerate(builders)]
+        texts = _csv_columns(out.getvalue(), len(builders))
+        arrays = [build(text) for text, build in zip(texts, builders, strict=True)]
         return pa.StructArray.from_arrays(arrays, fields=list(table.row_type))
 
     def select_chunk(
@@ -179,3 +212,23 @@ class PostgresChunkSource:
 
     def close(self) -> None:
         self._conn.close()
+
+
+def _csv_columns(data: bytes, width: int) -> list[pa.Array]:
+    """COPY's CSV -> one string array per column. CSV writes NULL as an unquoted empty field and
+    an empty string as `""`, which these options tell apart."""
+    if not data:
+        return [pa.array([], pa.string()) for _ in range(width)]
+    names = [f"c{i}" for i in range(width)]
+    table = pacsv.read_csv(
+        io.BytesIO(data),
+        read_options=pacsv.ReadOptions(column_names=names, use_threads=False, block_size=1 << 24),
+        parse_options=_CSV_PARSE,
+        convert_options=pacsv.ConvertOptions(
+            column_types=dict.fromkeys(names, pa.string()),
+            strings_can_be_null=True,
+            quoted_strings_can_be_null=False,
+            null_values=[""],
+        ),
+    )
+    return [column.combine_chunks() for column in table.columns]

@@ -19,6 +19,11 @@ is completed from there. Otherwise the column is named in the change's `missing`
 keep the stored value", never "NULL". A key-only old image (REPLICA IDENTITY DEFAULT, on a
 key change or delete) names every non-key column as missing.
 
+Decoding is column-wise: the messages of a run of changes of one table (up to BATCH_ROWS)
+are kept as they came, then split by `pgoutput.split_tuples` into one Arrow text array per
+column, typed by the same builders as chunk rows (`types`), and handed to the landing
+writer as Arrow columns (`ColumnBatch`): no Python object per value on the way.
+
 The slot's confirmed position is moved by `feedback`, which the service calls only after the
 landing zone's checkpoint covering it is written (forced, STACK.md: psycopg2 is lazy).
 """
@@ -28,19 +33,22 @@ from __future__ import annotations
 import contextlib
 import select
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
-from operator import itemgetter
+from itertools import accumulate
+from struct import Struct
 from threading import Event
-from typing import Any, NamedTuple
+from typing import Any
 
 import psycopg2
 import psycopg2.errors
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from capture.config import SourceConfig
 from capture.errors import PreflightError, SourceConnectionError
-from capture.events import Change, ChangeBatch, Column, Heartbeat, LogItem, Lsn, Op, TableSchema, TransactionEnd
+from capture.events import Column, Heartbeat, LogItem, Lsn, TableSchema, TransactionEnd
+from capture.landing.log_writer import ColumnBatch, column_batch
 from capture.log import get_logger
 from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE
 from capture.sources.postgres import pgoutput
@@ -49,40 +57,24 @@ from capture.sources.postgres.connection import connect, format_lsn, translate
 from capture.sources.postgres.types import ColumnBuilder, builder, column_type, is_text
 
 log = get_logger(__name__)
+_U32 = Struct(">I")
 
-BATCH_ROWS = 2000  # changes of one table converted (column by column) and handed over at once
+BATCH_ROWS = 10_000  # changes of one table split, typed (column by column) and handed over at once
+BATCH_BYTES = 32 << 20  # ... or fewer, when their messages hold more (wide rows: bounded memory)
 PROTO_VERSION = "1"
-UNCHANGED = pgoutput.UNCHANGED
-
-
-ValuesConverter = Callable[[list[Any]], list[Any]]
+INSERT, UPDATE, DELETE = 73, 85, 68  # I U D
+OLD_KEY, OLD_ROW, NEW = 75, 79, 78  # K O N
 
 
 @dataclass
 class _Table:
     schema: TableSchema
-    converters: list[ValuesConverter | None]  # None: a string column, the text is the value
+    builders: list[ColumnBuilder | None]  # None: a string column, the text is the value
     key_indexes: tuple[int, ...]
     identity_names: tuple[str, ...]  # columns an old key-only image carries
+    key_only_missing: tuple[str, ...]  # what an old key-only image does not carry
     captured: bool
     watermark: bool
-
-
-class _Pending(NamedTuple):
-    op: Op
-    before: list[Any] | None
-    after: list[Any] | None
-    missing: tuple[str, ...]
-
-
-def _converter(build: ColumnBuilder, arrow_type: pa.DataType) -> ValuesConverter:
-    """Texts -> the values the landing zone's writer builds its Arrow column from. Temporal
-    columns stay integers (their Arrow storage: days or microseconds), which `pa.array` takes
-    for those types as it takes datetimes, without making a Python datetime per value."""
-    if pa.types.is_temporal(arrow_type):
-        storage = pa.int32() if pa.types.is_date32(arrow_type) else pa.int64()
-        return lambda values: build(values).cast(storage).to_pylist()
-    return lambda values: build(values).to_pylist()
 
 
 class PgOutputReader:
@@ -157,7 +149,9 @@ class PgOutputReader:
         txid = ""
         index = 0
         table: _Table | None = None
-        pending: list[_Pending] = []
+        pending: list[bytes] = []  # the messages of a run of changes of one table
+        run_oid = b""  # ... and its relation oid as the messages carry it (b"": no run open)
+        room = BATCH_BYTES  # ... and how many more message bytes it may hold
         while True:
             message = cursor.read_message()
             if message is None:
@@ -176,25 +170,29 @@ class PgOutputReader:
             buf = message.payload
             kind = buf[0]
             if kind in (73, 85, 68):  # I U D
-                change = pgoutput.parse_change(buf)
-                target = self._tables[change.relation]
+                if run_oid and room > 0 and len(pending) < BATCH_ROWS and buf.startswith(run_oid, 1):
+                    pending.append(buf)  # the run goes on
+                    room -= len(buf)
+                    continue
+                target = self._tables[_U32.unpack_from(buf, 1)[0]]
                 if not target.captured:
                     continue
-                if target is not table or len(pending) >= BATCH_ROWS:
+                if target is not table or len(pending) >= BATCH_ROWS or room <= 0:
                     if pending:
                         index = yield from self._flush(table, pending, begin, txid, index)
                         pending = []
-                    table = target
-                self._pend(target, change, pending)
+                    table, run_oid, room = target, buf[1:5], BATCH_BYTES
+                pending.append(buf)
+                room -= len(buf)
             elif kind == 66:  # B
                 begin = pgoutput.parse_begin(buf)
-                txid, index, table, pending = str(begin.xid), 0, None, []
+                txid, index, table, pending, run_oid = str(begin.xid), 0, None, [], b""
             elif kind == 67:  # C
                 commit = pgoutput.parse_commit(buf)
                 if pending:
                     index = yield from self._flush(table, pending, begin, txid, index)
                     pending = []
-                table = None
+                table, run_oid = None, b""
                 yield TransactionEnd(Lsn(commit.end_lsn), {"lsn": format_lsn(commit.end_lsn)}, begin.commit_ts)
                 begin = None
                 if self.stop.is_set():
@@ -204,7 +202,7 @@ class PgOutputReader:
                 if pending:
                     index = yield from self._flush(table, pending, begin, txid, index)
                     pending = []
-                    table = None
+                table, run_oid = None, b""  # the relation's next changes use its new description
                 self._tables[relation.oid] = self._describe(relation)
             elif kind == 84:  # T
                 truncate = pgoutput.parse_truncate(buf)
@@ -224,70 +222,140 @@ class PgOutputReader:
         captured = watermark or (schema_name != WATERMARK_SCHEMA and self.config.captures(schema_name, table_name))
         infos = [self._types.info(c.type_oid, c.typmod) for c in relation.columns]
         source_types = self._types.format_types([(c.type_oid, c.typmod) for c in relation.columns])
-        columns, converters = [], []
+        columns, builders = [], []
         for col, info, source_type in zip(relation.columns, infos, source_types, strict=True):
             arrow_type, _ = column_type(info)
             columns.append(Column(col.name, arrow_type, source_type))
-            converters.append(None if is_text(arrow_type) else _converter(builder(info), arrow_type))
+            builders.append(None if is_text(arrow_type) else builder(info))
         names = [c.name for c in relation.columns]
         identity = tuple(c.name for c in relation.columns if c.key)
         key = dump_key(self._catalog, relation.oid) if captured else ()
         if not key or any(k not in names for k in key):
             key = identity if relation.replica_identity in ("d", "i") else ()
         described = TableSchema(schema_name, table_name, tuple(columns), key)
-        return _Table(described, converters, described.key_indexes, identity, captured, watermark)
-
-    def _pend(self, table: _Table, change: pgoutput.RowChange, pending: list[_Pending]) -> None:
-        names = table.schema.names
-        old, new = change.old, change.new
-        before_missing: tuple[str, ...] = ()
-        if old is not None and change.old_kind == "K":
-            before_missing = tuple(n for n in names if n not in table.identity_names)
-        if change.kind == "I":
-            pending.append(_Pending(Op.CREATE, None, new, ()))
-            return
-        if change.kind == "D":
-            pending.append(_Pending(Op.DELETE, old, None, before_missing))
-            return
-        assert new is not None
-        if UNCHANGED in new and old is not None and change.old_kind == "O":
-            new = [o if v is UNCHANGED else v for v, o in zip(new, old, strict=True)]
-        after_missing = tuple(n for n, v in zip(names, new, strict=True) if v is UNCHANGED)
-        if old is not None and any(old[i] != new[i] and new[i] is not UNCHANGED for i in table.key_indexes):
-            pending.append(_Pending(Op.DELETE, old, None, before_missing))
-            pending.append(_Pending(Op.CREATE, None, new, after_missing))
-            return
-        before = old if change.old_kind == "O" else None
-        pending.append(_Pending(Op.UPDATE, before, new, after_missing))
+        key_only_missing = tuple(n for n in names if n not in identity)
+        return _Table(described, builders, described.key_indexes, identity, key_only_missing, captured, watermark)
 
     def _flush(
-        self, table: _Table | None, pending: list[_Pending], begin: pgoutput.Begin | None, txid: str, index: int
-    ) -> Iterator[ChangeBatch]:
-        """Convert the texts of a run of changes column by column; yield them as one batch.
+        self, table: _Table | None, pending: list[bytes], begin: pgoutput.Begin | None, txid: str, index: int
+    ) -> Iterator[ColumnBatch]:
+        """Split, type and hand over a run of changes of one table as Arrow columns (one batch).
         Returns the next change index inside the transaction."""
         assert table is not None and begin is not None
-        images: list[list[Any]] = []
-        dirty = False  # some image holds UNCHANGED markers
-        for p in pending:
-            if p.before is not None:
-                images.append(p.before)
-            if p.after is not None:
-                images.append(p.after)
-            if p.missing:
-                dirty = True
-        columns = []
-        for i, convert in enumerate(table.converters):
-            values = list(map(itemgetter(i), images))
-            if dirty:
-                values = [None if v is UNCHANGED else v for v in values]
-            columns.append(values if convert is None else convert(values))
-        rows = iter(list(zip(*columns, strict=True)))
-        major = begin.commit_lsn
-        changes = []
-        for p in pending:
-            before = next(rows) if p.before is not None else None
-            after = next(rows) if p.after is not None else None
-            changes.append(Change(Lsn(major, index), p.op, before, after, p.missing))
-            index += 1
-        yield ChangeBatch(table.schema, txid, begin.commit_ts, table.watermark, changes)
-        return index
+        changes = _changes(table, pending)
+        yield column_batch(table.schema, txid, begin.commit_ts, table.watermark, begin.commit_lsn, index, *changes)
+        return index + len(changes[0])
+
+
+def _changes(table: _Table, messages: list[bytes]) -> tuple[pa.Array, pa.Array, pa.Array, pa.Array | None]:
+    """(ops, before, after, missing) of the changes in `messages` (I/U/D of one relation).
+
+    Every message's first tuple starts at byte 6 (kind, relation oid, 'N'/'K'/'O'); an update
+    with an old image has its new tuple after it. Both are split column-wise (`split_tuples`);
+    the rules of the module docstring then pick, per change, which tuple is which image."""
+    count = len(messages)
+    width = len(table.builders)
+    octets = pgoutput.message_octets(b"".join(messages))
+    starts = pa.array(list(accumulate(map(len, messages), initial=0))[:-1], pa.int64())
+    kinds = pc.take(octets, starts)
+    markers = pc.take(octets, pc.add(starts, 5))
+    first = pgoutput.split_tuples(octets, pc.add(starts, 6), width)
+    if pc.all(pc.equal(kinds, INSERT)).as_py():  # the bulk case: no old images, no missing columns
+        if not pc.all(pc.equal(markers, NEW)).as_py():
+            raise ValueError("pgoutput I message without a new tuple")
+        after = _images(table, first.texts)
+        return pa.repeat(pa.scalar("c"), count), pa.nulls(count, table.schema.row_type), after, None
+    kinds_l, markers_l = kinds.to_pylist(), markers.to_pylist()
+    for kind, marker in zip(kinds_l, markers_l, strict=True):
+        if kind != DELETE and marker != NEW and not (kind == UPDATE and marker in (OLD_KEY, OLD_ROW)):
+            raise ValueError(f"pgoutput {chr(kind)} message without a new tuple")
+    texts, unchanged = first.texts, first.unchanged
+    with_old = [i for i, (k, m) in enumerate(zip(kinds_l, markers_l, strict=True)) if k == UPDATE and m != NEW]
+    key_changed: list[bool] = []
+    if with_old:
+        picked = pa.array(with_old, pa.int64())
+        ends = pc.take(first.ends, picked)
+        if not pc.all(pc.equal(pc.take(octets, ends), NEW)).as_py():
+            raise ValueError("pgoutput U message without a new tuple")
+        second = pgoutput.split_tuples(octets, pc.add(ends, 1), width)
+        full_old = pc.equal(pc.take(markers, picked), OLD_ROW)
+        new_texts, new_unchanged = [], []
+        for i in range(width):
+            old_text, text, marked = pc.take(texts[i], picked), second.texts[i], second.unchanged[i]
+            if marked is not None:  # REPLICA IDENTITY FULL: the old row has what the new one leaves out
+                fill = pc.and_(marked, full_old)
+                text = pc.if_else(fill, old_text, text)
+                old_marked = pc.take(unchanged[i], picked) if unchanged[i] is not None else None
+                marked = pc.and_not(marked, fill) if old_marked is None else pc.if_else(fill, old_marked, marked)
+                marked = marked if pc.any(marked).as_py() else None
+            new_texts.append(text)
+            new_unchanged.append(marked)
+        changed = pa.repeat(pa.scalar(False), len(with_old))
+        for i in table.key_indexes:
+            old_text, text = pc.take(texts[i], picked), new_texts[i]
+            differ = pc.fill_null(
+                pc.or_kleene(pc.not_equal(old_text, text), pc.xor(pc.is_null(old_text), pc.is_null(text))), False
+            )
+            if new_unchanged[i] is not None:
+                differ = pc.and_not(differ, new_unchanged[i])
+            changed = pc.or_(changed, differ)
+        key_changed = changed.to_pylist()
+        texts = [pa.concat_arrays([a, b]) for a, b in zip(texts, new_texts, strict=True)]
+        unchanged = [_concat_masks(a, b, count, len(with_old)) for a, b in zip(unchanged, new_unchanged, strict=True)]
+    missing_by_image = _missing(table.schema.names, unchanged)
+    events: list[tuple[str, int | None, int | None, tuple[str, ...]]] = []  # op, before, after, missing
+    new = count  # the images of the second tuples follow those of the first
+    for i, (kind, marker) in enumerate(zip(kinds_l, markers_l, strict=True)):
+        old_missing = table.key_only_missing if marker == OLD_KEY else missing_by_image.get(i, ())
+        if kind == INSERT:
+            events.append(("c", None, i, ()))
+        elif kind == DELETE:
+            events.append(("d", i, None, old_missing))
+        elif marker == NEW:
+            events.append(("u", None, i, missing_by_image.get(i, ())))
+        else:
+            if key_changed[new - count]:  # a key change: delete the old key, create the new
+                events.append(("d", i, None, old_missing))
+                events.append(("c", None, new, missing_by_image.get(new, ())))
+            else:
+                events.append(("u", i if marker == OLD_ROW else None, new, missing_by_image.get(new, ())))
+            new += 1
+    ops, before, after, missing = zip(*events, strict=True)
+    images = _images(table, texts)
+    missing_array = pa.array([list(m) if m else None for m in missing], _MISSING) if any(missing) else None
+    return (
+        pa.array(ops, pa.string()),
+        images.take(pa.array(before, pa.int64())),
+        images.take(pa.array(after, pa.int64())),
+        missing_array,
+    )
+
+
+_MISSING = pa.list_(pa.string())
+
+
+def _images(table: _Table, texts: list[pa.Array]) -> pa.StructArray:
+    """Typed row images from the column texts (Arrow casts, column by column)."""
+    arrays = [text if build is None else build(text) for text, build in zip(texts, table.builders, strict=True)]
+    return pa.StructArray.from_arrays(arrays, fields=list(table.schema.row_type))
+
+
+def _concat_masks(first: pa.Array | None, second: pa.Array | None, n_first: int, n_second: int) -> pa.Array | None:
+    if first is None and second is None:
+        return None
+    return pa.concat_arrays(
+        [
+            first if first is not None else pa.repeat(pa.scalar(False), n_first),
+            second if second is not None else pa.repeat(pa.scalar(False), n_second),
+        ]
+    )
+
+
+def _missing(names: tuple[str, ...], unchanged: list[pa.Array | None]) -> dict[int, tuple[str, ...]]:
+    """Image number -> the columns it does not carry (unchanged TOASTed values), in column order."""
+    found: dict[int, list[str]] = {}
+    for name, marked in zip(names, unchanged, strict=True):
+        if marked is not None:
+            for image in pc.indices_nonzero(marked).to_pylist():
+                found.setdefault(image, []).append(name)
+    return {image: tuple(columns) for image, columns in found.items()}

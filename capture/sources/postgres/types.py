@@ -3,7 +3,8 @@
 Both paths see the same text: pgoutput sends every value in its type's text output, and
 chunk SELECTs fetch every column as raw text (no driver conversion). Both connections run
 with the session settings in `SESSION_SETTINGS` (UTC, ISO dates, ISO 8601 intervals, hex
-bytea, exact floats), so one builder per column turns a list of texts into an Arrow array,
+bytea, exact floats), so one builder per column turns the texts of a column (a list, or an
+Arrow string array as the log's column-wise decoder and COPY give them) into an Arrow array,
 column by column, on either path:
 
   smallint/integer/bigint   int16/int32/int64            oid       int64
@@ -41,7 +42,8 @@ SESSION_SETTINGS = {
     "bytea_output": "hex",
     "extra_float_digits": "3",
 }
-ColumnBuilder = Callable[[list[Any]], pa.Array]
+Texts = list[Any] | pa.Array  # str or None per value
+ColumnBuilder = Callable[[Texts], pa.Array]
 
 
 @dataclass(frozen=True)
@@ -55,20 +57,26 @@ class TypeInfo:
     typmod: int  # of the column (or of the domain's base)
 
 
-def _text(values: list[Any]) -> pa.Array:
+def _text(values: Texts) -> pa.Array:
+    if isinstance(values, pa.Array):
+        return values if values.type == pa.string() else values.cast(pa.string())
     return pa.array(values, type=pa.string())
+
+
+def _py(values: Texts) -> list[Any]:
+    return values.to_pylist() if isinstance(values, pa.Array) else values
 
 
 def _cast(arrow_type: pa.DataType, fallback: Callable[[str], Any]) -> ColumnBuilder:
     """Arrow's cast on the whole column; if any value does not parse, value by value with
     `fallback` (which returns None for what Arrow cannot hold)."""
 
-    def build(values: list[Any]) -> pa.Array:
+    def build(values: Texts) -> pa.Array:
         text = _text(values)
         try:
             return text.cast(arrow_type)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-            return pa.array([None if v is None else fallback(v) for v in values], type=arrow_type)
+            return pa.array([None if v is None else fallback(v) for v in _py(values)], type=arrow_type)
 
     return build
 
@@ -97,7 +105,7 @@ def _timestamp_or_none(text: str) -> datetime | None:
     return value
 
 
-def _timestamptz(values: list[Any]) -> pa.Array:
+def _timestamptz(values: Texts) -> pa.Array:
     text = _text(values)
     utc = pa.timestamp("us", tz="UTC")
     try:
@@ -105,21 +113,21 @@ def _timestamptz(values: list[Any]) -> pa.Array:
             return pc.utf8_slice_codeunits(text, 0, -3).cast(pa.timestamp("us")).cast(utc)
         return pc.replace_substring_regex(text, r"([+-]\d\d)$", r"\1:00").cast(utc)
     except pa.ArrowInvalid:
-        return pa.array([None if v is None else _timestamp_or_none(v) for v in values], type=utc)
+        return pa.array([None if v is None else _timestamp_or_none(v) for v in _py(values)], type=utc)
 
 
-def _bool(values: list[Any]) -> pa.Array:
+def _bool(values: Texts) -> pa.Array:
     text = _text(values)  # pgoutput sends 't'/'f', boolean::text gives 'true'/'false'
     return pc.or_(pc.equal(text, "t"), pc.equal(text, "true"))
 
 
-def _bytea(values: list[Any]) -> pa.Array:
-    return pa.array([None if v is None else bytes.fromhex(v[2:]) for v in values], type=pa.binary())
+def _bytea(values: Texts) -> pa.Array:
+    return pa.array([None if v is None else bytes.fromhex(v[2:]) for v in _py(values)], type=pa.binary())
 
 
-def _time(values: list[Any]) -> pa.Array:
+def _time(values: Texts) -> pa.Array:
     micros = []
-    for v in values:
+    for v in _py(values):
         if v is None:
             micros.append(None)
             continue
@@ -156,8 +164,8 @@ def _interval_or_none(text: str) -> int | None:
     return micros if -_INT64 <= micros <= _INT64 else None  # beyond about 292,000 years
 
 
-def _interval(values: list[Any]) -> pa.Array:
-    return pa.array([None if v is None else _interval_or_none(v) for v in values], type=pa.duration("us"))
+def _interval(values: Texts) -> pa.Array:
+    return pa.array([None if v is None else _interval_or_none(v) for v in _py(values)], type=pa.duration("us"))
 
 
 def parse_array(text: str) -> list[str | None]:
@@ -197,11 +205,11 @@ def parse_array(text: str) -> list[str | None]:
 
 
 def _array(element: ColumnBuilder, arrow_type: pa.DataType) -> ColumnBuilder:
-    def build(values: list[Any]) -> pa.Array:
+    def build(values: Texts) -> pa.Array:
         offsets = [0]
         flat: list[str | None] = []
         mask = []
-        for v in values:
+        for v in _py(values):
             if v is not None:
                 flat.extend(parse_array(v))
             offsets.append(len(flat))
