@@ -205,6 +205,18 @@ class PostgreSQL:
             stderr=subprocess.PIPE,
         )
 
+    def psql_file(self, database: str, path: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        """Run an SQL file as the postgres image runs an init file: psql -v ON_ERROR_STOP=1 --no-psqlrc
+        as the superuser, with `env` added to the environment (for psql's `\\getenv`)."""
+        return subprocess.run(
+            [str(PG_BIN / "psql"), "-v", "ON_ERROR_STOP=1", "--no-psqlrc", "-h", "127.0.0.1", "-p", str(self.port),
+             "-U", "postgres", "-d", database, "-f", str(path)],
+            env={**os.environ, **env},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
     def connect(self, database: str = "postgres", user: str = "postgres", password: str = "", autocommit: bool = True):
         import psycopg2
 

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from capture.config import load_config
-from tests.servers import PG_BIN, MariaDB, PostgreSQL
+from tests.servers import MariaDB, PostgreSQL
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -105,29 +105,7 @@ def pg_options(spec: dict[str, Any]) -> dict[str, str]:
 
 
 def psql(server: PostgreSQL, database: str, file: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    """As the postgres image runs an init file: psql -v ON_ERROR_STOP=1 --no-psqlrc as the superuser."""
-    return subprocess.run(
-        [
-            str(PG_BIN / "psql"),
-            "-v",
-            "ON_ERROR_STOP=1",
-            "--no-psqlrc",
-            "-h",
-            "127.0.0.1",
-            "-p",
-            str(server.port),
-            "-U",
-            "postgres",
-            "-d",
-            database,
-            "-f",
-            str(ROOT / "config" / file),
-        ],
-        env={**os.environ, **env},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return server.psql_file(database, ROOT / "config" / file, env)
 
 
 @pytest.fixture()

@@ -25,7 +25,7 @@ import yaml
 
 from benchmarks.merge_throughput import SOURCE, Landing
 from capture.dump.reconcile import apply, reconcile_table
-from tests.servers import PG_BIN, PostgreSQL, free_port, wait_for
+from tests.servers import PostgreSQL, free_port, wait_for
 
 pytestmark = pytest.mark.spark
 ROOT = Path(__file__).resolve().parents[2]
@@ -101,28 +101,8 @@ def metadb() -> Iterator[PostgreSQL]:
     server = PostgreSQL(Path(tempfile.mkdtemp(prefix="logtide-metadb-")))  # not under pytest's 0700 tmp
     server.start()
     try:
-        done = subprocess.run(
-            [
-                str(PG_BIN / "psql"),
-                "-v",
-                "ON_ERROR_STOP=1",
-                "--no-psqlrc",
-                "-h",
-                "127.0.0.1",
-                "-p",
-                str(server.port),
-                "-U",
-                "postgres",
-                "-d",
-                "postgres",
-                "-f",
-                str(ROOT / "config/compose-metadb.sql"),
-            ],
-            env={**os.environ, "AIRFLOW_DB_PASSWORD": SECRET, "ICEBERG_DB_PASSWORD": SECRET},
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        secrets = {"AIRFLOW_DB_PASSWORD": SECRET, "ICEBERG_DB_PASSWORD": SECRET}
+        done = server.psql_file("postgres", ROOT / "config/compose-metadb.sql", secrets)
         assert done.returncode == 0, done.stderr
         yield server
     finally:
