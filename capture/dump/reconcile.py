@@ -12,6 +12,10 @@ For one table, given the landed log (up to the committed frontier) and the chunk
      before LOW from a transaction the chunk's snapshot could not see (a commit is in the
      WAL slightly before it is visible; the chunk records its snapshot, see `hidden_keys`).
   4. Place the surviving rows at the HIGH watermark's LSN, after any log event there.
+     PostgreSQL leaves unchanged TOASTed values out of update events (`missing`): of a row
+     dropped in step 3 for window events that all leave a column out, that column is placed
+     at HIGH too (the other columns marked missing), since no event in the window changed it
+     and the chunk row may be the only full copy (see `_base_missing`).
   5. Interleave with the log events in LSN order. That is the output stream.
 
 Keys from the log and from chunks are tuples of the same typed values (both come through
@@ -155,7 +159,10 @@ def reconcile_table(zone: LandingZone, schema: str, table: str) -> tuple[list[St
                 f"{schema}.{table} chunk {meta.chunk} of dump {meta.dump_id}: HIGH watermark at {high[0]} "
                 f"has {'no LOW' if low is None else f'its LOW after it ({low[0]})'} in the log"
             )
-        window = {stream[i].key for i in range(bisect.bisect_right(lsns, low[0]), bisect.bisect_left(lsns, high[0]))}
+        in_window: dict[Row, list[StreamEvent]] = {}
+        for i in range(bisect.bisect_right(lsns, low[0]), bisect.bisect_left(lsns, high[0])):
+            in_window.setdefault(stream[i].key, []).append(stream[i])
+        window = in_window.keys()
         hidden = set() if meta.read_view is None else hidden_keys(meta.read_view, low[0], lsns, xids, log_keys, by_xid)
         rows = pq.read_table(path).column("after").to_pylist()
         stats.chunks += 1
@@ -165,10 +172,25 @@ def reconcile_table(zone: LandingZone, schema: str, table: str) -> tuple[list[St
             if key in window or key in hidden:
                 stats.dropped_by_window += 1
                 stats.dropped_by_visibility += key not in window
+                base = None if key in hidden else _base_missing(row, in_window[key], key_columns)
+                if base is not None:
+                    stream.append(StreamEvent(high[0], 1 + position, "r", key, row, base))
             else:
                 stream.append(StreamEvent(high[0], 1 + position, "r", key, row))
     stream.sort(key=lambda e: (e.lsn, e.order))
     return stream, stats
+
+
+def _base_missing(row: dict[str, Any], events: list[StreamEvent], key: tuple[str, ...]) -> tuple[str, ...] | None:
+    """A dropped chunk row still knows the columns that no window event carried (PostgreSQL TOAST):
+    its `missing` for a placement at HIGH (every column some event carried), or None when it adds
+    nothing (the key ends deleted, or every column was carried)."""
+    if events[-1].row is None:
+        return None
+    carried = {c for e in events if e.row is not None for c in e.row if c not in e.missing}
+    if all(c in carried or c in key for c in row):
+        return None
+    return tuple(c for c in row if c in carried and c not in key)
 
 
 def apply(stream: list[StreamEvent]) -> dict[Row, dict[str, Any]]:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import random
 import threading
 import time
+from collections.abc import Callable
+from typing import Any
 
 import pymysql
 
@@ -15,16 +17,29 @@ from tests.servers import wait_for
 
 
 class Workload(threading.Thread):
-    """Inserts, updates, deletes, key changes and multi-row transactions on `table(id, v, note)`.
+    """Inserts, updates, deletes, key changes and multi-row transactions on `table(<key>, v, note)`.
 
     `server` is any test server whose `connect(database, autocommit=False)` gives a DB-API
-    connection (MariaDB, PostgreSQL); `random_sql` is its random function."""
+    connection (MariaDB, PostgreSQL); `random_sql` is its random function. New keys are
+    `key_value(n)` for n counting up from `first_free_id` (default: n itself, an integer `id`);
+    `key_changes=False` leaves keys alone (PostgreSQL under REPLICA IDENTITY DEFAULT cannot
+    carry an unchanged TOASTed value across a key change, see README)."""
 
     def __init__(
-        self, server, database: str, table: str, first_free_id: int, seed: int, random_sql: str = "RAND()"
+        self,
+        server,
+        database: str,
+        table: str,
+        first_free_id: int,
+        seed: int,
+        random_sql: str = "RAND()",
+        key: str = "id",
+        key_value: Callable[[int], Any] | None = None,
+        key_changes: bool = True,
     ) -> None:
         super().__init__(daemon=True)
         self.server, self.database, self.table, self.random_sql = server, database, table, random_sql
+        self.key, self.key_value, self.key_changes = key, key_value or (lambda n: n), key_changes
         self.next_id = first_free_id
         self.rng = random.Random(seed)
         self.stop_event = threading.Event()
@@ -46,24 +61,25 @@ class Workload(threading.Thread):
             conn.close()
 
     def _transactions(self, conn, rng: random.Random, t: str) -> None:
+        key, new = self.key, self.key_value
         with conn.cursor() as cur:
             while not self.stop_event.is_set():
-                cur.execute(f"SELECT id FROM {t} ORDER BY {self.random_sql} LIMIT 5")
+                cur.execute(f"SELECT {key} FROM {t} ORDER BY {self.random_sql} LIMIT 5")
                 some = [r[0] for r in cur.fetchall()]
-                choice = rng.random()
+                choice = rng.random() if self.key_changes else rng.random() * 0.8
                 if choice < 0.3 or not some:
                     n = rng.randint(1, 10)
-                    rows = [(i, rng.randint(0, 999), f"new{i}") for i in range(self.next_id, self.next_id + n)]
-                    cur.executemany(f"INSERT INTO {t} (id, v, note) VALUES (%s, %s, %s)", rows)
+                    rows = [(new(i), rng.randint(0, 999), f"new{i}") for i in range(self.next_id, self.next_id + n)]
+                    cur.executemany(f"INSERT INTO {t} ({key}, v, note) VALUES (%s, %s, %s)", rows)
                     self.next_id += n
                 elif choice < 0.6:
-                    cur.executemany(f"UPDATE {t} SET v = v + 1, note = 'upd' WHERE id = %s", [(k,) for k in some])
+                    cur.executemany(f"UPDATE {t} SET v = v + 1, note = 'upd' WHERE {key} = %s", [(k,) for k in some])
                 elif choice < 0.8:
-                    cur.execute(f"DELETE FROM {t} WHERE id = %s", (some[0],))
+                    cur.execute(f"DELETE FROM {t} WHERE {key} = %s", (some[0],))
                     if rng.random() < 0.3:  # deleted and re-inserted
-                        cur.execute(f"INSERT INTO {t} (id, v, note) VALUES (%s, 7, 'again')", (some[0],))
+                        cur.execute(f"INSERT INTO {t} ({key}, v, note) VALUES (%s, 7, 'again')", (some[0],))
                 else:
-                    cur.execute(f"UPDATE {t} SET id = %s WHERE id = %s", (self.next_id, some[0]))
+                    cur.execute(f"UPDATE {t} SET {key} = %s WHERE {key} = %s", (new(self.next_id), some[0]))
                     self.next_id += 1
                 conn.commit()
                 self.transactions += 1

@@ -3,7 +3,7 @@ reference reconciliation, Iceberg target, changelog replay) as typed Python valu
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, time, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -41,20 +41,29 @@ LEDGER_TYPES = {
 }  # fmt: skip
 
 
-def _plain(value: Any) -> Any:
-    """One spelling per value: UTC timestamps naive, TIME as microseconds, bytes not bytearray."""
+def plain(value: Any) -> Any:
+    """One spelling per value: UTC timestamps naive, TIME and intervals as microseconds (the target's
+    bigint), bytes not bytearray or memoryview, lists element by element."""
     if isinstance(value, datetime) and value.tzinfo is not None:
         return value.astimezone(UTC).replace(tzinfo=None)
     if isinstance(value, timedelta):
         return value // timedelta(microseconds=1)
-    if isinstance(value, bytearray):
+    if isinstance(value, time):  # PostgreSQL time: microseconds since midnight
+        return ((value.hour * 60 + value.minute) * 60 + value.second) * 1_000_000 + value.microsecond
+    if isinstance(value, (bytearray, memoryview)):
         return bytes(value)
+    if isinstance(value, list):
+        return [plain(v) for v in value]
     return value
 
 
+def _typed(value: Any) -> tuple[str, Any]:
+    return ("list", [_typed(v) for v in value]) if isinstance(value, list) else (type(value).__name__, value)
+
+
 def typed(state: dict[tuple, dict[str, Any]]) -> dict[tuple, dict[str, tuple[str, Any]]]:
-    """Values with their Python type, so that 1.5 and Decimal('1.5') do not compare equal."""
-    return {k: {c: (type(v).__name__, v) for c, v in row.items()} for k, row in state.items()}
+    """Values with their Python type (list elements too), so that 1.5 and Decimal('1.5') do not compare equal."""
+    return {k: {c: _typed(v) for c, v in row.items()} for k, row in state.items()}
 
 
 def source_state(mariadb, database: str, table: str, key: tuple[str, ...] = ("id",)) -> dict:
@@ -63,7 +72,7 @@ def source_state(mariadb, database: str, table: str, key: tuple[str, ...] = ("id
     state = table_state(mariadb, database, table, key)
     out = {}
     for k, row in state.items():
-        row = {c: _plain(v) for c, v in row.items()}
+        row = {c: plain(v) for c, v in row.items()}
         if "u" in row and row["u"] is not None:
             row["u"] = Decimal(row["u"])
         if "wide" in row and row["wide"] is not None:
@@ -72,9 +81,10 @@ def source_state(mariadb, database: str, table: str, key: tuple[str, ...] = ("id
     return out
 
 
-def reference_state(zone, database: str, table: str) -> dict:
+def reference_state(zone, database: str, table: str, key: tuple[str, ...] = ("id",)) -> dict:
     stream, _ = reconcile_table(zone, database, table)
-    return {k: {c: _plain(v) for c, v in row.items()} for k, row in apply(stream).items()}
+    rows = [{c: plain(v) for c, v in row.items()} for row in apply(stream).values()]
+    return {tuple(row[k] for k in key): row for row in rows}
 
 
 def _collect(spark, name: str, order: tuple[str, ...] = ()) -> tuple[list[str], list[Any]]:
@@ -94,8 +104,8 @@ def iceberg_state(spark, name: str, key: tuple[str, ...] = ("id",), bookkeeping:
     skip = set() if bookkeeping else {"_lsn", "_applied_at"}
     state = {}
     for row in rows:
-        values = {c: _plain(row[c]) for c in names if c not in skip}
-        state[tuple(_plain(row[k]) for k in key)] = values
+        values = {c: plain(row[c]) for c in names if c not in skip}
+        state[tuple(plain(row[k]) for k in key)] = values
     assert len(state) == len(rows), f"{name} holds duplicate keys"
     return state
 
@@ -106,13 +116,13 @@ def changelog_replay(spark, name: str, key: tuple[str, ...] = ("id",)) -> dict:
     columns = [c for c in names if not c.startswith("_")]
     state: dict[tuple, dict] = {}
     for row in rows:
-        k = tuple(_plain(row[c]) for c in key)
+        k = tuple(plain(row[c]) for c in key)
         if row["_op"] == "d":
             state.pop(k, None)
         else:
             missing = set(row["_missing"] or ())  # not carried by the event: the value before it stays
             stored = state.get(k, {})
-            state[k] = {c: stored.get(c) if c in missing else _plain(row[c]) for c in columns}
+            state[k] = {c: stored.get(c) if c in missing else plain(row[c]) for c in columns}
     return state
 
 
@@ -122,3 +132,13 @@ def target_types(spark, name: str) -> dict[str, str]:
 
 def snapshot_count(spark, name: str) -> int:
     return spark.sql(f"SELECT count(*) FROM {name}.snapshots").collect()[0][0]
+
+
+def differences(got: dict, want: dict, limit: int = 5) -> str:
+    """The first keys whose rows differ, with only the columns that differ: an assertion message."""
+    lines = [f"missing: {k}" for k in list(want.keys() - got.keys())[:limit]]
+    lines += [f"unexpected: {k}" for k in list(got.keys() - want.keys())[:limit]]
+    for k in [k for k in got.keys() & want.keys() if got[k] != want[k]][:limit]:
+        columns = {c for c in got[k].keys() | want[k].keys() if got[k].get(c) != want[k].get(c)}
+        lines.append(f"{k}: " + ", ".join(f"{c}: {got[k].get(c)!r} != {want[k].get(c)!r}" for c in sorted(columns)))
+    return "\n".join(lines)

@@ -1,5 +1,6 @@
-"""The Spark merge against a real MariaDB with the capture service running: the Iceberg target
-equals the source table and the plain-Python reconciliation, value for value."""
+"""The Spark merge against a real MariaDB (the end-to-end test: and PostgreSQL, through the adapters
+in tests/spark/sources.py) with the capture service running: the Iceberg target equals the source
+table and the plain-Python reconciliation, value for value."""
 
 from __future__ import annotations
 
@@ -19,13 +20,14 @@ from capture.dump.progress import dump_dir
 from capture.sources import open_chunk_source
 from spark_apps.merge import run_merge
 from tests.conftest import ROOT
-from tests.integration.dumping import Workload, wait_until_landed
+from tests.integration.dumping import wait_until_landed
+from tests.integration.postgres.conftest import make_pg_capture, pg_database  # noqa: F401 - fixtures for `source`
 from tests.servers import wait_for
 from tests.spark.merging import (
     LEDGER,
     LEDGER_ROWS,
-    LEDGER_TYPES,
     changelog_replay,
+    differences,
     iceberg_state,
     reference_state,
     snapshot_count,
@@ -33,6 +35,7 @@ from tests.spark.merging import (
     target_types,
     typed,
 )
+from tests.spark.sources import Source, open_source
 
 pytestmark = pytest.mark.spark
 
@@ -57,56 +60,84 @@ def _assert_equal(spark, capture, mariadb, config, database: str, table: str = "
     return target
 
 
+@pytest.fixture
+def source(request: pytest.FixtureRequest) -> Source:
+    return open_source(request, request.param)
+
+
 @pytest.mark.parametrize("seed", [1, 2])
-def test_merges_during_a_dump_under_concurrent_writes_equal_the_source(
-    mariadb, database, make_capture, merge_config, spark, seed
-):
-    mariadb.execute(LEDGER, LEDGER_ROWS.format(rows=2000), database=database)  # history only the dump has
-    capture = make_capture([f"{database}.*"], landing={"flush_interval_s": 0.5}).start()
+@pytest.mark.parametrize("source", ["mariadb", "postgres"], indirect=True)
+def test_merges_during_a_dump_under_concurrent_writes_equal_the_source(source, catalogs, spark, seed):
+    """The real capture, a random workload on every table during a full dump with small chunks and
+    between merges (two in the middle of the dump, one after): each Iceberg table equals its source
+    table, the plain-Python reconciliation and its changelog's replay, value for value and type for type."""
+    source.create()  # history only the dump has
+    capture = source.capture(flush_interval_s=0.5).start()
     capture.wait_running()
-    config = merge_config(capture.config)
-    workloads = [Workload(mariadb, database, "ledger", 100_000, seed)]
-    workloads[0].start()
+    config = source.merge_config(capture.config, catalogs["hadoop"], f"e2e_{source.kind}_{seed}")
+    tables = [f"{source.schema}.{t.name}" for t in source.tables]
+    workloads = [source.workload(t, 100_000, seed + 1000 * i) for i, t in enumerate(source.tables)]
+    finished: list = []
+    for w in workloads:
+        w.start()
     control = FileControl(dump_dir(capture.zone, "e2e") / "control.json")
-    request = DumpRequest(
-        dump_id="e2e", tables=[f"{database}.ledger"], settings=DumpSettings(chunk_size=37, delay_s=0.01)
-    )
+    request = DumpRequest(dump_id="e2e", tables=tables, settings=DumpSettings(chunk_size=37, delay_s=0.01))
     result: dict = {}
     dump = threading.Thread(target=lambda: result.update(_dump(capture, request, control)))
     dump.start()
-    progress = dump_dir(capture.zone, "e2e") / f"{database}.ledger.json"
+    progress = dump_dir(capture.zone, "e2e") / f"{tables[0]}.json"
     reports = []
     try:
-        # merges in the middle of the dump (paused after `done` chunks); the workload writes while the
-        # dump runs and rests while Spark works (it only makes the dump chase a longer table)
-        for done in (10, 30):
+        # merges in the middle of the first table's dump (paused after `done` chunks): of that table, then
+        # of all (the others' log so far); the workload writes while the dump runs and rests while Spark
+        # works (it only makes the dump chase a longer table)
+        for done in source.pauses:
             wait_for(lambda n=done: progress.exists() and json.loads(progress.read_text())["chunk"] >= n, 60)
             control.update(state="paused")
-            workloads[-1].stop()
-            wait_until_landed(mariadb, capture)
-            reports.append(run_merge(spark, config, "src", [f"{database}.ledger"])["tables"][0])
-            workloads.append(Workload(mariadb, database, "ledger", workloads[-1].next_id, seed * 10 + done))
-            workloads[-1].start()
+            for w in workloads:
+                w.stop()
+            finished += workloads
+            source.wait_until_landed(capture)
+            merged = tables[:1] if done == source.pauses[0] else tables
+            reports.append({r["table"]: r for r in run_merge(spark, config, "src", merged)["tables"]})
+            workloads = [
+                source.workload(t, w.next_id, seed * 10 + done + 1000 * i)
+                for i, (t, w) in enumerate(zip(source.tables, workloads, strict=True))
+            ]
+            for w in workloads:
+                w.start()
             control.update(state="running")
     finally:
         control.update(state="running")
         dump.join()
-        workloads[-1].stop()
-    wait_until_landed(mariadb, capture)
-    reports.append(run_merge(spark, config, "src")["tables"][0])
+        for w in workloads:
+            w.stop()
+    finished += workloads
+    source.wait_until_landed(capture)
+    reports.append({r["table"]: r for r in run_merge(spark, config, "src", tables)["tables"]})
 
-    chunks = result["tables"][0]["chunks"]
-    assert 10 <= reports[0]["chunks"] < 30 <= reports[0]["chunks"] + reports[1]["chunks"] < chunks
-    assert all(r["log_events"] > 0 for r in reports)
-    assert sum(r.get("chunks", 0) for r in reports) == chunks
-    assert sum(w.transactions for w in workloads) > 50
-    target = _assert_equal(spark, capture, mariadb, config, database)
-    assert target_types(spark, _target(config, database, "ledger")) == {
-        **LEDGER_TYPES,
-        "_lsn": "decimal(38,0)",
-        "_applied_at": "timestamp",
-    }
-    assert typed(changelog_replay(spark, _target(config, database, "ledger", "__changelog"))) == typed(target)
+    dumped = {t["table"]: t["chunks"] for t in result["tables"]}
+    first = [r[tables[0]] for r in reports]
+    early, late = source.pauses
+    assert early <= first[0]["chunks"] < late <= first[0]["chunks"] + first[1]["chunks"] < dumped[tables[0]]
+    assert all(r["log_events"] > 0 for r in first)
+    assert {t: sum(r[t].get("chunks", 0) for r in reports if t in r) for t in tables} == dumped
+    assert all(w.transactions > 0 for w in finished) and sum(w.transactions for w in finished) > 50
+    source.check_log(capture)
+    for table in source.tables:
+        target = _target_of(config, source.schema, table.name)
+        state = iceberg_state(spark, target, table.key)
+        want = typed(source.state(table))
+        assert typed(state) == want, f"{table.name}:\n{differences(typed(state), want)}"
+        reference = typed(reference_state(capture.zone, source.schema, table.name, table.key))
+        assert typed(state) == reference, f"{table.name}:\n{differences(typed(state), reference)}"
+        assert target_types(spark, target) == {**table.types, "_lsn": "decimal(38,0)", "_applied_at": "timestamp"}
+        replay = changelog_replay(spark, _target_of(config, source.schema, table.name, "__changelog"), table.key)
+        assert typed(replay) == typed(state), table.name
+
+
+def _target_of(config, schema: str, table: str, suffix: str = "") -> str:
+    return f"`{config.merge.catalog_name}`.`{config.merge.namespace}`.`{schema}__{table}{suffix}`"
 
 
 PAIRS = (

@@ -3,6 +3,8 @@ and the table state to compare the reconciled stream with."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from capture.dump.reconcile import apply, reconcile_table
 from capture.sources.postgres.connection import parse_lsn
 from tests.integration.dumping import Workload as SharedWorkload
@@ -12,8 +14,8 @@ from tests.servers import wait_for
 class Workload(SharedWorkload):
     """The shared random workload (tests/integration/dumping.py) with PostgreSQL's random()."""
 
-    def __init__(self, postgres, database: str, table: str, first_free_id: int, seed: int) -> None:
-        super().__init__(postgres, database, table, first_free_id, seed, random_sql="random()")
+    def __init__(self, postgres, database: str, table: str, first_free_id: int, seed: int, **options: Any) -> None:
+        super().__init__(postgres, database, table, first_free_id, seed, random_sql="random()", **options)
 
 
 def wait_until_landed(postgres, database: str, capture, timeout: float = 60) -> None:

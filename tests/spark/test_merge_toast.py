@@ -1,0 +1,80 @@
+"""A chunk row dropped for window events that leave a TOASTed column out (PostgreSQL, REPLICA
+IDENTITY DEFAULT) still holds that column's only full copy: the merge and reconcile.py keep it.
+Found by the PostgreSQL end-to-end test (tests/spark/test_merge.py), made deterministic here."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pyarrow as pa
+import pytest
+
+from capture.config import parse_config
+from capture.dump.reconcile import apply, reconcile_table
+from capture.events import Change, ChangeBatch, Lsn, Op, TableSchema, TransactionEnd
+from capture.landing import Checkpoint, LandingZone
+from capture.landing.chunks import ChunkMeta, write_chunk
+from capture.landing.log_writer import LogWriter
+from spark_apps.merge import run_merge
+from tests.spark.merging import changelog_replay, iceberg_state
+from tests.spark.test_merge_landing import DOCS, WATERMARKS
+
+pytestmark = pytest.mark.spark
+
+
+def test_a_window_update_without_the_toasted_value_keeps_the_chunks_copy(spark, catalogs, tmp_path):
+    zone = LandingZone(tmp_path / "landing", "src")
+    merge = catalogs["hadoop"].model_copy(update={"namespace": "toast_window"}).model_dump(mode="json")
+    config = parse_config(
+        {"landing": {"path": str(tmp_path / "landing")}, "sources": {"src": {"kind": "mariadb", "user": "u",
+         "server_id": 3}}, "merge": merge},
+        require_env=False,
+    )  # fmt: skip
+    writer = LogWriter(zone, Checkpoint(Lsn(1), {}), flush_interval_s=0, max_buffer_rows=1_000_000)
+    now = datetime.now(UTC)
+
+    def commit(major: int, table: TableSchema, *changes: Change, watermark: bool = False) -> None:
+        writer.add(ChangeBatch(table, str(major), now, watermark, list(changes)))
+        writer.end_transaction(TransactionEnd(Lsn(major + 1), {}, now))
+        writer.commit()
+
+    def mark(major: int, kind: str, mark_id: str) -> None:
+        row = ("d1/db.docs", "d1", "db.docs", 1, kind, mark_id, now)
+        commit(major, WATERMARKS, Change(Lsn(major), Op.UPDATE, row, row), watermark=True)
+
+    u, d, c = Op.UPDATE, Op.DELETE, Op.CREATE
+    missing = ("body",)
+    commit(100, DOCS, Change(Lsn(100), c, None, (9, "other", "x")))  # a target to MERGE into
+    run_merge(spark, config, "src")
+    mark(110, "LOW", "low-1")
+    commit(120, DOCS, Change(Lsn(120), u, None, (1, "t1-new", None), missing))  # body only in the chunk
+    commit(121, DOCS, Change(Lsn(121), u, None, (2, "t2-new", "changed")))  # the event carries body
+    commit(122, DOCS, Change(Lsn(122), d, (3, None, None), None, ("title", "body")))  # deleted: stays deleted
+    commit(123, DOCS, Change(Lsn(123), u, None, (4, "t4-a", None), missing))  # two updates, both without body
+    commit(124, DOCS, Change(Lsn(124), u, None, (4, "t4-b", None), missing))
+    rows = [
+        (1, "t1", "big1"),
+        (2, "t2", "big2"),
+        (3, "t3", "big3"),
+        (4, "t4-a", "big4"),
+        (5, "t5", "big5"),
+        (9, "other", "x"),
+    ]
+    meta = ChunkMeta("d1", "db.docs", 1, "low-1", "high-1", ("id",), None, None, None, True, None, len(rows))
+    write_chunk(zone, DOCS, meta, pa.array([dict(zip(DOCS.names, r, strict=True)) for r in rows], DOCS.row_type))
+    mark(130, "HIGH", "high-1")
+    commit(140, DOCS, Change(Lsn(140), u, None, (1, "t1-later", None), missing))  # after HIGH: keeps it too
+    run_merge(spark, config, "src")
+
+    expected = {
+        (1,): {"id": 1, "title": "t1-later", "body": "big1"},
+        (2,): {"id": 2, "title": "t2-new", "body": "changed"},
+        (4,): {"id": 4, "title": "t4-b", "body": "big4"},
+        (5,): {"id": 5, "title": "t5", "body": "big5"},
+        (9,): {"id": 9, "title": "other", "body": "x"},
+    }
+    stream, stats = reconcile_table(zone, "db", "docs")
+    assert {k: dict(v) for k, v in apply(stream).items()} == expected
+    assert stats.dropped_by_window == 4
+    assert iceberg_state(spark, "logtide.toast_window.db__docs") == expected
+    assert changelog_replay(spark, "logtide.toast_window.db__docs__changelog") == expected
