@@ -14,17 +14,21 @@ Hadoop-catalog warehouse in a temporary folder, Spark local[2].
    events (updates, inserts, deletes on random keys) interleaved, some inside the chunks'
    windows, merged into an empty table. Baseline: INSERT INTO a fresh Iceberg table of the
    same input rows (chunk rows and the log's after images), nothing reconciled.
-2. Changes: --changes log events (70% updates, 20% inserts, 10% deletes on random keys)
-   merged into that N-row table. Baseline: INSERT INTO (append) of the same rows into the
-   N-row baseline table.
-3. The same --changes merge into a table --scale times larger (built by a dump merge first).
-   The target is merge-on-read: a merge writes the changed rows and position deletes, and
-   reads only the key and LSN columns of the table, so step 3 should cost about step 2.
+2. Changes: --changes log events (70% updates, 20% inserts of new keys at the end of the key
+   space, 10% deletes) merged into that N-row table, twice: updates and deletes at uniformly
+   random keys, then skewed towards the newest keys (distance from the newest key exponential,
+   mean 1% of the keys). Baseline: INSERT INTO (append) of the same rows into the N-row
+   baseline table.
+3. The same two merges into a table --scale times larger (built by a dump merge first). The
+   target's files hold narrow key ranges and a MERGE reads only the files its keys can be in:
+   recent changes should cost about the same at either size; uniformly random keys touch every
+   file, so that merge still reads the key columns of the whole table.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import shutil
 import sys
@@ -46,7 +50,7 @@ from capture.landing.chunks import ChunkMeta, write_chunk
 from capture.landing.files import fsync_dir, segment_name, write_parquet_atomic
 from capture.landing.log_writer import ENVELOPE
 from capture.landing.zone import table_folder
-from spark_apps.merge import build_session, run_merge, session_conf
+from spark_apps.merge import applied_frontier, build_session, run_merge, session_conf
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE = "bench"
@@ -136,8 +140,16 @@ class Landing:
         metadata = {"logtide.table": table.qualified_name, "logtide.key": ",".join(table.key)}
         return pa.Table.from_arrays(arrays, schema=pa.schema(fields, metadata=metadata))
 
-    def changes(self, n: int, key_space: int) -> None:
-        """n log events on bench.orders: 70% updates, 20% inserts of new keys, 10% deletes."""
+    def _old_key(self, key_space: int, recent: bool) -> int:
+        if not recent:
+            return self.rng.randint(1, key_space)
+        newest = self.next_id - 1  # distance from the newest key: exponential, mean 1% of the keys
+        return max(1, newest - int(self.rng.expovariate(100 / newest)))
+
+    def changes(self, n: int, key_space: int, recent: bool = False) -> None:
+        """n log events on bench.orders: 70% updates, 20% inserts of new keys (at the end of the
+        key space), 10% deletes; updates and deletes at uniformly random keys, or with `recent`
+        skewed towards the newest keys (as most OLTP tables change)."""
         if n == 0:
             return
         self.version += 1
@@ -146,14 +158,14 @@ class Landing:
             kind = self.rng.random()
             if kind < 0.7:
                 ops.append("u")
-                keys.append(self.rng.randint(1, key_space))
+                keys.append(self._old_key(key_space, recent))
             elif kind < 0.9:
                 ops.append("c")
                 keys.append(self.next_id)
                 self.next_id += 1
             else:
                 ops.append("d")
-                keys.append(self.rng.randint(1, key_space))
+                keys.append(self._old_key(key_space, recent))
         inserts = [op == "c" for op in ops]
         deletes = [op == "d" for op in ops]
         ids = pa.array(keys, pa.int64())
@@ -290,7 +302,34 @@ def _input_rows(spark: Any, landing: Landing, since: int = 0) -> Any:
     return spark.read.parquet(*[str(p) for p in chunk_files]).select("after.*").unionByName(log)
 
 
-def run(args: argparse.Namespace, work: Path) -> list[Timing]:
+def _files(spark: Any, table: str) -> str:
+    """How the target's data files are laid out: count and rows per file (what a MERGE may skip)."""
+    row = spark.sql(f"SELECT count(*), max(record_count) FROM {table}.files WHERE content = 0").collect()[0]
+    return f"{row[0]} data files, at most {row[1]:,d} rows each"
+
+
+def _changes(
+    spark: Any, config: Any, landing: Landing, rows: int, n: int, recent: bool, baseline: str | None
+) -> dict[str, Timing]:
+    """n changes (uniform or recent keys) merged into the `rows`-row table; with `baseline`, the
+    same rows appended to that table by a plain INSERT INTO."""
+    kind = "recent" if recent else "uniform"
+    applied = int(applied_frontier(spark, f"logtide.{config.merge.namespace}.bench__orders"))
+    landing.changes(n, rows, recent=recent)
+    landing.checkpoint()
+    merged, _ = _merge(spark, config, f"merge: {n:,d} {kind} changes into {rows:,d}", n)
+    out = {f"merge {kind} x1" if baseline else f"merge {kind} xN": merged}
+    if baseline:
+        frame = _input_rows(spark, landing, since=applied)
+        out[f"insert {kind}"] = _insert(spark, baseline, frame, "INSERT INTO (append) the same rows", False)
+    return out
+
+
+def _load() -> str:
+    return "load average {:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
+
+
+def run(args: argparse.Namespace, work: Path) -> dict[str, Timing]:
     jars = ROOT / "var" / "jars"
     if not any(jars.glob("iceberg-spark-runtime-*.jar")):
         raise SystemExit(f"no Iceberg jars in {jars}: run scripts/jars.sh (or scripts/setup.sh) first")
@@ -300,9 +339,9 @@ def run(args: argparse.Namespace, work: Path) -> list[Timing]:
     conf.update({"spark.driver.memory": args.driver_memory, "spark.sql.shuffle.partitions": "8"})
     spark = build_session(conf, master="local[2]", app_name="logtide-merge-benchmark")
     spark.sparkContext.setLogLevel("ERROR")
-    timings = []
+    timings: dict[str, Timing] = {}
     try:
-        print("-- warming up the JVM (a small dump merged into another namespace)", flush=True)
+        print(f"-- warming up the JVM (a small dump merged into another namespace); {_load()}", flush=True)
         warm = Landing(work / "warm", random.Random(1))
         warm.dump(20_000, 1000, 2000)
         warm.changes(500, 20_000)
@@ -315,19 +354,16 @@ def run(args: argparse.Namespace, work: Path) -> list[Timing]:
         spark.sql("CREATE NAMESPACE IF NOT EXISTS logtide.baseline")
 
         print("-- 1. initial load", flush=True)
-        first, report = _merge(spark, config, f"merge: dump of {args.rows:,d} + {args.log_events:,d} log", 0)
-        timings.append(first)
+        timings["merge load x1"], _ = _merge(
+            spark, config, f"merge: dump of {args.rows:,d} + {args.log_events:,d} log", 0
+        )
         frame = _input_rows(spark, landing)
-        timings.append(_insert(spark, "logtide.baseline.orders", frame, "INSERT INTO the same rows", True))
-        applied = int(report["frontier"])
+        timings["insert load"] = _insert(spark, "logtide.baseline.orders", frame, "INSERT INTO the same rows", True)
+        print(f"   target: {_files(spark, 'logtide.bench.bench__orders')}", flush=True)
 
-        print(f"-- 2. {args.changes:,d} changes into the {args.rows:,d}-row table", flush=True)
-        landing.changes(args.changes, args.rows)
-        landing.checkpoint()
-        second, report = _merge(spark, config, f"merge: {args.changes:,d} changes into {args.rows:,d}", args.changes)
-        timings.append(second)
-        frame = _input_rows(spark, landing, since=applied)
-        timings.append(_insert(spark, "logtide.baseline.orders", frame, "INSERT INTO (append) the same rows", False))
+        print(f"-- 2. {args.changes:,d} changes into the {args.rows:,d}-row table; {_load()}", flush=True)
+        for recent in (False, True):
+            timings.update(_changes(spark, config, landing, args.rows, args.changes, recent, "logtide.baseline.orders"))
 
         if args.scale > 1:
             big_rows = args.rows * args.scale
@@ -336,12 +372,12 @@ def run(args: argparse.Namespace, work: Path) -> list[Timing]:
             big_config = _config(big_work / "landing", warehouse, "bench_big")
             big = Landing(big_work / "landing", random.Random(8))
             big.dump(big_rows, args.chunk_size * args.scale, args.log_events)
-            load, _ = _merge(spark, big_config, f"merge: dump of {big_rows:,d} + {args.log_events:,d} log", 0)
-            timings.append(load)
-            big.changes(args.changes, big_rows)
-            big.checkpoint()
-            third, _ = _merge(spark, big_config, f"merge: {args.changes:,d} changes into {big_rows:,d}", args.changes)
-            timings.append(third)
+            timings["merge load xN"], _ = _merge(
+                spark, big_config, f"merge: dump of {big_rows:,d} + {args.log_events:,d} log", 0
+            )
+            print(f"   target: {_files(spark, 'logtide.bench_big.bench__orders')}; {_load()}", flush=True)
+            for recent in (False, True):
+                timings.update(_changes(spark, big_config, big, big_rows, args.changes, recent, None))
     finally:
         spark.stop()
     return timings
@@ -366,15 +402,22 @@ def main(argv: list[str] | None = None) -> int:
             print(f"work folder kept: {work}")
         else:
             shutil.rmtree(work, ignore_errors=True)
-    print("\n== results (Spark local[2], Iceberg 1.10.2, Hadoop catalog, merge-on-read)")
-    for timing in timings:
+    print(f"\n== results (Spark local[2], Iceberg 1.10.2, Hadoop catalog, merge-on-read); {_load()}")
+    for timing in timings.values():
         print(timing.line())
-    merge_1, insert_1, merge_2, insert_2 = timings[:4]
-    print(f"\n  initial load: merge / plain INSERT      {merge_1.seconds / insert_1.seconds:6.2f}x")
-    print(f"  {args.changes:,d} changes: merge / plain INSERT    {merge_2.seconds / insert_2.seconds:6.2f}x")
-    if len(timings) > 5:
-        ratio = timings[5].seconds / merge_2.seconds
-        print(f"  {args.changes:,d} changes: x{args.scale} table / x1 table   {ratio:6.2f}x")
+    t = {k: v.seconds for k, v in timings.items()}
+    n = f"{args.changes:,d}"
+    ratios = [("initial load: merge / plain INSERT", t["merge load x1"] / t["insert load"])]
+    for kind in ("uniform", "recent"):
+        ratios.append((f"{n} {kind} changes: merge / plain INSERT", t[f"merge {kind} x1"] / t[f"insert {kind}"]))
+    if args.scale > 1:
+        for kind in ("uniform", "recent"):
+            ratios.append(
+                (f"{n} {kind} changes: x{args.scale} table / x1 table", t[f"merge {kind} xN"] / t[f"merge {kind} x1"])
+            )
+    print()
+    for label, ratio in ratios:
+        print(f"  {label:48s} {ratio:6.2f}x")
     print(f"\ntotal benchmark time {time.perf_counter() - started:.0f} s")
     return 0
 

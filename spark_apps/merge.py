@@ -23,7 +23,9 @@ For every table of the source with landed log events or chunks, one run:
      before its MERGE), keeps the latest event per key by (LSN, order) and MERGEs it into the
      target: update or delete only where the incoming LSN is greater than the stored one, insert
      what is new, in ONE Iceberg commit that also carries F, so a rerun applies nothing twice.
-     Columns an event does not carry (PostgreSQL TOAST) keep the stored value.
+     Columns an event does not carry (PostgreSQL TOAST) keep the stored value. Targets are
+     written range-clustered by key in small files, and the MERGE's ON clause bounds the key by
+     ranges around the run's keys, so it reads only the files that can hold them (`key_filter`).
 
 capture/dump/reconcile.py is the same algorithm in plain Python (the reference the tests check
 this against). Keys from the log and from chunks have the same types (one type mapping), and
@@ -82,6 +84,14 @@ CHANGELOG_META = (
     ("_applied_at", "timestamp"),
 )
 RESERVED = {name for name, _ in TARGET_META + CHANGELOG_META}
+# Target layout: rows range-distributed by key before a write (`WRITE ORDERED BY`), files of at
+# most this size, so that each file holds a narrow key range and a MERGE can skip the files its
+# keys miss (`key_filter`). Tables created before carry no `logtide.layout`: `ensure_table` adds it.
+LAYOUT = "2"
+TARGET_FILE_SIZE = 16 * 1024 * 1024
+# `key_filter`: up to this many distinct keys, bounded by at most this many ranges
+PRUNE_MAX_KEYS = 100_000
+PRUNE_RANGES = 32
 
 
 class MergeError(LogtideError):
@@ -173,6 +183,7 @@ def spark_type(arrow_type: pa.DataType) -> Any:
         (pa.types.is_fixed_size_binary, T.BinaryType),
         (pa.types.is_date32, T.DateType),
         (pa.types.is_duration, T.LongType),  # TIME: microseconds (Iceberg has no interval type)
+        (pa.types.is_time64, T.LongType),  # PostgreSQL time: microseconds since midnight (Spark 3.5 has no TIME)
     ]
     for test, spark in simple:
         if test(t):
@@ -183,6 +194,8 @@ def spark_type(arrow_type: pa.DataType) -> Any:
         return T.TimestampNTZType() if t.tz is None else T.TimestampType()
     if pa.types.is_struct(t):
         return T.StructType([T.StructField(f.name, spark_type(f.type), True) for f in t])
+    if pa.types.is_list(t):  # PostgreSQL arrays
+        return T.ArrayType(spark_type(t.value_type), True)
     raise MergeError(f"Arrow type {t} is not supported by the merge")
 
 
@@ -190,6 +203,8 @@ def target_type(arrow_type: pa.DataType) -> Any:
     """The Iceberg column type: Spark's, with TINYINT/SMALLINT widened to int (Iceberg has neither)."""
     from pyspark.sql import types as T
 
+    if pa.types.is_list(arrow_type):
+        return T.ArrayType(target_type(arrow_type.value_type), True)
     spark = spark_type(arrow_type)
     return T.IntegerType() if isinstance(spark, (T.ByteType, T.ShortType)) else spark
 
@@ -430,8 +445,14 @@ def ensure_table(
     meta: tuple[tuple[str, str], ...],
     properties: dict[str, str],
     order: list[str],
+    clustered: bool = False,
 ) -> None:
-    """Create the table, or add the columns it lacks (Iceberg schema evolution)."""
+    """Create the table, or add the columns it lacks (Iceberg schema evolution). `clustered`
+    (targets): rows range-distributed by `order` before every write and files of at most
+    TARGET_FILE_SIZE, so that files hold narrow key ranges a MERGE can skip; a table created
+    before without that layout gets it for its future writes."""
+    layout = {"write.target-file-size-bytes": str(TARGET_FILE_SIZE), "logtide.layout": LAYOUT} if clustered else {}
+    ordered = f"WRITE {'' if clustered else 'LOCALLY '}ORDERED BY {', '.join(quote(c) for c in order)}"
     if not table_exists(spark, name):
         props = {
             "format-version": "2",
@@ -440,14 +461,22 @@ def ensure_table(
             "write.merge.mode": "merge-on-read",
             "write.metadata.delete-after-commit.enabled": "true",
             "write.metadata.previous-versions-max": "50",
+            **layout,
             **properties,
         }
         ddl = _columns_ddl([(c, t.simpleString()) for c, t in columns] + list(meta))
         tblprops = ", ".join(f"'{k}' = '{v}'" for k, v in props.items())
         spark.sql(f"CREATE TABLE IF NOT EXISTS {name} ({ddl}) USING iceberg TBLPROPERTIES ({tblprops})")
-        spark.sql(f"ALTER TABLE {name} WRITE LOCALLY ORDERED BY {', '.join(quote(c) for c in order)}")
+        spark.sql(f"ALTER TABLE {name} {ordered}")
         log.info("merge.table_created", table=name, columns=len(columns))
         return
+    if clustered and _iceberg_table(spark, name).properties().get("logtide.layout") != LAYOUT:
+        # metadata only: files written from now on are range-clustered; older ones keep their key
+        # spread until rewritten (README, Merge: rewrite_data_files with strategy => 'sort')
+        spark.sql(f"ALTER TABLE {name} {ordered}")
+        tblprops = ", ".join(f"'{k}' = '{v}'" for k, v in layout.items())
+        spark.sql(f"ALTER TABLE {name} SET TBLPROPERTIES ({tblprops})")
+        log.info("merge.layout_upgraded", table=name, layout=LAYOUT)
     existing = {f.name.lower(): f.dataType for f in spark.table(name).schema.fields}
     for c, t in columns:
         have = existing.get(c.lower())
@@ -481,6 +510,92 @@ def _evolve_type(spark: Any, name: str, column: str, have: Any, want: Any) -> No
             f"{name}: column {column!r} is {have.simpleString()} in the target but {want.simpleString()} in the "
             "landing zone; Iceberg cannot make that change: drop the target tables and run a full dump"
         )
+
+
+# -- the MERGE's key filter ---------------------------------------------------------------------
+
+
+def _literal_source(column: str, spark_type: Any) -> Any | None:
+    """How a key value is collected for `_literal`: integers as they are, binary as hex, any other
+    scalar as the hex of Spark's own text for it (cast back exactly in the same session); None:
+    a type the filter does not handle (the MERGE then reads the whole table)."""
+    from pyspark.sql import functions as sf
+    from pyspark.sql import types as T
+
+    col = sf.col(quote(column))
+    if isinstance(spark_type, (T.ByteType, T.ShortType, T.IntegerType, T.LongType)):
+        return col
+    if isinstance(spark_type, T.BinaryType):
+        return sf.hex(col)
+    scalar = (T.StringType, T.DecimalType, T.DateType, T.TimestampType, T.TimestampNTZType, T.BooleanType)
+    if isinstance(spark_type, scalar):  # not FLOAT/DOUBLE keys: NaN and -0.0 compare unlike other values
+        return sf.hex(col.cast("string"))
+    return None
+
+
+def _literal(value: Any, spark_type: Any) -> str:
+    """SQL for one collected key value. Only digits and hex digits reach the statement's text
+    (no quoting to get wrong); constant folding turns it back into a literal Iceberg can use."""
+    from pyspark.sql import types as T
+
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    text = str(value)
+    if any(ch not in "0123456789ABCDEF" for ch in text):  # '' is the empty string's (or binary's) hex
+        raise MergeError(f"unexpected key text {text[:40]!r} for the MERGE's key filter")
+    if isinstance(spark_type, T.BinaryType):
+        return f"X'{text}'"
+    if isinstance(spark_type, T.StringType):
+        return f"CAST(X'{text}' AS STRING)"
+    return f"CAST(CAST(X'{text}' AS STRING) AS {spark_type.simpleString().upper()})"
+
+
+def _cuts(values: list[Any], numeric: bool, ranges: int) -> list[tuple[int, int]]:
+    """Split sorted values into at most `ranges` runs [i, j]: at the largest gaps for numbers (the
+    changes of a run cluster: new keys at the end, updates of recent rows), else by count."""
+    n = len(values)
+    if n <= ranges:
+        return [(i, i) for i in range(n)]
+    if numeric:
+        gaps = sorted(range(1, n), key=lambda i: values[i] - values[i - 1], reverse=True)[: ranges - 1]
+        starts = [0, *sorted(gaps)]
+    else:
+        starts = [i * n // ranges for i in range(ranges)]
+    return [(s, e - 1) for s, e in zip(starts, [*starts[1:], n], strict=True)]
+
+
+def key_filter(source: Any, keys: list[str], types: dict[str, Any], alias: str = "t") -> str | None:
+    """A predicate on the target's first key column that every row the MERGE can match satisfies
+    (so adding it to the ON clause changes nothing the MERGE does, only what it reads): up to
+    PRUNE_RANGES ranges around the run's keys. Iceberg gets it as a scan filter and skips the
+    data files (and Parquet row groups) whose min/max lie outside every range. None when the run
+    has more than PRUNE_MAX_KEYS distinct first-key values or a key type without a literal."""
+    from pyspark.sql import functions as sf
+    from pyspark.sql import types as T
+
+    first, spark_type = keys[0], types[keys[0]]
+    text = _literal_source(first, spark_type)
+    if text is None:
+        return None
+    rows = (
+        source.where(sf.col(quote(first)).isNotNull())
+        .select(text.alias("_text"), sf.col(quote(first)).alias("_value"))
+        .distinct()
+        .orderBy("_value")
+        .limit(PRUNE_MAX_KEYS + 1)
+        .collect()
+    )
+    if len(rows) > PRUNE_MAX_KEYS:
+        return None
+    if not rows:
+        return "false"
+    column = f"{alias}.{quote(first)}"
+    numeric = isinstance(spark_type, (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.DecimalType))
+    spans = []
+    for i, j in _cuts([r["_value"] for r in rows], numeric, PRUNE_RANGES):
+        lo, hi = _literal(rows[i]["_text"], spark_type), _literal(rows[j]["_text"], spark_type)
+        spans.append(f"{column} = {lo}" if i == j else f"({column} >= {lo} AND {column} <= {hi})")
+    return "(" + " OR ".join(spans) + ")"
 
 
 # -- one table ---------------------------------------------------------------------------------
@@ -595,6 +710,8 @@ class TableMerge:
                     if hidden is not None:
                         survivors = survivors.join(hidden, ["_cid", *keys], "left_anti")
                     stream = stream.unionByName(self._chunk_stream(survivors))
+                    if self.has_missing:
+                        stream = stream.unionByName(self._bases(chunk_rows, events, hidden))
             if chunks and a_target < F and not is_empty(spark, self.target):
                 with self._step("repair"):
                     chunk_keys = chunk_rows.select(*keys, "_cid", "_row").persist(StorageLevel.MEMORY_AND_DISK)
@@ -652,7 +769,7 @@ class TableMerge:
         spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {quote(cfg.catalog_name)}.{quote(self.ctx.namespace)}")
         columns = [(c, self.types[c]) for c in self.columns]
         props = {"logtide.source": self.ctx.source, "logtide.table": self.name, "logtide.key": ",".join(self.keys)}
-        ensure_table(spark, self.target, columns, TARGET_META, props, self.keys)
+        ensure_table(spark, self.target, columns, TARGET_META, props, self.keys, clustered=True)
         ensure_table(spark, self.changelog, columns, CHANGELOG_META, props, ["_lsn", "_order"])
 
     # -- building the stream -----------------------------------------------------------------
@@ -796,7 +913,7 @@ class TableMerge:
         ).where(_widen(sf.col("_x32"), sf.col("_xmax")) == sf.col("_full"))
         return recent.select("_cid", *keys).unionByName(in_xip.select("_cid", *keys)).distinct()
 
-    def _chunk_stream(self, survivors: Any) -> Any:
+    def _chunk_stream(self, survivors: Any, missing: Any | None = None) -> Any:
         from pyspark.sql import functions as sf
 
         return survivors.select(
@@ -809,8 +926,44 @@ class TableMerge:
             sf.col("_high_ts").alias("_commit_ts"),
             "_dump_id",
             "_chunk",
-            sf.lit(None).cast("array<string>").alias("_missing"),
+            (sf.lit(None) if missing is None else missing).cast("array<string>").alias("_missing"),
         )
+
+    def _bases(self, chunk_rows: Any, events: Any, hidden: Any | None) -> Any:
+        """PostgreSQL leaves unchanged TOASTed values out of update events (`_missing`). A chunk row
+        dropped for window events that all leave a column out is the only full copy of that column,
+        which no event in the window changed: place it at HIGH with every column some window event
+        carried marked missing (unless the key ends deleted), as reconcile.py's `_base_missing`."""
+        from pyspark.sql import functions as sf
+
+        keys = self.keys
+        others = [c for c in self.columns if c not in keys]
+        window = events.select(
+            *(sf.col(k).alias(f"_w{i}") for i, k in enumerate(keys)), "_lsn", "_order", "_op", "_missing"
+        )
+        rows = chunk_rows.select(*keys, "_cid", "_low", "_high")
+        joined = rows.join(
+            window,
+            [rows[k] == window[f"_w{i}"] for i, k in enumerate(keys)]
+            + [window["_lsn"] > rows["_low"], window["_lsn"] < rows["_high"]],
+        )
+        carried = sf.coalesce(sf.col("_missing"), sf.array().cast("array<string>"))
+        per_key = joined.groupBy("_cid", *keys).agg(
+            sf.max_by("_op", sf.struct("_lsn", "_order")).alias("_last_op"),
+            sf.array_compact(
+                sf.array(
+                    *(
+                        sf.max(sf.when((sf.col("_op") != "d") & ~sf.array_contains(carried, c), sf.lit(c)))
+                        for c in others
+                    )
+                )
+            ).alias("_carried"),
+        )
+        per_key = per_key.where((sf.col("_last_op") != "d") & (sf.size("_carried") < len(others)))
+        if hidden is not None:
+            per_key = per_key.join(hidden, ["_cid", *keys], "left_anti")
+        based = chunk_rows.join(per_key, ["_cid", *keys])
+        return self._chunk_stream(based, sf.col("_carried"))
 
     def _repairs(self, chunks: list[Chunk], chunk_rows: Any, window: Any, a_target: int) -> Any | None:
         """Deletes at HIGH for target keys inside a chunk's range that the chunk did not return.
@@ -956,6 +1109,7 @@ class TableMerge:
         commit_with(self.ctx.spark, props, lambda: rows.writeTo(self.changelog).append())
 
     def _merge(self, stream: Any, props: dict[str, str]) -> None:
+        from pyspark import StorageLevel
         from pyspark.sql import Window
         from pyspark.sql import functions as sf
 
@@ -982,33 +1136,45 @@ class TableMerge:
                 )
                 keep[c] = f"_keep{i}"
         latest = latest.where("_rank = 1")
-        target_columns = [f.name for f in spark.table(self.target).schema.fields]
+        target_fields = spark.table(self.target).schema.fields
+        target_columns = [f.name for f in target_fields]
         source = self._aligned(latest, self.target, ("_op", *keep.values()))
         view = "logtide_merge_source"
-        source.createOrReplaceTempView(view)
         cols = ", ".join(quote(c) for c in target_columns)
         if is_empty(spark, self.target):
+            source.createOrReplaceTempView(view)
             sql = f"INSERT INTO {self.target} ({cols}) SELECT {cols} FROM {view} WHERE _op <> 'd'"
+            try:
+                commit_with(spark, props, lambda: spark.sql(sql))
+            finally:
+                spark.catalog.dropTempView(view)
         else:
-            on = " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in keys)
-            newer = "s._lsn > coalesce(t._lsn, -1)"
+            source = source.persist(StorageLevel.MEMORY_AND_DISK)  # read by the key filter, then the MERGE
+            source.createOrReplaceTempView(view)
+            try:
+                on = " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in keys)
+                pruning = key_filter(source, keys, {f.name: f.dataType for f in target_fields})
+                self.report["key_filter"] = pruning is not None
+                if pruning is not None:
+                    on = f"{on} AND {pruning}"
+                newer = "s._lsn > coalesce(t._lsn, -1)"
 
-            def value(c: str) -> str:
-                flag = keep.get(c)
-                return f"CASE WHEN s.{flag} THEN t.{quote(c)} ELSE s.{quote(c)} END" if flag else f"s.{quote(c)}"
+                def value(c: str) -> str:
+                    flag = keep.get(c)
+                    return f"CASE WHEN s.{flag} THEN t.{quote(c)} ELSE s.{quote(c)} END" if flag else f"s.{quote(c)}"
 
-            updates = ", ".join(f"t.{quote(c)} = {value(c)}" for c in target_columns)
-            values = ", ".join(f"s.{quote(c)}" for c in target_columns)
-            sql = (
-                f"MERGE INTO {self.target} t USING {view} s ON {on} "
-                f"WHEN MATCHED AND {newer} AND s._op = 'd' THEN DELETE "
-                f"WHEN MATCHED AND {newer} THEN UPDATE SET {updates} "
-                f"WHEN NOT MATCHED AND s._op <> 'd' THEN INSERT ({cols}) VALUES ({values})"
-            )
-        try:
-            commit_with(spark, props, lambda: spark.sql(sql))
-        finally:
-            spark.catalog.dropTempView(view)
+                updates = ", ".join(f"t.{quote(c)} = {value(c)}" for c in target_columns)
+                values = ", ".join(f"s.{quote(c)}" for c in target_columns)
+                sql = (
+                    f"MERGE INTO {self.target} t USING {view} s ON {on} "
+                    f"WHEN MATCHED AND {newer} AND s._op = 'd' THEN DELETE "
+                    f"WHEN MATCHED AND {newer} THEN UPDATE SET {updates} "
+                    f"WHEN NOT MATCHED AND s._op <> 'd' THEN INSERT ({cols}) VALUES ({values})"
+                )
+                commit_with(spark, props, lambda: spark.sql(sql))
+            finally:
+                spark.catalog.dropTempView(view)
+                source.unpersist()
         summary = _iceberg_table(spark, self.target).currentSnapshot().summary()
         for name in ("added-records", "deleted-records", "added-position-deletes", "total-records"):
             value = summary.get(name)

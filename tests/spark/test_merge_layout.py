@@ -1,0 +1,175 @@
+"""The target's layout and the MERGE's key filter: files hold narrow key ranges, a MERGE reads
+only the files its keys can be in, and the filter never changes what a MERGE does (composite
+and string keys with quotes, backslashes and non-ASCII text; a table of the older layout)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pyarrow as pa
+import pytest
+
+from capture.config import parse_config
+from capture.dump.reconcile import apply, reconcile_table
+from capture.events import Change, ChangeBatch, Column, Lsn, Op, TableSchema, TransactionEnd
+from capture.landing import Checkpoint, LandingZone
+from capture.landing.log_writer import LogWriter
+from spark_apps import merge
+from spark_apps.merge import key_filter, run_merge
+from tests.spark.merging import iceberg_state
+
+pytestmark = pytest.mark.spark
+
+TAGS = TableSchema(
+    "db",
+    "tags",
+    (Column("name", pa.string(), "varchar(40)"), Column("n", pa.int32(), "int"), Column("v", pa.string(), "text")),
+    ("name", "n"),
+)
+ITEMS = TableSchema("db", "items", (Column("id", pa.int64(), "bigint"), Column("v", pa.string(), "text")), ("id",))
+
+
+class Log:
+    def __init__(self, zone: LandingZone) -> None:
+        self.writer = LogWriter(zone, Checkpoint(Lsn(1), {}), flush_interval_s=0, max_buffer_rows=1_000_000)
+        self.major = 100
+
+    def transaction(self, table: TableSchema, changes: list[tuple[Op, tuple | None, tuple | None]]) -> None:
+        self.major += 10
+        now = datetime.now(UTC)
+        batch = [Change(Lsn(self.major, i), op, before, after, ()) for i, (op, before, after) in enumerate(changes)]
+        self.writer.add(ChangeBatch(table, str(self.major), now, False, batch))
+        self.writer.end_transaction(TransactionEnd(Lsn(self.major + 1), {}, now))
+        self.writer.commit()
+
+
+def _config(catalogs, tmp_path, namespace: str):
+    return parse_config(
+        {
+            "landing": {"path": str(tmp_path / "landing")},
+            "sources": {"src": {"kind": "mariadb", "user": "u", "server_id": 3}},
+            "merge": catalogs["hadoop"].model_copy(update={"namespace": namespace}).model_dump(mode="json"),
+        },
+        require_env=False,
+    )
+
+
+def _data_files(frame) -> tuple[int, int]:
+    """(data files read, data files skipped) by Iceberg's scan of `frame`, run first."""
+    frame.collect()
+    plan = frame._jdf.queryExecution().executedPlan()
+    if plan.getClass().getSimpleName() == "AdaptiveSparkPlanExec":
+        plan = plan.executedPlan()
+    leaves = plan.collectLeaves().iterator()
+    while leaves.hasNext():
+        metrics = leaves.next().metrics()
+        if metrics.contains("resultDataFiles"):
+            return metrics.apply("resultDataFiles").value(), metrics.apply("skippedDataFiles").value()
+    raise AssertionError("no Iceberg scan in the plan")
+
+
+def _hashable(value):
+    return bytes(value) if isinstance(value, bytearray) else value
+
+
+def _reference(zone: LandingZone, table: str) -> dict:
+    stream, _ = reconcile_table(zone, "db", table)
+    return {k: dict(v) for k, v in apply(stream).items()}
+
+
+def test_string_and_composite_keys_merge_exactly_through_the_key_filter(spark, catalogs, tmp_path):
+    zone = LandingZone(tmp_path / "landing", "src")
+    config = _config(catalogs, tmp_path, "layout_keys")
+    log = Log(zone)
+    c, u, d = Op.CREATE, Op.UPDATE, Op.DELETE
+    names = ["plain", "it's", "back\\slash", "", "é ü 中文 🙂", "x') OR 1=1 --", "new\nline", "Plain"]
+    rows = [(name, n, f"{name}/{n}") for name in names for n in (1, 2)]
+    log.transaction(TAGS, [(c, None, r) for r in rows])
+    run_merge(spark, config, "src")
+    changed = [r for r in rows if r[1] == 1]
+    log.transaction(TAGS, [(u, r, (r[0], r[1], "changed")) for r in changed[:4]])
+    log.transaction(TAGS, [(d, r, None) for r in changed[4:]] + [(c, None, ("zz'z", 7, "new"))])
+    report = run_merge(spark, config, "src")["tables"][0]
+
+    assert report["key_filter"] is True
+    target = iceberg_state(spark, "logtide.layout_keys.db__tags", key=("name", "n"))
+    assert target == _reference(zone, "tags")
+    assert target[("it's", 1)]["v"] == "changed" and ("é ü 中文 🙂", 1) not in target
+    assert target[("é ü 中文 🙂", 2)]["v"] == "é ü 中文 🙂/2" and target[("zz'z", 7)]["v"] == "new"
+
+
+def test_a_merge_of_recent_keys_reads_only_the_files_that_can_hold_them(spark, catalogs, tmp_path, monkeypatch):
+    zone = LandingZone(tmp_path / "landing", "src")
+    config = _config(catalogs, tmp_path, "layout_files")
+    log = Log(zone)
+    c, u = Op.CREATE, Op.UPDATE
+    for block in range(4):  # four merges of inserts: files of disjoint key ranges
+        log.transaction(ITEMS, [(c, None, (i, "v0")) for i in range(block * 1000, block * 1000 + 1000)])
+        run_merge(spark, config, "src")
+    name = "logtide.layout_files.db__items"
+    properties = merge._iceberg_table(spark, name).properties()
+    assert properties.get("write.distribution-mode") == "range" and properties.get("logtide.layout") == merge.LAYOUT
+
+    keys = [3990, 3995, 2999]
+    source = spark.createDataFrame([(k,) for k in keys], "id bigint")
+    predicate = key_filter(source, ["id"], {"id": spark.table(name).schema["id"].dataType})
+    scanned = spark.table(name).alias("t").where(predicate)
+    assert sorted(r["id"] for r in scanned.select("id").collect()) == sorted(keys)
+    read, skipped = _data_files(scanned)
+    assert read == 2 and skipped >= 2  # the files of keys 3000..3999 and 2000..2999
+    assert _data_files(spark.table(name)) == (read + skipped, 0)
+
+    monkeypatch.setattr(merge, "PRUNE_MAX_KEYS", 2)  # more keys than that: no filter, same result
+    log.transaction(ITEMS, [(u, (k, "v0"), (k, "v1")) for k in keys])
+    report = run_merge(spark, config, "src")["tables"][0]
+    assert report["key_filter"] is False
+    state = iceberg_state(spark, name)
+    assert state == _reference(zone, "items") and state[(2999,)]["v"] == "v1" and len(state) == 4000
+
+
+def test_a_table_of_the_older_layout_gets_the_new_one_and_keeps_merging(spark, catalogs, tmp_path):
+    zone = LandingZone(tmp_path / "landing", "src")
+    config = _config(catalogs, tmp_path, "layout_old")
+    name = "logtide.layout_old.db__items"
+    spark.sql("CREATE NAMESPACE IF NOT EXISTS logtide.layout_old")
+    spark.sql(
+        f"CREATE TABLE {name} (id bigint, v string, _lsn decimal(38,0), _applied_at timestamp) USING iceberg "
+        "TBLPROPERTIES ('format-version' = '2', 'write.merge.mode' = 'merge-on-read')"
+    )
+    spark.sql(f"ALTER TABLE {name} WRITE LOCALLY ORDERED BY id")
+    log = Log(zone)
+    log.transaction(ITEMS, [(Op.CREATE, None, (i, "a")) for i in range(10)])
+    run_merge(spark, config, "src")
+    log.transaction(ITEMS, [(Op.UPDATE, (3, "a"), (3, "b")), (Op.DELETE, (4, "a"), None)])
+    run_merge(spark, config, "src")
+    properties = merge._iceberg_table(spark, name).properties()
+    assert properties.get("logtide.layout") == merge.LAYOUT and properties.get("write.distribution-mode") == "range"
+    assert iceberg_state(spark, name) == _reference(zone, "items")
+
+
+def test_the_key_filter_keeps_every_key_of_every_type_it_handles(spark):
+    """The ranges round-trip each key type exactly (decimal, dates, timestamps with and without
+    zone, binary, boolean, strings): filtering a frame by them keeps every key of the run."""
+    from datetime import date
+    from decimal import Decimal
+
+    from pyspark.sql import functions as sf
+
+    columns = {
+        "d": ("decimal(20,0)", [Decimal(18446744073709551615 - i * 7919) for i in range(60)]),
+        "day": ("date", [date(1999, 12, 31 - i % 28) for i in range(60)]),
+        "ts": ("timestamp", [datetime(2021, 3, 28, 1, i % 60, 5, i * 11, tzinfo=UTC) for i in range(60)]),
+        "ntz": ("timestamp_ntz", [datetime(2020, 10, 25, 2, i % 60, 0, 999_999 - i) for i in range(60)]),
+        "b": ("binary", [bytes([255 - i, 0, i]) for i in range(60)]),
+        "flag": ("boolean", [i % 2 == 0 for i in range(60)]),
+        "s": ("string", [f"k{i:03d}'\\ü" for i in range(60)]),
+    }
+    for column, (type_name, values) in columns.items():
+        frame = spark.createDataFrame([(v,) for v in values], f"{column} {type_name}")
+        run = frame.where(sf.col(column).isin(values[::3]) if type_name != "boolean" else sf.col(column))
+        predicate = key_filter(run, [column], {column: frame.schema[column].dataType})
+        assert predicate is not None
+        kept = {_hashable(r[0]) for r in frame.alias("t").where(predicate).collect()}
+        assert {_hashable(r[0]) for r in run.collect()} <= kept, column
+        if type_name not in ("boolean", "date"):
+            assert len(kept) < len(set(values)), column  # and the ranges exclude something
