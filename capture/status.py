@@ -38,7 +38,6 @@ from capture.landing import LandingZone
 from capture.landing.checkpoint import Checkpoint
 from capture.landing.files import parse_segment_name
 from capture.landing.zone import folder_table, table_folder
-from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE
 
 FRONTIER = "logtide.frontier"  # as spark_apps/merge.py writes it
 CHANGELOG_SUFFIX = "__changelog"
@@ -255,23 +254,13 @@ def _dump_status(zone: LandingZone, claims: LocalClaims, dump_id: str) -> dict[s
 # -- targets ----------------------------------------------------------------------------------
 
 
-def landed_tables(zone: LandingZone) -> list[str]:
-    """Tables with log events or dump chunks (the merge's targets), watermark table excluded."""
-    names = {f"{s}.{t}" for s, t in zone.tables()}
-    chunks = zone.root / "chunks"
-    if chunks.is_dir():
-        names |= {"{}.{}".format(*folder_table(p.name)) for d in chunks.iterdir() if d.is_dir() for p in d.iterdir()}
-    names.discard(f"{WATERMARK_SCHEMA}.{WATERMARK_TABLE}")
-    return sorted(names)
-
-
 def targets_status(
     merge: MergeConfig, source: str, zone: LandingZone, checkpoint: Checkpoint | None
 ) -> list[dict[str, Any]]:
     namespace = merge.namespace or source
     landed = checkpoint.frontier.encode() if checkpoint else None
     found = []
-    for name in landed_tables(zone):
+    for name in zone.merge_tables():
         schema, _, table = name.partition(".")
         target = f"{schema}__{table}"
         entry: dict[str, Any] = {"table": name, "target": f"{merge.catalog_name}.{namespace}.{target}"}

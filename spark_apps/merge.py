@@ -60,7 +60,7 @@ from capture.errors import LogtideError, WatermarkError  # noqa: E402
 from capture.landing import LandingZone  # noqa: E402
 from capture.landing.chunks import META_KEY, ChunkMeta  # noqa: E402
 from capture.landing.files import parse_segment_name  # noqa: E402
-from capture.landing.zone import folder_table, table_folder  # noqa: E402
+from capture.landing.zone import table_folder  # noqa: E402
 from capture.log import get_logger, setup_logging  # noqa: E402
 from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE  # noqa: E402
 
@@ -342,15 +342,6 @@ def _unify(row_types: Iterable[tuple[pa.StructType, str]], table: str) -> dict[s
                     "cannot change a column's type in place: drop the target tables and run a full dump"
                 )
     return columns
-
-
-def tables_with_data(zone: LandingZone) -> list[str]:
-    names = {f"{s}.{t}" for s, t in zone.tables()}
-    base = zone.root / "chunks"
-    if base.exists():
-        names |= {"{}.{}".format(*folder_table(p.name)) for dump in base.iterdir() for p in dump.iterdir()}
-    names.discard(f"{WATERMARK_SCHEMA}.{WATERMARK_TABLE}")
-    return sorted(names)
 
 
 # -- Iceberg -----------------------------------------------------------------------------------
@@ -1228,7 +1219,7 @@ def run_merge(
     committed = checkpoint.frontier.encode()
     if frontier is None or frontier > committed:
         frontier = committed
-    known = tables_with_data(zone)
+    known = zone.merge_tables()
     names = tables or known
     for name in names:
         if name.count(".") < 1:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from capture.config import load_config
+from capture.config import LogtideConfig, MergeConfig, load_config
 from capture.landing import LandingZone
 from tests.servers import MariaDB, PostgreSQL, ZooKeeper, free_port, wait_for
 
@@ -181,3 +181,50 @@ def make_capture(mariadb: MariaDB, tmp_path: Path) -> Iterator:
 
 def settle(seconds: float = 0.3) -> None:
     time.sleep(seconds)
+
+
+# -- Spark and Iceberg (tests/spark and the status test): ONE session for the whole run, since
+# SparkSession.getOrCreate hands every later builder the first session with its catalogs. ----------
+
+JARS = ROOT / "var" / "jars"
+
+
+@pytest.fixture(scope="session")
+def iceberg_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("iceberg")
+
+
+@pytest.fixture(scope="session")
+def catalogs(iceberg_dir: Path) -> dict[str, MergeConfig]:
+    return {
+        "hadoop": MergeConfig(catalog_name="logtide", warehouse=str(iceberg_dir / "warehouse"), jars_dir=JARS),
+        "jdbc": MergeConfig(
+            catalog="jdbc",
+            catalog_name="logtide_jdbc",
+            warehouse=str(iceberg_dir / "jdbc-warehouse"),
+            jdbc_uri=f"jdbc:sqlite:{iceberg_dir / 'catalog.db'}",
+            jars_dir=JARS,
+        ),
+    }
+
+
+@pytest.fixture(scope="session")
+def spark(catalogs: dict[str, MergeConfig]) -> Iterator:
+    from spark_apps.merge import build_session, session_conf  # pyspark only where Spark runs
+
+    conf = {**session_conf(catalogs["hadoop"]), **session_conf(catalogs["jdbc"]), "spark.sql.shuffle.partitions": "4"}
+    session = build_session(conf, master="local[2]", app_name="logtide-tests")
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def merge_config(catalogs: dict[str, MergeConfig], database: str):
+    """The capture's config with a `merge` section: catalog by kind, the test's database as namespace."""
+
+    def make(config: LogtideConfig, kind: str = "hadoop") -> LogtideConfig:
+        merge = catalogs[kind].model_copy(update={"namespace": database})
+        return config.model_copy(update={"merge": merge})
+
+    return make

@@ -125,6 +125,20 @@ class LandingZone:
             return []
         return sorted(folder_table(p.name) for p in self.log_dir.iterdir() if p.is_dir())
 
+    def merge_tables(self) -> list[str]:
+        """`db.table` of every table with log events or dump chunks (what a merge can merge),
+        the watermark table excluded."""
+        from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE  # base imports nothing of landing
+
+        names = {f"{s}.{t}" for s, t in self.tables()}
+        chunks = self.root / "chunks"
+        if chunks.is_dir():
+            names |= {
+                "{}.{}".format(*folder_table(p.name)) for d in chunks.iterdir() if d.is_dir() for p in d.iterdir()
+            }
+        names.discard(f"{WATERMARK_SCHEMA}.{WATERMARK_TABLE}")
+        return sorted(names)
+
     def committed_files(self, folder: str, frontier: Lsn | None = None) -> list[Path]:
         """Files wholly below the frontier (the checkpoint's, unless given), in LSN order."""
         if frontier is None:

@@ -37,7 +37,7 @@ from capture.errors import LogtideError
 from capture.landing import LandingZone
 from capture.landing.chunks import read_chunk_meta
 from capture.landing.files import parse_segment_name
-from capture.landing.zone import folder_table, table_folder
+from capture.landing.zone import table_folder
 from capture.log import get_logger
 from capture.merge_submit import APPLICATION, build_merge_submit, merge_lock
 from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE
@@ -80,16 +80,6 @@ def merge_alias(source: str) -> AssetAlias:
 
 
 # -- what the landing zone holds -------------------------------------------------------------------
-
-
-def landed_tables(zone: LandingZone) -> list[str]:
-    """`db.table` of every table with log events or dump chunks in the landing zone (what a merge can merge)."""
-    names = {f"{s}.{t}" for s, t in zone.tables()}
-    chunks = zone.root / "chunks"
-    if chunks.exists():
-        names |= {"{}.{}".format(*folder_table(p.name)) for dump in chunks.iterdir() for p in dump.iterdir()}
-    names.discard(f"{WATERMARK_SCHEMA}.{WATERMARK_TABLE}")
-    return sorted(names)
 
 
 def last_chunks(zone: LandingZone, dump_id: str, tables: Sequence[str]) -> dict[str, Any]:
@@ -171,7 +161,7 @@ def wait_for_high_watermarks(
 
 def check_tables(zone: LandingZone, tables: Sequence[str]) -> list[str]:
     """The tables a merge run asks for, checked against the landing zone; none: every table that landed."""
-    landed = landed_tables(zone)
+    landed = zone.merge_tables()
     for name in tables:
         if name not in landed:
             raise LogtideError(

@@ -147,7 +147,7 @@ class LogtideDumpOperator(BaseOperator):
             source = hook.chunk_source()
             try:
                 engine = DumpEngine(
-                    source, hook.zone(), VariableControl(str(self.source), dump_id), hook.config().coordination
+                    source, hook.zone(), VariableControl(str(self.source), dump_id), hook.config.coordination
                 )
                 return engine.run(request)
             finally:

@@ -23,7 +23,6 @@ from tests.conftest import ROOT
 from tests.integration.dumping import wait_until_landed
 from tests.integration.postgres.conftest import make_pg_capture, pg_database  # noqa: F401 - fixtures
 from tests.servers import free_port, wait_for
-from tests.spark.conftest import catalogs, iceberg_dir, merge_config, spark  # noqa: F401 - fixtures (Spark test)
 
 pytestmark = pytest.mark.integration
 
