@@ -68,6 +68,10 @@ def test_postgresql_sources_need_a_database_and_get_their_own_defaults():
     data = {"sources": {"pg-main": {"kind": "postgresql", "user": "cdc", "database": "shop"}}}
     pg = parse_config(data).source("pg-main")
     assert pg.port == 5432 and pg.server_id is None
+    assert pg.dump.chunk_size == 20_000  # a chunk's fixed cost: small chunks are slow on PostgreSQL
+    own = {**data["sources"]["pg-main"], "dump": {"chunk_size": 500, "delay_s": 1}}
+    assert parse_config({"sources": {"pg": own}}).source("pg").dump.chunk_size == 500
+    assert parse_config(MINIMAL).source("shop").dump.chunk_size == 1000
     assert pg.slot_name("pg-main") == "logtide_pg_main" and pg.publication_name("pg-main") == "logtide_pg_main"
     with pytest.raises(ConfigError, match="kind 'postgresql' needs database"):
         parse_config({"sources": {"pg": {"kind": "postgresql", "user": "cdc"}}})
