@@ -82,3 +82,15 @@ def recorded_events(*names: str) -> Iterator[EventRecorder]:
     finally:
         for logger in loggers:
             logger.removeHandler(recorder)
+
+TABLES = ("ledger", "accounts")
+
+
+def populate(mariadb, database: str, rows: int) -> None:
+    """The MariaDB tables the dump DAG tests dump: `rows` rows each of (id, v, note)."""
+    for table in TABLES:
+        mariadb.execute(
+            f"CREATE TABLE {table} (id INT PRIMARY KEY, v INT, note VARCHAR(20))",
+            f"INSERT INTO {table} SELECT seq, seq % 100, CONCAT('row', seq) FROM seq_1_to_{rows}",
+            database=database,
+        )

@@ -11,8 +11,10 @@ import yaml
 
 from capture.landing.chunks import chunk_files, read_chunk_meta
 from tests.airflow.airflow_helpers import (
+    TABLES,
     delete_variable,
     load_dag,
+    populate,
     recorded_events,
     set_variable,
     task_states,
@@ -26,20 +28,9 @@ from tests.servers import wait_for
 
 pytestmark = pytest.mark.airflow
 
-TABLES = ("ledger", "accounts")
-
-
-def _populate(mariadb, database: str, rows: int) -> None:
-    for table in TABLES:
-        mariadb.execute(
-            f"CREATE TABLE {table} (id INT PRIMARY KEY, v INT, note VARCHAR(20))",
-            f"INSERT INTO {table} SELECT seq, seq % 100, CONCAT('row', seq) FROM seq_1_to_{rows}",
-            database=database,
-        )
-
 
 def test_dump_of_two_tables_during_writes_reconciles(airflow_ready, mariadb, database, make_capture):
-    _populate(mariadb, database, 1500)
+    populate(mariadb, database, 1500)
     capture = make_capture([f"{database}.*"]).start()
     capture.wait_running()
     set_variable("logtide_config_path", str(capture.config_path))

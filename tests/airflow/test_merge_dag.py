@@ -15,14 +15,12 @@ import pytest
 import yaml
 
 from capture.config import LogtideConfig, load_config
-from tests.airflow.airflow_helpers import load_dag, recorded_events, set_variable, task_states, xcoms
+from tests.airflow.airflow_helpers import TABLES, load_dag, populate, recorded_events, set_variable, task_states, xcoms
 from tests.conftest import ROOT
 from tests.integration.dumping import Workload, table_state, wait_until_landed
 from tests.servers import wait_for
 
 pytestmark = pytest.mark.airflow
-
-TABLES = ("ledger", "accounts")
 
 
 def with_merge(capture, tmp_path: Path, **merge: Any) -> LogtideConfig:
@@ -69,19 +67,10 @@ def asset_events(uri: str) -> list[tuple[str | None, dict]]:
         return [(e.source_run_id, dict(e.extra)) for e in query.filter(AssetModel.uri == uri).all()]
 
 
-def _populate(mariadb, database: str, rows: int) -> None:
-    for table in TABLES:
-        mariadb.execute(
-            f"CREATE TABLE {table} (id INT PRIMARY KEY, v INT, note VARCHAR(20))",
-            f"INSERT INTO {table} SELECT seq, seq % 100, CONCAT('row', seq) FROM seq_1_to_{rows}",
-            database=database,
-        )
-
-
 def test_a_dump_ends_with_a_merge_and_logtide_merge_runs_on_demand(
     airflow_ready, mariadb, database, make_capture, tmp_path
 ):
-    _populate(mariadb, database, 1003)  # history only a dump brings; 1003: the last chunk has rows
+    populate(mariadb, database, 1003)  # history only a dump brings; 1003: the last chunk has rows
     # capture commits every 2 s: a merge that did not wait for the last HIGH watermarks would miss chunks
     capture = make_capture([f"{database}.*"], landing={"flush_interval_s": 2.0})
     config = with_merge(capture, tmp_path)
