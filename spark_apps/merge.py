@@ -699,7 +699,7 @@ class TableMerge:
                     )
                     hidden = self._hidden(chunks, events)
                     if hidden is not None:
-                        survivors = survivors.join(hidden, ["_cid", *keys], "left_anti")
+                        survivors = survivors.join(hidden.select("_cid", *keys), ["_cid", *keys], "left_anti")
                     stream = stream.unionByName(self._chunk_stream(survivors))
                     if self.has_missing:
                         stream = stream.unionByName(self._bases(chunk_rows, events, hidden))
@@ -860,9 +860,10 @@ class TableMerge:
         return raw.join(sf.broadcast(meta), "_file")
 
     def _hidden(self, chunks: list[Chunk], events: Any) -> Any | None:
-        """PostgreSQL: (chunk, key) of log events before a chunk's LOW whose transaction the chunk's
-        snapshot could not see (reconcile.py `hidden_keys`): a commit is in the WAL slightly before
-        it is visible, so such a chunk row is older than the log and is dropped like a window's.
+        """PostgreSQL: the log events before a chunk's LOW whose transaction the chunk's snapshot
+        could not see, with the chunk's `_cid` (reconcile.py `hidden_events`): a commit is in the WAL
+        slightly before it is visible, so such a chunk row is older than the log and is dropped
+        like a window's (and, as with a window's, `_bases` keeps the columns those events left out).
         Events are looked for back to the chunk's `before_low` (and for in-progress transactions
         back to the start of what the run reads: its frontier or the earliest LOW / before_low)."""
         from pyspark.sql import functions as sf
@@ -892,17 +893,18 @@ class TableMerge:
                 ),
             )
         )
-        xids = events.where(sf.col("_xid").isNotNull()).select(*keys, "_lsn", "_xid")
+        xids = events.where(sf.col("_xid").isNotNull()).select(*keys, "_lsn", "_order", "_op", "_missing", "_xid")
         widened = _widen(sf.col("_xid"), sf.col("_xmax"))
         recent = xids.join(frame, (xids["_lsn"] >= frame["_before_low"]) & (xids["_lsn"] < frame["_low"])).where(
             (widened >= sf.col("_xmax")) | sf.array_contains(sf.col("_xip"), widened)
         )
         running = frame.select("_cid", "_low", "_xmax", sf.explode("_xip").alias("_full"))
         running = running.withColumn("_x32", sf.col("_full").bitwiseAND(sf.lit(0xFFFFFFFF)))
-        in_xip = xids.join(
-            running, (xids["_xid"] == running["_x32"]) & (xids["_lsn"] < running["_low"])
-        ).where(_widen(sf.col("_x32"), sf.col("_xmax")) == sf.col("_full"))
-        return recent.select("_cid", *keys).unionByName(in_xip.select("_cid", *keys)).distinct()
+        in_xip = xids.join(running, (xids["_xid"] == running["_x32"]) & (xids["_lsn"] < running["_low"])).where(
+            _widen(sf.col("_x32"), sf.col("_xmax")) == sf.col("_full")
+        )
+        picked = ["_cid", *keys, "_lsn", "_order", "_op", "_missing"]
+        return recent.select(*picked).unionByName(in_xip.select(*picked)).distinct()
 
     def _chunk_stream(self, survivors: Any, missing: Any | None = None) -> Any:
         from pyspark.sql import functions as sf
@@ -922,9 +924,10 @@ class TableMerge:
 
     def _bases(self, chunk_rows: Any, events: Any, hidden: Any | None) -> Any:
         """PostgreSQL leaves unchanged TOASTed values out of update events (`_missing`). A chunk row
-        dropped for window events that all leave a column out is the only full copy of that column,
-        which no event in the window changed: place it at HIGH with every column some window event
-        carried marked missing (unless the key ends deleted), as reconcile.py's `_base_missing`."""
+        dropped for events (in its window, or hidden from its snapshot) that all leave a column out
+        is the only full copy of that column, which none of them changed: place it at HIGH with
+        every column some such event carried marked missing (unless the key ends deleted), as
+        reconcile.py's `_base_missing`."""
         from pyspark.sql import functions as sf
 
         keys = self.keys
@@ -933,13 +936,15 @@ class TableMerge:
             *(sf.col(k).alias(f"_w{i}") for i, k in enumerate(keys)), "_lsn", "_order", "_op", "_missing"
         )
         rows = chunk_rows.select(*keys, "_cid", "_low", "_high")
-        joined = rows.join(
+        newer = rows.join(
             window,
             [rows[k] == window[f"_w{i}"] for i, k in enumerate(keys)]
             + [window["_lsn"] > rows["_low"], window["_lsn"] < rows["_high"]],
-        )
+        ).select("_cid", *keys, "_lsn", "_order", "_op", "_missing")
+        if hidden is not None:
+            newer = newer.unionByName(hidden)
         carried = sf.coalesce(sf.col("_missing"), sf.array().cast("array<string>"))
-        per_key = joined.groupBy("_cid", *keys).agg(
+        per_key = newer.groupBy("_cid", *keys).agg(
             sf.max_by("_op", sf.struct("_lsn", "_order")).alias("_last_op"),
             sf.array_compact(
                 sf.array(
@@ -951,8 +956,6 @@ class TableMerge:
             ).alias("_carried"),
         )
         per_key = per_key.where((sf.col("_last_op") != "d") & (sf.size("_carried") < len(others)))
-        if hidden is not None:
-            per_key = per_key.join(hidden, ["_cid", *keys], "left_anti")
         based = chunk_rows.join(per_key, ["_cid", *keys])
         return self._chunk_stream(based, sf.col("_carried"))
 
@@ -1107,9 +1110,7 @@ class TableMerge:
         spark, keys = self.ctx.spark, self.keys
         latest = stream.withColumn(
             "_rank",
-            sf.row_number().over(
-                Window.partitionBy(*keys).orderBy(sf.col("_lsn").desc(), sf.col("_order").desc())
-            ),
+            sf.row_number().over(Window.partitionBy(*keys).orderBy(sf.col("_lsn").desc(), sf.col("_order").desc())),
         )
         keep: dict[str, str] = {}  # column -> flag: no event of the run carries its value (keep the stored one)
         if self.has_missing:

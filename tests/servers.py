@@ -186,8 +186,18 @@ class PostgreSQL:
                 if folder.stat().st_uid == 0 and not folder.stat().st_mode & 0o001:
                     folder.chmod(folder.stat().st_mode | 0o711)
         self._as_owner(
-            [str(PG_BIN / "initdb"), "-D", str(self.datadir), "--auth=trust", "-U", "postgres", "-E", "UTF8",
-             "--locale=C.UTF-8", "--no-sync"],
+            [
+                str(PG_BIN / "initdb"),
+                "-D",
+                str(self.datadir),
+                "--auth=trust",
+                "-U",
+                "postgres",
+                "-E",
+                "UTF8",
+                "--locale=C.UTF-8",
+                "--no-sync",
+            ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )
@@ -195,12 +205,28 @@ class PostgreSQL:
     def start(self, timeout: float = 60.0) -> None:
         if not self.datadir.exists():
             self.install()
-        settings = {**PG_OPTIONS, **self.options, "port": str(self.port), "listen_addresses": "127.0.0.1",
-                    "unix_socket_directories": str(self.socket_dir)}
+        settings = {
+            **PG_OPTIONS,
+            **self.options,
+            "port": str(self.port),
+            "listen_addresses": "127.0.0.1",
+            "unix_socket_directories": str(self.socket_dir),
+        }
         opts = " ".join(f"-c {k}={v}" for k, v in settings.items())
         self._as_owner(
-            [str(PG_BIN / "pg_ctl"), "-D", str(self.datadir), "-w", "-t", str(int(timeout)), "-l",
-             str(self.base / "postgres.log"), "-o", opts, "start"],
+            [
+                str(PG_BIN / "pg_ctl"),
+                "-D",
+                str(self.datadir),
+                "-w",
+                "-t",
+                str(int(timeout)),
+                "-l",
+                str(self.base / "postgres.log"),
+                "-o",
+                opts,
+                "start",
+            ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )
@@ -209,8 +235,22 @@ class PostgreSQL:
         """Run an SQL file as the postgres image runs an init file: psql -v ON_ERROR_STOP=1 --no-psqlrc
         as the superuser, with `env` added to the environment (for psql's `\\getenv`)."""
         return subprocess.run(
-            [str(PG_BIN / "psql"), "-v", "ON_ERROR_STOP=1", "--no-psqlrc", "-h", "127.0.0.1", "-p", str(self.port),
-             "-U", "postgres", "-d", database, "-f", str(path)],
+            [
+                str(PG_BIN / "psql"),
+                "-v",
+                "ON_ERROR_STOP=1",
+                "--no-psqlrc",
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(self.port),
+                "-U",
+                "postgres",
+                "-d",
+                database,
+                "-f",
+                str(path),
+            ],
             env={**os.environ, **env},
             capture_output=True,
             text=True,

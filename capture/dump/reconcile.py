@@ -10,12 +10,13 @@ For one table, given the landed log (up to the committed frontier) and the chunk
   3. Drop chunk rows whose key has a log event of the table between LOW and HIGH: the log
      holds a newer state of that row. PostgreSQL: also those whose key has a log event
      before LOW from a transaction the chunk's snapshot could not see (a commit is in the
-     WAL slightly before it is visible; the chunk records its snapshot, see `hidden_keys`).
+     WAL slightly before it is visible; the chunk records its snapshot, see `hidden_events`).
   4. Place the surviving rows at the HIGH watermark's LSN, after any log event there.
      PostgreSQL leaves unchanged TOASTed values out of update events (`missing`): of a row
-     dropped in step 3 for window events that all leave a column out, that column is placed
-     at HIGH too (the other columns marked missing), since no event in the window changed it
-     and the chunk row may be the only full copy (see `_base_missing`).
+     dropped in step 3 for events (in the window, or hidden from the chunk's snapshot) that
+     all leave a column out, that column is placed at HIGH too (the other columns marked
+     missing), since none of those events changed it and the chunk row may be the only full
+     copy (see `_base_missing`).
   5. Interleave with the log events in LSN order. That is the output stream.
 
 Keys from the log and from chunks are tuples of the same typed values (both come through
@@ -78,15 +79,15 @@ def _widen(xid: int, near: int) -> int:
     return full
 
 
-def hidden_keys(
+def hidden_events(
     view: dict[str, Any],
     low: int,
     lsns: list[int],
     xids: list[int | None],
-    keys: list[Row],
     by_xid: dict[int, list[int]],
-) -> set[Row]:
-    """Keys of log events before LOW whose transaction the chunk's snapshot did not see.
+) -> list[int]:
+    """Positions (in LSN order) of the log events before LOW whose transaction the chunk's
+    snapshot did not see.
 
     `view`: {"snapshot": "xmin:xmax:xip,...", "before_low": encoded LSN read before LOW was
     written}. A transaction invisible to the snapshot yet committed before LOW is either in
@@ -100,12 +101,12 @@ def hidden_keys(
     for i in range(bisect.bisect_left(lsns, int(view["before_low"])), end):
         xid = xids[i]
         if xid is not None and (_widen(xid, xmax) >= xmax or _widen(xid, xmax) in xip):
-            hidden.add(keys[i])
+            hidden.add(i)
     for full in xip:
         for i in by_xid.get(full & 0xFFFFFFFF, ()):
             if i < end and _widen(full & 0xFFFFFFFF, xmax) == full:
-                hidden.add(keys[i])
-    return hidden
+                hidden.add(i)
+    return sorted(hidden)
 
 
 def reconcile_table(zone: LandingZone, schema: str, table: str) -> tuple[list[StreamEvent], ReconcileStats]:
@@ -141,7 +142,6 @@ def reconcile_table(zone: LandingZone, schema: str, table: str) -> tuple[list[St
         stream.append(StreamEvent(lsn, 0, event["_op"], key_of(image), after, missing))
         lsns.append(lsn)
         xids.append(xid)
-    log_keys = [e.key for e in stream]
     by_xid: dict[int, list[int]] = {}
     for i, xid in enumerate(xids):
         if xid is not None:
@@ -162,17 +162,20 @@ def reconcile_table(zone: LandingZone, schema: str, table: str) -> tuple[list[St
         in_window: dict[Row, list[StreamEvent]] = {}
         for i in range(bisect.bisect_right(lsns, low[0]), bisect.bisect_left(lsns, high[0])):
             in_window.setdefault(stream[i].key, []).append(stream[i])
-        window = in_window.keys()
-        hidden = set() if meta.read_view is None else hidden_keys(meta.read_view, low[0], lsns, xids, log_keys, by_xid)
+        hidden: dict[Row, list[StreamEvent]] = {}
+        if meta.read_view is not None:
+            for i in hidden_events(meta.read_view, low[0], lsns, xids, by_xid):
+                hidden.setdefault(stream[i].key, []).append(stream[i])
         rows = pq.read_table(path).column("after").to_pylist()
         stats.chunks += 1
         stats.chunk_rows += len(rows)
         for position, row in enumerate(rows):
             key = key_of(row)
-            if key in window or key in hidden:
+            if key in in_window or key in hidden:
                 stats.dropped_by_window += 1
-                stats.dropped_by_visibility += key not in window
-                base = None if key in hidden else _base_missing(row, in_window[key], key_columns)
+                stats.dropped_by_visibility += key not in in_window
+                newer = [*hidden.get(key, ()), *in_window.get(key, ())]  # hidden ones are before LOW
+                base = _base_missing(row, newer, key_columns)
                 if base is not None:
                     stream.append(StreamEvent(high[0], 1 + position, "r", key, row, base))
             else:
@@ -182,7 +185,7 @@ def reconcile_table(zone: LandingZone, schema: str, table: str) -> tuple[list[St
 
 
 def _base_missing(row: dict[str, Any], events: list[StreamEvent], key: tuple[str, ...]) -> tuple[str, ...] | None:
-    """A dropped chunk row still knows the columns that no window event carried (PostgreSQL TOAST):
+    """A dropped chunk row still knows the columns that none of the newer events carried (PostgreSQL TOAST):
     its `missing` for a placement at HIGH (every column some event carried), or None when it adds
     nothing (the key ends deleted, or every column was carried)."""
     if events[-1].row is None:

@@ -83,6 +83,7 @@ def recorded_events(*names: str) -> Iterator[EventRecorder]:
         for logger in loggers:
             logger.removeHandler(recorder)
 
+
 TABLES = ("ledger", "accounts")
 
 

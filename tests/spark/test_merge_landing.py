@@ -100,7 +100,7 @@ WATERMARKS = TableSchema(
 
 def test_chunk_rows_a_postgres_snapshot_could_not_see_updated_are_dropped(spark, catalogs, tmp_path):
     """A chunk's snapshot (xmin:xmax:xip) misses a transaction whose commit is already in the WAL
-    before LOW: that chunk row is older than the log, as reconcile.py's `hidden_keys` says."""
+    before LOW: that chunk row is older than the log, as reconcile.py's `hidden_events` says."""
     from capture.landing.chunks import ChunkMeta, write_chunk
 
     zone = LandingZone(tmp_path / "landing", "src")

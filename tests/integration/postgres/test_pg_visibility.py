@@ -85,7 +85,9 @@ def test_chunks_under_heavy_concurrent_commits_reconcile_to_the_table(postgres, 
 def test_a_commit_in_the_wal_but_not_yet_visible_never_leaves_a_stale_row(make_pg_capture):
     """Made deterministic with synchronous replication to a standby that never answers: the
     transaction's commit is in the WAL (so capture lands it, before LOW) but it stays invisible
-    to every snapshot until its wait is cancelled. The chunk reads the old row."""
+    to every snapshot until its wait is cancelled. The chunk reads the old row. The update leaves
+    a TOASTed column unchanged, so its event does not carry it: the stale chunk row is dropped,
+    yet its copy of that column must survive (nothing else holds it)."""
     server = PostgreSQL(
         Path(tempfile.mkdtemp(prefix="logtide-pg-")),
         options={"synchronous_standby_names": "nobody", "synchronous_commit": "local"},
@@ -94,8 +96,11 @@ def test_a_commit_in_the_wal_but_not_yet_visible_never_leaves_a_stale_row(make_p
     stuck = None
     try:
         server.execute(
-            "CREATE TABLE hot (id int PRIMARY KEY, v int)", "INSERT INTO hot SELECT i, 0 FROM generate_series(1, 20) i"
+            "CREATE TABLE hot (id int PRIMARY KEY, v int, body text)",
+            "ALTER TABLE hot ALTER COLUMN body SET STORAGE EXTERNAL",  # out of line from ~2 kB, uncompressed
+            "INSERT INTO hot SELECT i, 0, repeat(md5(i::text), 200) FROM generate_series(1, 20) i",
         )
+        body = server.query("SELECT body FROM hot WHERE id = 5")[0][0]
         capture = make_pg_capture(port=server.port, database="postgres").start()
         capture.wait_running()
         stuck = server.connect(autocommit=False)
@@ -113,7 +118,7 @@ def test_a_commit_in_the_wal_but_not_yet_visible_never_leaves_a_stale_row(make_p
         )
         assert server.query("SELECT v FROM hot WHERE id = 5")[0][0] == 0
         events = capture.wait_events("public", "hot", 1)  # ... but in the WAL, and landed
-        assert events[0]["after"] == {"id": 5, "v": 100}
+        assert events[0]["after"] == {"id": 5, "v": 100, "body": None} and events[0]["_missing"] == ["body"]
 
         source = open_chunk_source("src", capture.config.source("src"))
         try:
@@ -127,10 +132,10 @@ def test_a_commit_in_the_wal_but_not_yet_visible_never_leaves_a_stale_row(make_p
         wait_until_landed(server, "postgres", capture)
         (path,) = chunk_files(capture.zone, "public", "hot")
         chunk = pq.read_table(path)
-        assert {"id": 5, "v": 0} in chunk.column("after").to_pylist()  # the chunk holds the stale row
+        assert {"id": 5, "v": 0, "body": body} in chunk.column("after").to_pylist()  # the stale row
 
         state, stats = reconciled_state(capture, "public", "hot")
-        assert state == table_state(server, "postgres", "hot") and state[(5,)]["v"] == 100
+        assert state == table_state(server, "postgres", "hot") and state[(5,)] == {"id": 5, "v": 100, "body": body}
         assert stats.dropped_by_visibility == 1
 
         # without the snapshot the chunk's stale row would win: the log event is before LOW
