@@ -31,7 +31,7 @@ from capture.dump.control import Controller, ControlStore, DumpSettings
 from capture.dump.keys import coerce_key
 from capture.dump.progress import ProgressStore, TableProgress
 from capture.dump.record import DumpRecord
-from capture.errors import DumpCancelledError, DumpInputError
+from capture.errors import DumpCancelledError, DumpInputError, SourceConnectionError
 from capture.events import Row, TableSchema
 from capture.landing import LandingZone
 from capture.landing.chunks import ChunkMeta, write_chunk
@@ -246,40 +246,46 @@ class DumpEngine:
             batch: list[Row] | None = None
             if plan.keys is not None:
                 batch = plan.keys[progress.keys_done : progress.keys_done + size]
-                rows = self.source.select_keys(table, batch)
-                last = progress.keys_done + len(batch) >= len(plan.keys)
-            else:
-                start = plan.start if progress.after is None else None
-                rows = self.source.select_chunk(table, progress.after, start, plan.stop, size)
-                last = len(rows) < size
-            current = self.source.describe(table.schema, table.table)
-            if current.fingerprint == table.fingerprint:
-                break
-            log.info(
-                "dump.schema_changed",
+            try:
+                if batch is not None:
+                    rows = self.source.select_keys(table, batch)
+                    last = progress.keys_done + len(batch) >= len(plan.keys or ())
+                else:
+                    start = plan.start if progress.after is None else None
+                    rows = self.source.select_chunk(table, progress.after, start, plan.stop, size)
+                    last = len(rows) < size
+            except (SourceConnectionError, DumpCancelledError):
+                raise
+            except Exception:  # a column the SELECT names may have been dropped under it
+                current = self.source.describe(table.schema, table.table)
+                if current.fingerprint == table.fingerprint:
+                    raise
+                table = self._schema_changed(dump_id, table, current, number)
+                continue
+            meta = ChunkMeta(
                 dump_id=dump_id,
                 table=table.qualified_name,
                 chunk=number,
-                action="chunk discarded and read again with the new columns",
+                low_id=low.id,
+                high_id=high.id,
+                key=table.key,
+                after=progress.after,
+                start=plan.start if progress.after is None else None,
+                stop=plan.stop,
+                last=last,
+                keys=None if batch is None else tuple(batch),
+                rows=len(rows),
+                read_view=self.source.read_view(),
             )
-            table = current
-        meta = ChunkMeta(
-            dump_id=dump_id,
-            table=table.qualified_name,
-            chunk=number,
-            low_id=low.id,
-            high_id=high.id,
-            key=table.key,
-            after=progress.after,
-            start=plan.start if progress.after is None else None,
-            stop=plan.stop,
-            last=last,
-            keys=None if batch is None else tuple(batch),
-            rows=len(rows),
-            read_view=self.source.read_view(),
-        )
-        write_chunk(self.zone, table, meta, rows)
-        self.source.write_watermark(high)
+            write_chunk(self.zone, table, meta, rows)
+            self.source.write_watermark(high, table)
+            # After HIGH: a schema change the log places before HIGH is visible now, and the rows
+            # read with the old columns must not stand at HIGH. The chunk is read again under the
+            # same number; its file is replaced and the first HIGH names no chunk any more.
+            current = self.source.describe(table.schema, table.table)
+            if current.fingerprint == table.fingerprint:
+                break
+            table = self._schema_changed(dump_id, table, current, number)
         missing = 0
         if batch is not None:
             found = set(zip(*(rows.field(k).to_pylist() for k in table.key), strict=True))
@@ -307,6 +313,18 @@ class DumpEngine:
             table,
             len(rows),
         )
+
+    @staticmethod
+    def _schema_changed(dump_id: str, table: TableSchema, current: TableSchema, number: int) -> TableSchema:
+        log.info(
+            "dump.schema_changed",
+            dump_id=dump_id,
+            table=table.qualified_name,
+            chunk=number,
+            columns=list(current.names),
+            action="chunk discarded and read again with the new columns",
+        )
+        return current
 
     @staticmethod
     def _throttle(settings: DumpSettings, rows: int, elapsed: float) -> None:

@@ -177,6 +177,7 @@ class CaptureService:
         while not stop.is_set():
             try:
                 for item in source.read(writer.checkpoint.resume, stop):
+                    backoff = 1.0  # the source answers again: the next outage starts from 1 s
                     if isinstance(item, ChangeBatch):
                         writer.add(item)
                     elif isinstance(item, TransactionEnd):
@@ -198,7 +199,6 @@ class CaptureService:
                             self._log_progress(writer.checkpoint)
                     if stop.is_set():
                         break
-                backoff = 1.0
             except SourceConnectionError as exc:
                 writer.commit()
                 writer.abandon_open_transaction()

@@ -75,8 +75,10 @@ class ChunkSource(Protocol):
 
     def estimate_rows(self, table: TableSchema) -> int: ...
 
-    def write_watermark(self, mark: Watermark) -> None:
-        """Write and commit the watermark row (a log event like any other)."""
+    def write_watermark(self, mark: Watermark, table: TableSchema | None = None) -> None:
+        """Write and commit the watermark row (a log event like any other). With `table` (a
+        HIGH), a source may read that table's catalog in the same round trip, after the commit,
+        for the `describe` the engine calls next."""
 
     def select_chunk(
         self, table: TableSchema, after: Row | None, start: Row | None, stop: Row | None, limit: int

@@ -9,9 +9,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import pyarrow.parquet as pq
 import pymysql
 
+from capture.dump.control import DumpSettings
+from capture.dump.engine import DumpEngine, DumpRequest
 from capture.dump.reconcile import apply, reconcile_table
+from capture.landing.chunks import chunk_files, read_chunk_meta
+from capture.sources import open_chunk_source
+from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE
 from capture.sources.mysql.reader import position_lsn
 from tests.servers import wait_for
 
@@ -111,3 +117,58 @@ def table_state(mariadb, database: str, table: str, key: tuple[str, ...] = ("id"
 def reconciled_state(capture, database: str, table: str):
     stream, stats = reconcile_table(capture.zone, database, table)
     return apply(stream), stats
+
+
+class AlterAt:
+    """The real chunk source, except that another connection changes the table at an exact
+    point: right after LOW of one chunk (before its SELECT) or right before HIGH of another
+    (after the SELECT: the narrowest place for a change the chunk must not miss)."""
+
+    def __init__(self, source, execute: Callable[[str], Any]) -> None:
+        self._source, self._execute, self._pending = source, execute, {}
+
+    def at(self, chunk: int, kind: str, sql: str) -> AlterAt:
+        self._pending[(chunk, kind)] = sql
+        return self
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._source, name)
+
+    def write_watermark(self, mark, table=None) -> None:
+        sql = self._pending.pop((mark.chunk, mark.kind), None)
+        if sql is not None and mark.kind == "HIGH":
+            self._execute(sql)
+        self._source.write_watermark(mark, table)
+        if sql is not None and mark.kind == "LOW":
+            self._execute(sql)
+
+
+def check_schema_change_rereads(
+    capture, schema: str, execute: Callable[[str], Any], landed: Callable[[], None], table: Callable[[], dict]
+) -> None:
+    """Dump `ledger` (ids 1..200: id, v, note) in 20-row chunks while a column is added right
+    before HIGH of chunk 3 and another dropped right after LOW of chunk 6: both chunks are read
+    again with the new columns, and the reconciled rows have the table's columns and values."""
+    source = open_chunk_source("src", capture.config.source("src"))
+    alter = AlterAt(source, execute)
+    alter.at(3, "HIGH", "ALTER TABLE ledger ADD COLUMN extra INT DEFAULT 5")
+    alter.at(6, "LOW", "ALTER TABLE ledger DROP COLUMN note")  # the chunk's SELECT would name it
+    try:
+        request = DumpRequest(dump_id="race", tables=[f"{schema}.ledger"], settings=DumpSettings(chunk_size=20))
+        DumpEngine(alter, capture.zone).run(request)
+    finally:
+        source.close()
+    landed()
+    columns = {
+        read_chunk_meta(p).chunk: pq.read_schema(p).field("after").type.names
+        for p in chunk_files(capture.zone, schema, "ledger")
+    }
+    assert columns[2] == ["id", "v", "note"] and columns[3] == ["id", "v", "note", "extra"]
+    assert columns[6] == ["id", "v", "extra"]
+    marks = [e["after"] for e in capture.events(WATERMARK_SCHEMA, WATERMARK_TABLE)]
+    highs = [m["chunk"] for m in marks if m["kind"] == "HIGH" and m["dump_id"] == "race"]
+    assert highs.count(3) == 2 and highs.count(6) == 1  # 3 read twice; 6 got no HIGH with the old columns
+    state, _ = reconciled_state(capture, schema, "ledger")
+    now = table()
+    assert {k: r for k, r in state.items() if k[0] > 100} == {k: r for k, r in now.items() if k[0] > 100}
+    assert all(state[k]["extra"] == 5 and state[k]["v"] == now[k]["v"] for k in now if k[0] > 40)

@@ -19,7 +19,13 @@ from capture.errors import DumpInputError
 from capture.landing.chunks import chunk_files, read_chunk_meta
 from capture.sources import open_chunk_source
 from tests.conftest import ROOT
-from tests.integration.dumping import Workload, reconciled_state, table_state, wait_until_landed
+from tests.integration.dumping import (
+    Workload,
+    check_schema_change_rereads,
+    reconciled_state,
+    table_state,
+    wait_until_landed,
+)
 from tests.servers import wait_for
 
 pytestmark = pytest.mark.integration
@@ -298,6 +304,19 @@ def test_a_column_added_during_the_dump_reaches_the_following_chunks(mariadb, da
         k: {c: r[c] for c in original} for k, r in table.items()
     }
     assert all(state[k]["extra"] == 5 for k in state if k[0] > 20 * (altered_at + 1))
+
+
+def test_a_schema_change_just_before_high_or_after_low_rereads_the_chunk(mariadb, database, make_capture):
+    _populate(mariadb, database, 200)
+    capture = make_capture([f"{database}.*"]).start()
+    capture.wait_running()
+    check_schema_change_rereads(
+        capture,
+        database,
+        execute=lambda sql: mariadb.execute(sql, database=database),
+        landed=lambda: wait_until_landed(mariadb, capture),
+        table=lambda: table_state(mariadb, database, "ledger"),
+    )
 
 
 def test_a_user_without_watermark_grants_is_told_which_grant(mariadb, database, make_capture):

@@ -108,7 +108,7 @@ class MySqlChunkSource:
         )
         return int(rows[0][0] or 0) if rows else 0
 
-    def write_watermark(self, mark: Watermark) -> None:
+    def write_watermark(self, mark: Watermark, table: TableSchema | None = None) -> None:
         try:
             self._run(
                 WATERMARK_UPSERT,

@@ -14,11 +14,16 @@ README, "PostgreSQL: visibility and WAL order"). Plain SELECTs only: no LOCK TAB
 UPDATE/SHARE.
 
 Round trips per chunk: LOW (WAL position and upsert in one statement), BEGIN + snapshot, the
-COPY, COMMIT + the catalog re-check the engine asks for next (one `describe` query), HIGH.
+COPY, COMMIT, HIGH + the catalog re-check the engine asks for next (one `describe` query).
+
+The HIGH transaction first takes the ACCESS SHARE lock any SELECT takes on the chunk's table
+(`SELECT ... LIMIT 0`; writers are not blocked by it): an ALTER TABLE holds its lock until it is
+visible, so one whose commit is in the WAL before HIGH is visible to the re-check after HIGH.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 from typing import Any
 
@@ -132,8 +137,8 @@ class PostgresChunkSource:
         return [t for t in base_tables(self._conn) if self.config.captures(*t)]
 
     def describe(self, schema: str, table: str) -> TableSchema:
-        """The table as the catalog has it now; right after a chunk, as it was when the chunk's
-        transaction committed (read in that round trip: the engine's re-check for schema changes)."""
+        """The table as the catalog has it now; right after a HIGH, as it was just after HIGH
+        committed (read in that round trip: the engine's re-check for schema changes)."""
         rows = self._after_chunk.pop((schema, table), None)
         if rows is None:
             rows = self._run(DESCRIBE_SQL, (schema, table))
@@ -146,17 +151,29 @@ class PostgresChunkSource:
         rows = self._run("SELECT reltuples::bigint FROM pg_class WHERE oid = %s", (oid,))
         return max(0, int(rows[0][0])) if rows else 0
 
-    def write_watermark(self, mark: Watermark) -> None:
+    def write_watermark(self, mark: Watermark, table: TableSchema | None = None) -> None:
         args = (f"{mark.dump_id}/{mark.table}", mark.dump_id, mark.table, mark.chunk, mark.kind, mark.id)
-        self._after_chunk.clear()  # only the describe() right after a chunk may use it
+        self._after_chunk.clear()  # only the describe() right after a HIGH may use it
         try:
             if mark.kind == "LOW":
                 # a transaction that commits before LOW but after the position read first got its xid after
                 # that position: reconciliation looks for invisible ones from there (README: visibility and
                 # WAL order)
                 self._before_low = parse_lsn(self._run(WATERMARK_LOW_UPSERT, args)[0][0])
-            else:
+            elif table is None:
                 self._run(WATERMARK_UPSERT, args)
+            else:
+                sql = (
+                    f"BEGIN; SELECT FROM {qualified(table.schema, table.table)} LIMIT 0; {WATERMARK_UPSERT}; "
+                    f"COMMIT; {DESCRIBE_SQL}"
+                )
+                try:
+                    rows = self._run(sql, (*args, table.schema, table.table))
+                except Exception:
+                    with contextlib.suppress(psycopg2.Error):  # a lost connection has nothing to roll back
+                        query(self._conn, "ROLLBACK")
+                    raise
+                self._after_chunk[(table.schema, table.table)] = rows
         except psycopg2.errors.InsufficientPrivilege:
             raise DumpInputError(
                 f"source {self.name!r}: user {self.config.user!r} may not write the watermark table: "
@@ -178,9 +195,7 @@ class PostgresChunkSource:
                 except BaseException:
                     cursor.execute("ROLLBACK")
                     raise
-                # COMMIT, and the catalog as the engine's next describe() needs it, in one round trip
-                cursor.execute("COMMIT; " + DESCRIBE_SQL, (table.schema, table.table))
-                self._after_chunk[(table.schema, table.table)] = cursor.fetchall()
+                cursor.execute("COMMIT")
         except psycopg2.Error as exc:
             raise translate(exc, self.config) from exc
         builders = self._builders[table.fingerprint][0]

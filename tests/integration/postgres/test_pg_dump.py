@@ -11,6 +11,7 @@ from capture.dump.progress import dump_dir
 from capture.errors import DumpInputError
 from capture.landing.chunks import chunk_files, read_chunk_meta
 from capture.sources import open_chunk_source
+from tests.integration.dumping import check_schema_change_rereads
 from tests.integration.postgres.dumping import Workload, reconciled_state, table_state, wait_until_landed
 
 pytestmark = pytest.mark.integration
@@ -51,6 +52,19 @@ def test_dump_during_concurrent_writes_reconciles_to_the_table(postgres, pg_data
     assert stats.chunks == summary["tables"][0]["chunks"] and stats.chunks_pending == 0
     log_only = {k: v for k, v in state.items() if k[0] >= 100_000}
     assert len(log_only) < len(state)
+
+
+def test_a_schema_change_just_before_high_or_after_low_rereads_the_chunk(postgres, pg_database, make_pg_capture):
+    _populate(postgres, pg_database, 200)
+    capture = make_pg_capture().start()
+    capture.wait_running()
+    check_schema_change_rereads(
+        capture,
+        "public",
+        execute=lambda sql: postgres.execute(sql, database=pg_database),
+        landed=lambda: wait_until_landed(postgres, pg_database, capture),
+        table=lambda: table_state(postgres, pg_database, "ledger"),
+    )
 
 
 def test_composite_collated_uuid_binary_and_unique_keys(postgres, pg_database, make_pg_capture):
