@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up, then run the whole pipeline on local defaults: a private MariaDB, the capture
-# service, a few writes, and what landed. See scripts/quickstart.py --help.
+# service, writes, a dump through Airflow ending with the Spark merge into Iceberg, and per
+# table the source rows against the Iceberg rows. See scripts/quickstart.py --help.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
