@@ -14,10 +14,22 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
+from capture.errors import DumpInputError
 from capture.events import LogItem, Lsn, Row, TableSchema
 
 WATERMARK_SCHEMA = "logtide"
 WATERMARK_TABLE = "watermarks"
+WATERMARK_COLUMNS = ("slot", "dump_id", "table_name", "chunk", "kind", "watermark_id", "written_at")
+
+
+def check_watermark_columns(source: str, found: set[str]) -> None:
+    """Refuse a watermark table that lacks a column the dumps write (made by hand, or by an
+    older layout): it holds nothing but watermarks, so dropping it is the fix."""
+    if missing := [c for c in WATERMARK_COLUMNS if c not in found]:
+        raise DumpInputError(
+            f"source {source!r}: {WATERMARK_SCHEMA}.{WATERMARK_TABLE} exists but lacks column(s) "
+            f"{', '.join(missing)}; it holds nothing but watermarks: drop it and run `logtide setup`"
+        )
 
 
 class LogSource(Protocol):

@@ -20,7 +20,7 @@ import pymysql
 from capture.config import SourceConfig
 from capture.errors import DumpInputError
 from capture.events import Row, TableSchema
-from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE, Watermark
+from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE, Watermark, check_watermark_columns
 from capture.sources.mysql.catalog import base_tables, describe
 from capture.sources.mysql.connection import connection_settings, query, translate
 from capture.sources.mysql.sql import chunk_select, keys_select, qualified, quote
@@ -36,7 +36,6 @@ WATERMARK_DDL = f"""CREATE TABLE IF NOT EXISTS {qualified(WATERMARK_SCHEMA, WATE
   watermark_id CHAR(36) NOT NULL,
   written_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)
 ) ENGINE=InnoDB CHARACTER SET utf8mb4 COMMENT 'Logtide DBLog watermarks'"""
-WATERMARK_COLUMNS = ("slot", "dump_id", "table_name", "chunk", "kind", "watermark_id", "written_at")
 WATERMARK_UPSERT = (
     f"INSERT INTO {qualified(WATERMARK_SCHEMA, WATERMARK_TABLE)}"
     " (slot, dump_id, table_name, chunk, kind, watermark_id, written_at)"
@@ -87,11 +86,7 @@ class MySqlChunkSource:
                     ) from None
                 raise
             found = self._watermark_columns()
-        if missing := [c for c in WATERMARK_COLUMNS if c not in found]:
-            raise DumpInputError(
-                f"source {self.name!r}: {WATERMARK_SCHEMA}.{WATERMARK_TABLE} exists but lacks column(s) "
-                f"{', '.join(missing)}; it holds nothing but watermarks: drop it and run `logtide setup`"
-            )
+        check_watermark_columns(self.name, found)
 
     def tables(self) -> list[tuple[str, str]]:
         return [t for t in base_tables(self._conn) if self.config.captures(*t)]

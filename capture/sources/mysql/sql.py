@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from capture.sources.keyset import chunk_bounds
+
 
 def quote(identifier: str) -> str:
     return "`" + identifier.replace("`", "``") + "`"
@@ -51,16 +53,7 @@ def chunk_select(
 ) -> tuple[str, list[object]]:
     """Next chunk in key order: key > after (exclusive), or key >= start on the first chunk
     of a range; key <= stop (inclusive) when the range has an end."""
-    where, params = [], []
-    if after is not None:
-        where.append(f"({_compare(key, '>')})")
-        params += _params(after)
-    elif start is not None:
-        where.append(f"({_compare(key, '>=')})")
-        params += _params(start)
-    if stop is not None:
-        where.append(f"({_compare(key, '<=')})")
-        params += _params(stop)
+    where, params = chunk_bounds(after, start, stop, lambda op, values: (f"({_compare(key, op)})", _params(values)))
     sql = f"SELECT {', '.join(quote(c) for c in columns)} FROM {qualified(schema, table)}"
     if where:
         sql += " WHERE " + " AND ".join(where)

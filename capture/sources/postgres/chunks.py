@@ -37,7 +37,7 @@ from capture.config import SourceConfig
 from capture.errors import DumpInputError
 from capture.events import Lsn, Row, TableSchema
 from capture.log import get_logger
-from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE, Watermark
+from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE, Watermark, check_watermark_columns
 from capture.sources.postgres.catalog import DESCRIBE_SQL, TypeCatalog, base_tables, described, relation_oid
 from capture.sources.postgres.connection import connect, parse_lsn, query, translate
 from capture.sources.postgres.preflight import ensure_publication
@@ -56,7 +56,6 @@ WATERMARK_DDL = f"""CREATE TABLE IF NOT EXISTS {WATERMARKS} (
   watermark_id varchar(64) NOT NULL,
   written_at timestamptz NOT NULL DEFAULT clock_timestamp()
 )"""
-WATERMARK_COLUMNS = ("slot", "dump_id", "table_name", "chunk", "kind", "watermark_id", "written_at")
 WATERMARK_UPSERT = (
     f"INSERT INTO {WATERMARKS} (slot, dump_id, table_name, chunk, kind, watermark_id, written_at)"
     " VALUES (%s, %s, %s, %s, %s, %s, clock_timestamp()) ON CONFLICT (slot) DO UPDATE SET"
@@ -126,11 +125,7 @@ class PostgresChunkSource:
                     f'"{self.config.user}" (or have an admin run `logtide setup`)'
                 ) from None
             found = self._watermark_columns()
-        if missing := [c for c in WATERMARK_COLUMNS if c not in found]:
-            raise DumpInputError(
-                f"source {self.name!r}: {WATERMARK_SCHEMA}.{WATERMARK_TABLE} exists but lacks column(s) "
-                f"{', '.join(missing)}; it holds nothing but watermarks: drop it and run `logtide setup`"
-            )
+        check_watermark_columns(self.name, found)
 
     def tables(self) -> list[tuple[str, str]]:
         self._after_chunk.clear()  # a new plan: describe() reads the catalog afresh

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from capture.sources.keyset import chunk_bounds
+
 
 def quote(identifier: str) -> str:
     return '"' + identifier.replace('"', '""') + '"'
@@ -52,17 +54,8 @@ def chunk_select(
 ) -> tuple[str, list[object]]:
     """Next chunk in key order: key > after (exclusive), or key >= start on the first chunk
     of a range; key <= stop (inclusive) when the range has an end."""
-    where: list[str] = []
-    params: list[object] = []
-    if after is not None:
-        where.append(f"{_row(key)} > {_params(key)}")
-        params += list(after)
-    elif start is not None:
-        where.append(f"{_row(key)} >= {_params(key)}")
-        params += list(start)
-    if stop is not None:
-        where.append(f"{_row(key)} <= {_params(key)}")
-        params += list(stop)
+    row, placeholders = _row(key), _params(key)
+    where, params = chunk_bounds(after, start, stop, lambda op, values: (f"{row} {op} {placeholders}", list(values)))
     sql = f"SELECT {_columns(columns, as_text)} FROM {qualified(schema, table)}"
     if where:
         sql += " WHERE " + " AND ".join(where)
