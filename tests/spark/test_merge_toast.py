@@ -5,48 +5,24 @@ PostgreSQL end-to-end test (tests/spark/test_merge.py), made deterministic here.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
-import pyarrow as pa
 import pytest
 
-from capture.config import parse_config
 from capture.dump.reconcile import apply, reconcile_table
-from capture.events import Change, ChangeBatch, Lsn, Op, TableSchema, TransactionEnd
-from capture.landing import Checkpoint, LandingZone
-from capture.landing.chunks import ChunkMeta, write_chunk
-from capture.landing.log_writer import LogWriter
+from capture.events import Change, Lsn, Op
 from spark_apps.merge import run_merge
+from tests.spark.landing import DOCS, Landing
 from tests.spark.merging import changelog_replay, iceberg_state
-from tests.spark.test_merge_landing import DOCS, WATERMARKS
 
 pytestmark = pytest.mark.spark
 
 
 def test_a_window_update_without_the_toasted_value_keeps_the_chunks_copy(spark, catalogs, tmp_path):
-    zone = LandingZone(tmp_path / "landing", "src")
-    merge = catalogs["hadoop"].model_copy(update={"namespace": "toast_window"}).model_dump(mode="json")
-    config = parse_config(
-        {"landing": {"path": str(tmp_path / "landing")}, "sources": {"src": {"kind": "mariadb", "user": "u",
-         "server_id": 3}}, "merge": merge},
-        require_env=False,
-    )  # fmt: skip
-    writer = LogWriter(zone, Checkpoint(Lsn(1), {}), flush_interval_s=0, max_buffer_rows=1_000_000)
-    now = datetime.now(UTC)
-
-    def commit(major: int, table: TableSchema, *changes: Change, watermark: bool = False) -> None:
-        writer.add(ChangeBatch(table, str(major), now, watermark, list(changes)))
-        writer.end_transaction(TransactionEnd(Lsn(major + 1), {}, now))
-        writer.commit()
-
-    def mark(major: int, kind: str, mark_id: str) -> None:
-        row = ("d1/db.docs", "d1", "db.docs", 1, kind, mark_id, now)
-        commit(major, WATERMARKS, Change(Lsn(major), Op.UPDATE, row, row), watermark=True)
-
+    landing = Landing(tmp_path, catalogs, "toast_window")
+    commit, mark = landing.commit, landing.mark
     u, d, c = Op.UPDATE, Op.DELETE, Op.CREATE
     missing = ("body",)
     commit(100, DOCS, Change(Lsn(100), c, None, (9, "other", "x")))  # a target to MERGE into
-    run_merge(spark, config, "src")
+    run_merge(spark, landing.config, "src")
     # committed before LOW (xid 106) but not yet visible to the chunk's snapshot (xmax 106)
     commit(106, DOCS, Change(Lsn(106), u, None, (6, "t6-new", None), missing))
     view = {"snapshot": "100:106:", "before_low": Lsn(105).encode()}
@@ -65,11 +41,10 @@ def test_a_window_update_without_the_toasted_value_keeps_the_chunks_copy(spark, 
         (6, "t6", "big6"),  # stale: the snapshot missed xid 106
         (9, "other", "x"),
     ]
-    meta = ChunkMeta("d1", "db.docs", 1, "low-1", "high-1", ("id",), None, None, None, True, None, len(rows), view)
-    write_chunk(zone, DOCS, meta, pa.array([dict(zip(DOCS.names, r, strict=True)) for r in rows], DOCS.row_type))
+    landing.chunk(rows, read_view=view)
     mark(130, "HIGH", "high-1")
     commit(140, DOCS, Change(Lsn(140), u, None, (1, "t1-later", None), missing))  # after HIGH: keeps it too
-    run_merge(spark, config, "src")
+    run_merge(spark, landing.config, "src")
 
     expected = {
         (1,): {"id": 1, "title": "t1-later", "body": "big1"},
@@ -79,7 +54,7 @@ def test_a_window_update_without_the_toasted_value_keeps_the_chunks_copy(spark, 
         (6,): {"id": 6, "title": "t6-new", "body": "big6"},
         (9,): {"id": 9, "title": "other", "body": "x"},
     }
-    stream, stats = reconcile_table(zone, "db", "docs")
+    stream, stats = reconcile_table(landing.zone, "db", "docs")
     assert {k: dict(v) for k, v in apply(stream).items()} == expected
     assert (stats.dropped_by_window, stats.dropped_by_visibility) == (5, 1)
     assert iceberg_state(spark, "logtide.toast_window.db__docs") == expected

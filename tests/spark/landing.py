@@ -1,0 +1,80 @@
+"""Landing zones written by capture's own LogWriter without a database, for merge tests that
+need exact LSNs, transaction ids and chunks (PostgreSQL's TOAST and visibility cases)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from capture.config import LogtideConfig, parse_config
+from capture.events import Change, ChangeBatch, Column, Lsn, Op, TableSchema, TransactionEnd
+from capture.landing import Checkpoint, LandingZone
+from capture.landing.chunks import ChunkMeta, write_chunk
+from capture.landing.log_writer import LogWriter
+from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE
+
+DOCS = TableSchema(
+    "db",
+    "docs",
+    (Column("id", pa.int32(), "integer"), Column("title", pa.string(), "text"), Column("body", pa.string(), "text")),
+    ("id",),
+)
+WATERMARKS = TableSchema(
+    WATERMARK_SCHEMA,
+    WATERMARK_TABLE,
+    tuple(
+        Column(name, arrow_type, source)
+        for name, arrow_type, source in (
+            ("slot", pa.string(), "varchar(255)"),
+            ("dump_id", pa.string(), "varchar(64)"),
+            ("table_name", pa.string(), "varchar(200)"),
+            ("chunk", pa.int32(), "int"),
+            ("kind", pa.string(), "varchar(4)"),
+            ("watermark_id", pa.string(), "char(36)"),
+            ("written_at", pa.timestamp("us", tz="UTC"), "timestamp(6)"),
+        )
+    ),
+    ("slot",),
+)
+
+
+class Landing:
+    """Source `src`'s landing zone under `tmp_path`, and a config whose merge writes to
+    `namespace` of the test's Hadoop catalog. Each `commit` is one transaction and checkpoint."""
+
+    def __init__(self, tmp_path: Path, catalogs: dict[str, Any], namespace: str) -> None:
+        self.zone = LandingZone(tmp_path / "landing", "src")
+        merge = catalogs["hadoop"].model_copy(update={"namespace": namespace}).model_dump(mode="json")
+        self.config: LogtideConfig = parse_config(
+            {
+                "landing": {"path": str(tmp_path / "landing")},
+                "sources": {"src": {"kind": "mariadb", "user": "u", "server_id": 3}},
+                "merge": merge,
+            },
+            require_env=False,
+        )
+        self._writer = LogWriter(self.zone, Checkpoint(Lsn(1), {}), flush_interval_s=0, max_buffer_rows=1_000_000)
+        self.now = datetime.now(UTC)
+
+    def commit(
+        self, major: int, table: TableSchema, *changes: Change, xid: int | None = None, watermark: bool = False
+    ) -> None:
+        """One transaction whose commit ends at `major + 1`; its id is `xid` (default: `major`)."""
+        self._writer.add(ChangeBatch(table, str(major if xid is None else xid), self.now, watermark, list(changes)))
+        self._writer.end_transaction(TransactionEnd(Lsn(major + 1), {}, self.now))
+        self._writer.commit()
+
+    def mark(self, major: int, kind: str, mark_id: str, xid: int | None = None) -> None:
+        """The LOW or HIGH watermark `mark_id` of dump d1, chunk 1 of db.docs."""
+        row = ("d1/db.docs", "d1", "db.docs", 1, kind, mark_id, self.now)
+        self.commit(major, WATERMARKS, Change(Lsn(major), Op.UPDATE, row, row), xid=xid, watermark=True)
+
+    def chunk(self, rows: list[tuple], read_view: dict[str, Any] | None = None) -> None:
+        """Chunk 1 of dump d1 of db.docs, bracketed by watermarks `low-1` and `high-1`."""
+        meta = ChunkMeta("d1", "db.docs", 1, "low-1", "high-1", ("id",), None, None, None, True, None, len(rows),
+                         read_view)  # fmt: skip
+        data = pa.array([dict(zip(DOCS.names, r, strict=True)) for r in rows], DOCS.row_type)
+        write_chunk(self.zone, DOCS, meta, data)
