@@ -150,12 +150,14 @@ class CaptureProcess:
 
 @pytest.fixture
 def make_capture(mariadb: MariaDB, tmp_path: Path) -> Iterator:
-    """Build a config for the private MariaDB and return a CaptureProcess for it."""
+    """Build a config for the private MariaDB and return a CaptureProcess for it (keyword
+    arguments override the source's settings; `landing` and `log_level` the top-level ones)."""
     processes: list[CaptureProcess] = []
 
     def make(include: list[str], source: str = "src", **overrides: object) -> CaptureProcess:
         landing = {"path": str(tmp_path / "landing"), "flush_interval_s": 0.2}
         landing.update(overrides.pop("landing", {}))  # type: ignore[arg-type]
+        top = {"log_level": overrides.pop("log_level")} if "log_level" in overrides else {}
         source_config = {
             "kind": "mariadb",
             "host": "127.0.0.1",
@@ -169,7 +171,7 @@ def make_capture(mariadb: MariaDB, tmp_path: Path) -> Iterator:
         }
         source_config.update(overrides)
         path = tmp_path / f"logtide-{source}.yaml"
-        path.write_text(yaml.safe_dump({"landing": landing, "sources": {source: source_config}}))
+        path.write_text(yaml.safe_dump({**top, "landing": landing, "sources": {source: source_config}}))
         process = CaptureProcess(path, source, tmp_path)
         processes.append(process)
         return process
@@ -212,7 +214,12 @@ def catalogs(iceberg_dir: Path) -> dict[str, MergeConfig]:
 def spark(catalogs: dict[str, MergeConfig]) -> Iterator:
     from spark_apps.merge import build_session, session_conf  # pyspark only where Spark runs
 
-    conf = {**session_conf(catalogs["hadoop"]), **session_conf(catalogs["jdbc"]), "spark.sql.shuffle.partitions": "4"}
+    conf = {
+        **session_conf(catalogs["hadoop"]),
+        **session_conf(catalogs["jdbc"]),
+        "spark.sql.shuffle.partitions": "4",
+        "spark.pyspark.python": sys.executable,  # Python workers (if any) run the venv's Python, as under submit
+    }
     session = build_session(conf, master="local[2]", app_name="logtide-tests")
     session.sparkContext.setLogLevel("ERROR")
     yield session
