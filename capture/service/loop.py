@@ -12,6 +12,7 @@ again; when it leads again it starts exactly like a restart, from the checkpoint
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 
@@ -153,12 +154,13 @@ class CaptureService:
 
     def _on_commit(self, checkpoint: Checkpoint, events: int) -> None:
         self._source.acknowledge(checkpoint.resume)  # only now: the checkpoint is written
-        self.metrics.committed(events, checkpoint.frontier.encode(), self._last_commit_ts)
+        self.metrics.committed(events, checkpoint.frontier, checkpoint.resume, self._last_commit_ts)
 
     def _stream(self, source: LogSource, checkpoint: Checkpoint, stop: threading.Event) -> None:
         landing = self.config.landing
         self._last_commit_ts = 0.0
         self._source = source
+        self._read_position = checkpoint.frontier  # everything before the checkpoint is read
         writer = LogWriter(
             self.zone,
             checkpoint,
@@ -172,12 +174,15 @@ class CaptureService:
         self.metrics.up.set(1)
         threading.Thread(target=self._poll_lag, args=(source, stop), name="lag-poller", daemon=True).start()
         backoff = 1.0
+        reconnecting = False
         next_progress = time.monotonic() + PROGRESS_EVERY_S
         metrics = self.metrics
         while not stop.is_set():
             try:
                 for item in source.read(writer.checkpoint.resume, stop):
-                    backoff = 1.0  # the source answers again: the next outage starts from 1 s
+                    if reconnecting:  # the source answers again: the next outage starts from 1 s
+                        reconnecting, backoff = False, 1.0
+                        metrics.source_back()
                     if isinstance(item, ChangeBatch):
                         writer.add(item)
                     elif isinstance(item, TransactionEnd):
@@ -194,15 +199,17 @@ class CaptureService:
                     if writer.due():
                         writer.flush()
                         metrics.alive()
-                        if time.monotonic() >= next_progress:
-                            next_progress = time.monotonic() + PROGRESS_EVERY_S
-                            self._log_progress(writer.checkpoint)
+                    if time.monotonic() >= next_progress:  # idle too: heartbeats keep this loop turning
+                        next_progress = time.monotonic() + PROGRESS_EVERY_S
+                        self._log_progress(writer.checkpoint)
                     if stop.is_set():
                         break
             except SourceConnectionError as exc:
                 writer.commit()
                 writer.abandon_open_transaction()
                 metrics.reconnects.inc()
+                metrics.source_lost(str(exc))
+                reconnecting = True
                 log.warning(
                     "capture.source_lost",
                     source=self.name,
@@ -241,8 +248,7 @@ class CaptureService:
             except Exception as exc:  # the loop itself reports lost connections
                 log.debug("capture.lag_poll_failed", error=str(exc))
                 continue
-            if lag is not None:
-                self.metrics.lag_bytes.set(lag)
+            self.metrics.lag_bytes.set(math.nan if lag is None else lag)  # None: the source cannot tell
             self._check_retained(source)
 
     def _check_retained(self, source: LogSource) -> None:

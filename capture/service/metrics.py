@@ -1,7 +1,8 @@
 """Prometheus metrics and a health endpoint for one capture instance.
 
 `/metrics` is the Prometheus text format; `/health` answers 200 while the capture loop is
-making progress (reading events or heartbeats) and 503 when it is stuck or stopped. Every
+making progress (reading events or heartbeats) and 503 when it is stuck, stopped or
+reconnecting to a source that is down (`"state": "reconnecting"` with the error). Every
 instance of a source serves both (a standby too), so each says whether it leads:
 `logtide_capture_leader`, and in `/health` `leader`, `epoch` and `instance` ("host:pid", the
 identity its lease shows in ZooKeeper and in `logtide status`).
@@ -10,6 +11,7 @@ identity its lease shows in ZooKeeper and in `logtide status`).
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 import threading
@@ -19,6 +21,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from capture.events import Lsn
 
 
 class CaptureMetrics:
@@ -38,11 +42,25 @@ class CaptureMetrics:
         self.reconnects = counter("logtide_capture_reconnects", "connections to the source re-established")
         self.rows_per_second = gauge("logtide_capture_rows_per_second", "events landed per second, last interval")
         self.lag_seconds = gauge("logtide_capture_lag_seconds", "now minus the commit time of the last event read")
-        self.lag_bytes = gauge("logtide_capture_lag_bytes", "bytes of log on the server past the last event read")
+        self.lag_bytes = gauge(
+            "logtide_capture_lag_bytes", "bytes of log on the server past the last event read (NaN: not known yet)"
+        )
+        self.lag_bytes.set(math.nan)
         self.retained_bytes = gauge(
             "logtide_capture_retained_bytes", "log the server keeps for this capture (PostgreSQL: WAL held by the slot)"
         )
-        self.frontier = gauge("logtide_capture_frontier_lsn", "committed frontier (encoded LSN)")
+        # The encoded LSN (file number << 64 | position << 32 for the binlog) does not fit a float64
+        # exactly, so the frontier is shown as the two 32-bit halves of its major part, each exact.
+        self.frontier_high = gauge(
+            "logtide_capture_frontier_lsn_high",
+            "committed frontier, upper 32 bits of the LSN's major part: MySQL/MariaDB the binlog file "
+            "number (binlog.NNNNNN), PostgreSQL X of the commit LSN X/Y",
+        )
+        self.frontier_low = gauge(
+            "logtide_capture_frontier_lsn_low",
+            "committed frontier, lower 32 bits of the LSN's major part: MySQL/MariaDB the byte position in "
+            "that binlog file (as SHOW MASTER STATUS), PostgreSQL Y of the commit LSN X/Y",
+        )
         self.last_commit = gauge(
             "logtide_capture_last_commit_timestamp_seconds",
             "source commit time of the last landed transaction",
@@ -82,13 +100,16 @@ class CaptureMetrics:
             self.rows_per_second.set(self.rate)
             self._rate_at, self._rate_events = now, 0
 
-    def committed(self, events: int, frontier: int, commit_ts: float) -> None:
+    def committed(self, events: int, frontier: Lsn, position: dict[str, Any], commit_ts: float) -> None:
+        """A checkpoint was written: `events` more landed, up to `frontier` (the source's `position`)."""
+        self.frontier_high.set(frontier.major >> 32)  # first: a scrape that sees the events sees the frontier
+        self.frontier_low.set(frontier.major & 0xFFFFFFFF)
         self.events.inc(events)
         self.total_events += events
         self.commits.inc()
-        self.frontier.set(frontier)
         self.last_commit.set(commit_ts)
-        self.state["frontier"] = frontier
+        self.state["frontier"] = frontier.encode()
+        self.state["position"] = dict(position)
         self._rate_events += events
         self._tick()
 
@@ -100,6 +121,17 @@ class CaptureMetrics:
         self.state["state"] = "starting" if leader else "standby"
         if not leader:
             self.up.set(0)
+
+    def source_lost(self, error: str) -> None:
+        """The connection to the source is down: unhealthy until it answers again."""
+        self.state["state"] = "reconnecting"
+        self.state["error"] = error
+
+    def source_back(self) -> None:
+        if self.state["state"] == "reconnecting":
+            self.state["state"] = "running"
+            self.state.pop("error", None)
+        self.alive()
 
     def healthy(self) -> bool:
         if self.state["state"] == "standby":  # waiting for the lease is a standby's job

@@ -3,16 +3,49 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
+import time
+import urllib.error
 import urllib.request
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from capture.sources import open_chunk_source
 from capture.sources.base import Watermark
+from capture.sources.mysql.reader import file_number, read_timeout_s
 from tests.servers import wait_for
 
 pytestmark = pytest.mark.integration
+
+
+def _get(capture, path: str) -> tuple[int, str]:
+    """GET `path` from the capture's metrics port: (status, body)."""
+    port = capture.config.source(capture.source).metrics.port
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def _health_turns(capture, status: int, timeout: float = 10) -> dict:
+    """Wait until /health answers `status`; its JSON."""
+    answer = wait_for(lambda: (got := _get(capture, "/health"))[0] == status and got, timeout, what=f"/health {status}")
+    return json.loads(answer[1])
+
+
+def _metrics(capture) -> dict[str, float]:
+    """The capture's /metrics samples of its source, by sample name."""
+    status, text = _get(capture, "/metrics")
+    assert status == 200
+    return {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.labels.get("source") == capture.source
+    }
 
 
 def _ops(events: list[dict]) -> list[tuple]:
@@ -135,13 +168,20 @@ def test_survives_a_database_restart(mariadb, database, make_capture):
     capture.wait_running()
     mariadb.execute("INSERT INTO t SELECT seq FROM seq_1_to_50", database=database)
     capture.wait_events(database, "t", 50)
+    assert _get(capture, "/health")[0] == 200
     mariadb.stop()
-    mariadb.start()
+    try:
+        health = _health_turns(capture, 503)
+        assert health["state"] == "reconnecting" and health["healthy"] is False and health["error"]
+    finally:
+        mariadb.start()
     mariadb.execute("INSERT INTO t SELECT seq FROM seq_51_to_120", database=database)
     events = capture.wait_events(database, "t", 120, timeout=60)
     assert [e["after"]["id"] for e in events] == list(range(1, 121))
     assert "capture.source_lost" in capture.log()
     assert capture.process.poll() is None
+    health = _health_turns(capture, 200)
+    assert health["state"] == "running" and "error" not in health
 
 
 def test_purged_checkpoint_stops_with_instructions_and_reset_recovers(mariadb, database, make_capture):
@@ -181,35 +221,42 @@ def mariadb_query(mariadb, sql: str) -> list[tuple]:
 
 
 def test_metrics_and_health_endpoints(mariadb, database, make_capture):
-    mariadb.execute("CREATE TABLE t (id INT PRIMARY KEY)", database=database)
-    capture = make_capture([f"{database}.*"]).start()
+    mariadb.execute(
+        "CREATE TABLE t (id INT PRIMARY KEY, v INT)", "CREATE TABLE skipped (id INT PRIMARY KEY)", database=database
+    )
+    capture = make_capture([f"{database}.*"], exclude=[f"{database}.skipped"]).start()
     capture.wait_running()
-    mariadb.execute("INSERT INTO t SELECT seq FROM seq_1_to_30", database=database)
-    capture.wait_events(database, "t", 30)
-    port = capture.config.source("src").metrics.port
+    committed_at = 1_700_000_000  # the session's clock, which the binlog carries as commit time
+    with mariadb.connect(database) as conn, conn.cursor() as cur:
+        cur.execute(f"SET timestamp = {committed_at - 60}")
+        cur.execute("INSERT INTO t SELECT seq, 0 FROM seq_1_to_30")  # 30 creates
+        cur.execute("INSERT INTO skipped VALUES (1), (2)")  # not captured: not counted
+        cur.execute(f"SET timestamp = {committed_at}")
+        cur.execute("UPDATE t SET v = 1 WHERE id <= 10")  # 10 updates
+        cur.execute("DELETE FROM t WHERE id > 25")  # 5 deletes
+    capture.wait_events(database, "t", 45)
+    file, pos = mariadb_query(mariadb, "SHOW MASTER STATUS")[0][:2]
 
-    def get(path: str) -> tuple[int, str]:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
-                return response.status, response.read().decode()
-        except urllib.error.HTTPError as exc:
-            return exc.code, exc.read().decode()
+    def caught_up() -> dict[str, float] | None:
+        values = _metrics(capture)
+        done = values["logtide_capture_events_total"] >= 45 and values["logtide_capture_lag_seconds"] == 0
+        return values if done else None
 
-    def metrics_show_events() -> str | None:
-        status, text = get("/metrics")
-        return text if status == 200 and 'logtide_capture_events_total{source="src"} 30.0' in text else None
-
-    text = wait_for(metrics_show_events, 10, what="metrics")
-    for name in (
-        "logtide_capture_lag_seconds",
-        "logtide_capture_lag_bytes",
-        "logtide_capture_rows_per_second",
-        "logtide_capture_last_commit_timestamp_seconds",
-        "logtide_capture_frontier_lsn",
-    ):
-        assert f'{name}{{source="src"}}' in text
-    status, body = get("/health")
-    assert status == 200 and json.loads(body)["healthy"] is True
+    values = wait_for(caught_up, 10, what="45 events and a heartbeat in the metrics")
+    assert values["logtide_capture_events_total"] == 45
+    assert values["logtide_capture_last_commit_timestamp_seconds"] == committed_at
+    # the exact binlog position, as SHOW MASTER STATUS and the checkpoint give it
+    assert values["logtide_capture_frontier_lsn_high"] == file_number(file)
+    assert values["logtide_capture_frontier_lsn_low"] == pos
+    checkpoint = capture.zone.checkpoint()
+    assert (checkpoint.resume["file"], checkpoint.resume["pos"]) == (file, pos)
+    assert "logtide_capture_frontier_lsn" not in values  # a float64 cannot hold the encoded LSN
+    for name in ("logtide_capture_rows_per_second", "logtide_capture_lag_bytes", "logtide_capture_up"):
+        assert name in values
+    status, body = _get(capture, "/health")
+    health = json.loads(body)
+    assert status == 200 and health["healthy"] is True and health["state"] == "running"
+    assert health["position"] == checkpoint.resume and health["frontier"] == checkpoint.frontier.encode()
 
 
 def test_user_errors_and_passwords_never_reach_the_log(mariadb, database, make_capture):
@@ -236,13 +283,78 @@ def test_user_errors_and_passwords_never_reach_the_log(mariadb, database, make_c
 
 
 def test_preflight_names_every_wrong_setting(mariadb, make_capture):
-    mariadb.execute("SET GLOBAL binlog_row_metadata = 'MINIMAL'", "SET GLOBAL binlog_format = 'MIXED'")
+    mariadb.execute(
+        "SET GLOBAL binlog_row_metadata = 'MINIMAL'",
+        "SET GLOBAL binlog_format = 'MIXED'",
+        "SET GLOBAL binlog_row_image = 'MINIMAL'",
+    )
     try:
         capture = make_capture(["nothing.*"])
         assert capture.run_to_exit() == 2
         log = capture.log()
         assert "binlog_row_metadata is MINIMAL, must be FULL: SET GLOBAL binlog_row_metadata='FULL'" in log
         assert "binlog_format is MIXED, must be ROW" in log
+        assert (
+            "binlog_row_image is MINIMAL, must be FULL: SET GLOBAL binlog_row_image='FULL' "
+            "and put binlog_row_image=FULL under [mysqld] in the config"
+        ) in log
         assert capture.zone.checkpoint() is None
     finally:
-        mariadb.execute("SET GLOBAL binlog_row_metadata = 'FULL'", "SET GLOBAL binlog_format = 'ROW'")
+        mariadb.execute(
+            "SET GLOBAL binlog_row_metadata = 'FULL'",
+            "SET GLOBAL binlog_format = 'ROW'",
+            "SET GLOBAL binlog_row_image = 'FULL'",
+        )
+
+
+def _fields(line: str) -> dict[str, str]:
+    return dict(re.findall(r'(\w+)=("(?:[^"\\]|\\.)*"|\S+)', line))
+
+
+def test_idle_past_the_read_timeout_stays_healthy_and_logs_progress_not_rows(mariadb, database, make_capture):
+    """An idle source beyond the binlog connection's read timeout: heartbeats keep it open and
+    the lag at 0, `capture.progress` still reports; rows and the password never reach the log."""
+    secret, marker = "Idle-Pa55-word", "ROWMARKER-7f3a"
+    mariadb.execute(
+        "DROP USER IF EXISTS 'idler'@'%'",
+        f"CREATE USER 'idler'@'%' IDENTIFIED BY '{secret}'",
+        "GRANT REPLICATION SLAVE, BINLOG MONITOR ON *.* TO 'idler'@'%'",
+        f"GRANT SELECT ON `{database}`.* TO 'idler'@'%'",
+        "CREATE TABLE notes (id INT PRIMARY KEY, body VARCHAR(60), data BLOB)",
+        database=database,
+    )
+    capture = make_capture([f"{database}.*"], user="idler", log_level="DEBUG")  # debug lines are checked too
+    capture.start(env={"TEST_DB_PASSWORD": secret})
+    capture.wait_running()
+    mariadb.execute(
+        f"INSERT INTO notes VALUES (1, '{marker} one', '{marker}'), (2, 'two', NULL)",
+        f"UPDATE notes SET body = '{marker} two' WHERE id = 2",
+        "DELETE FROM notes WHERE id = 1",
+        database=database,
+    )
+    capture.wait_events(database, "notes", 4)
+    idle = read_timeout_s(capture.config.source("src").heartbeat_s) + 1.0
+    deadline = time.monotonic() + idle
+    while time.monotonic() < deadline:  # nothing written anywhere: only heartbeats
+        status, body = _get(capture, "/health")
+        assert status == 200, body
+        time.sleep(0.5)
+    values = _metrics(capture)
+    assert values["logtide_capture_lag_seconds"] == 0  # heartbeats: nothing left to read
+    assert values["logtide_capture_lag_bytes"] == 0  # measured (NaN until then) and caught up
+    assert values["logtide_capture_reconnects_total"] == 0
+    assert "capture.source_lost" not in capture.log()
+
+    # progress is reported while idle too: where it stands, how many events, no lag
+    checkpoint, idle_log = capture.zone.checkpoint(), capture.log()
+    progress = [_fields(line) for line in idle_log.splitlines() if "event=capture.progress" in line]
+    assert progress, idle_log
+    assert progress[-1]["events"] == "4" and float(progress[-1]["lag_s"]) == 0
+    assert (progress[-1]["file"], int(progress[-1]["pos"])) == (checkpoint.resume["file"], checkpoint.resume["pos"])
+    assert int(progress[-1]["frontier"]) == checkpoint.frontier.encode()
+
+    mariadb.execute("INSERT INTO notes VALUES (3, 'after the idle', NULL)", database=database)
+    assert capture.wait_events(database, "notes", 5, timeout=5)[-1]["after"]["id"] == 3
+    assert capture.stop() == 0
+    log = capture.log()
+    assert marker not in log and secret not in log

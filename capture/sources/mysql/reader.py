@@ -83,6 +83,12 @@ EVENTS = [
 ]
 
 
+def read_timeout_s(heartbeat_s: float) -> float:
+    """Socket read timeout of the binlog connection: four missed heartbeats, but at least 10 s.
+    An idle server keeps the connection alive with heartbeats, so idling longer is no error."""
+    return max(10.0, 4 * heartbeat_s)
+
+
 def file_number(name: str) -> int:
     match = _FILE_NUMBER.search(name)
     if match is None:
@@ -121,7 +127,7 @@ class BinlogReader:
         else:
             position = {"resume_stream": True, "log_file": self.resume["file"], "log_pos": self.resume["pos"]}
         return BinLogStreamReader(
-            connection_settings=connection_settings(self.config, read_timeout=max(10.0, 4 * heartbeat)),
+            connection_settings=connection_settings(self.config, read_timeout=read_timeout_s(heartbeat)),
             server_id=self.config.server_id,
             blocking=True,
             is_mariadb=self.mariadb,
