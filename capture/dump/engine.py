@@ -4,7 +4,8 @@ Per chunk of one table, in key order:
   1. read the settings (pause blocks here, cancel stops here);
   2. write and commit the LOW watermark;
   3. SELECT the next chunk in a fresh snapshot (`key > last ORDER BY key LIMIT n`; a
-     key-list dump selects the next batch of keys);
+     key-list dump selects the next batch of keys, and the database, not Python, tells which
+     requested keys matched no row: see `_missing_keys`);
   4. if the table's columns changed meanwhile, throw the chunk away and redo it;
   5. write the chunk file (rows + watermark ids + key range) durably;
   6. write and commit the HIGH watermark: the log now says the chunk exists;
@@ -18,17 +19,19 @@ finished chunk; a chunk whose HIGH never committed is redone with new watermark 
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from capture.config import CoordinationConfig
 from capture.coordination.claims import DumpClaims
 from capture.dump.control import Controller, ControlStore, DumpSettings
-from capture.dump.keys import coerce_key
+from capture.dump.keys import coerce_key, encode_key
 from capture.dump.progress import ProgressStore, TableProgress
 from capture.dump.record import DumpRecord
 from capture.errors import DumpCancelledError, DumpInputError, SourceConnectionError
@@ -39,6 +42,7 @@ from capture.log import get_logger
 from capture.sources.base import ChunkSource, Watermark
 
 log = get_logger(__name__)
+MISSING_KEYS_LOGGED = 10  # `dump.keys_missing` shows the first keys of a chunk, not all of them
 
 
 class DumpRequest(BaseModel):
@@ -244,15 +248,19 @@ class DumpEngine:
             high = Watermark(dump_id, table.qualified_name, number, "HIGH", str(uuid.uuid4()))
             self.source.write_watermark(low)
             batch: list[Row] | None = None
+            missing_keys: list[Row] = []
             if plan.keys is not None:
                 batch = plan.keys[progress.keys_done : progress.keys_done + size]
             try:
                 if batch is not None:
                     rows = self.source.select_keys(table, batch)
+                    view = self.source.read_view()  # the chunk's own: `_missing_keys` may read again
                     last = progress.keys_done + len(batch) >= len(plan.keys or ())
+                    missing_keys = self._missing_keys(table, batch, rows)
                 else:
                     start = plan.start if progress.after is None else None
                     rows = self.source.select_chunk(table, progress.after, start, plan.stop, size)
+                    view = self.source.read_view()
                     last = len(rows) < size
             except (SourceConnectionError, DumpCancelledError):
                 raise
@@ -275,7 +283,7 @@ class DumpEngine:
                 last=last,
                 keys=None if batch is None else tuple(batch),
                 rows=len(rows),
-                read_view=self.source.read_view(),
+                read_view=view,
             )
             write_chunk(self.zone, table, meta, rows)
             self.source.write_watermark(high, table)
@@ -288,16 +296,16 @@ class DumpEngine:
             table = self._schema_changed(dump_id, table, current, number)
         missing = 0
         if batch is not None:
-            found = set(zip(*(rows.field(k).to_pylist() for k in table.key), strict=True))
-            missing_keys = [k for k in batch if k not in found]
             missing = len(missing_keys)
             if missing_keys:
+                shown = [encode_key(k) for k in missing_keys[:MISSING_KEYS_LOGGED]]
                 log.info(
                     "dump.keys_missing",
                     dump_id=dump_id,
                     table=table.qualified_name,
                     chunk=number,
                     count=missing,
+                    first=json.dumps([k[0] if len(k) == 1 else k for k in shown], separators=(",", ":")),
                     note="the merge deletes them from the target",
                 )
         after = tuple(rows.field(k)[-1].as_py() for k in table.key) if len(rows) and batch is None else progress.after
@@ -313,6 +321,31 @@ class DumpEngine:
             table,
             len(rows),
         )
+
+    def _missing_keys(self, table: TableSchema, batch: list[Row], rows: pa.StructArray) -> list[Row]:
+        """The requested keys that no returned row equals, as the database compares them: under a
+        case-insensitive or PAD SPACE collation 'abc' selects the row 'ABC'. Keys found as they
+        were written are found; integer keys compare alike in Python and SQL, and with no row
+        returned nothing can match, so only the rest is put to the database (`_unmatched`)."""
+        returned = set(zip(*(rows.field(k).to_pylist() for k in table.key), strict=True))
+        unmatched = [k for k in batch if k not in returned]
+        types = {c.name: c.arrow_type for c in table.columns}
+        if not unmatched or not returned or all(pa.types.is_integer(types[k]) for k in table.key):
+            return unmatched
+        return self._unmatched(table, unmatched, returned)
+
+    def _unmatched(self, table: TableSchema, keys: list[Row], returned: set[Row]) -> list[Row]:
+        """Ask the database which of `keys` select one of the `returned` rows: a group whose SELECT
+        gives none of them is missing as a whole, else it is halved. One SELECT when every key is
+        truly missing, about 2 log2(n) per key that matched under another spelling. It runs inside
+        the chunk's window, so a row changed since the chunk's SELECT has a log event there."""
+        rows = self.source.select_keys(table, keys)
+        if not returned & set(zip(*(rows.field(k).to_pylist() for k in table.key), strict=True)):
+            return keys
+        if len(keys) == 1:
+            return []
+        half = len(keys) // 2
+        return self._unmatched(table, keys[:half], returned) + self._unmatched(table, keys[half:], returned)
 
     @staticmethod
     def _schema_changed(dump_id: str, table: TableSchema, current: TableSchema, number: int) -> TableSchema:

@@ -83,9 +83,9 @@ def read_chunk_meta(path: Path) -> ChunkMeta:
 
 
 def chunk_files(zone: LandingZone, schema: str, table: str) -> list[Path]:
-    """Every chunk file of a table, all dumps."""
+    """Every chunk file of a table, all dumps (not the hidden temp file of one being written)."""
     base = zone.root / "chunks"
     if not base.exists():
         return []
     folder = table_folder(schema, table)
-    return sorted(p for dump in base.iterdir() for p in (dump / folder).glob("*.parquet"))
+    return sorted(p for dump in base.iterdir() for p in (dump / folder).glob("[0-9]*.parquet"))

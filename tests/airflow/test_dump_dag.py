@@ -9,6 +9,8 @@ import time
 import pytest
 import yaml
 
+from capture.dump.progress import dump_dir
+from capture.dump.record import RECORD, read_record
 from capture.landing.chunks import chunk_files, read_chunk_meta
 from tests.airflow.airflow_helpers import (
     TABLES,
@@ -177,6 +179,51 @@ def test_pause_and_resume_through_the_control_variables(airflow_ready, mariadb, 
     wait_until_landed(mariadb, capture)
     state, _ = reconciled_state(capture, database, "ledger")
     assert state == table_state(mariadb, database, "ledger")
+
+
+def test_cancel_through_the_control_variable_stops_the_dump(airflow_ready, mariadb, database, make_capture):
+    mariadb.execute(
+        "CREATE TABLE ledger (id INT PRIMARY KEY, v INT, note VARCHAR(20))",
+        "INSERT INTO ledger SELECT seq, seq % 100, CONCAT('row', seq) FROM seq_1_to_3000",
+        database=database,
+    )
+    capture = make_capture([f"{database}.*"])
+    set_variable("logtide_config_path", str(capture.config_path))
+    seen: dict = {}
+
+    def operate(events) -> None:
+        """Beside dag.test(): cancels the dump once it has written a few chunks."""
+        try:
+            wait_for(lambda: len(events.named("dump.chunk")) >= 3, 60, interval=0.05, what="3 chunks")
+            set_variable("logtide_dump_control_src", json.dumps({"state": "cancelled"}))
+        except BaseException as exc:
+            seen["error"] = exc
+
+    try:
+        with recorded_events() as events:
+            operator = threading.Thread(target=operate, args=(events,))
+            operator.start()
+            run = load_dag("logtide_dump").test(
+                run_conf={
+                    "source": "src",
+                    "tables": [f"{database}.ledger"],
+                    "chunk_size": 10,
+                    "delay_s": 0.02,
+                    "merge": False,
+                }
+            )
+            operator.join(30)
+    finally:
+        delete_variable("logtide_dump_control_src")
+    assert "error" not in seen, seen["error"]
+    states = task_states("logtide_dump", run.run_id)
+    assert run.state == "failed" and states[("dump_src", 0)] == "failed", states
+    from logtide_airflow.operators import dump_id_for_run
+
+    record = read_record(dump_dir(capture.zone, dump_id_for_run(run.run_id)) / RECORD)
+    assert record is not None and record["state"] == "cancelled" and "was cancelled" in record["error"]
+    chunks = events.named("dump.chunk")  # 300 chunks of 10 rows had it run to the end
+    assert 3 <= len(chunks) < 100 and not events.named("dump.table_finished")
 
 
 def test_connection_overrides_the_config_and_its_password_is_never_logged(

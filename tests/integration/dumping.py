@@ -172,3 +172,26 @@ def check_schema_change_rereads(
     now = table()
     assert {k: r for k, r in state.items() if k[0] > 100} == {k: r for k, r in now.items() if k[0] > 100}
     assert all(state[k]["extra"] == 5 and state[k]["v"] == now[k]["v"] for k in now if k[0] > 40)
+
+
+class Died(Exception):
+    """Stands for the dump process dying: nothing in the engine handles it."""
+
+
+class DiesBeforeHigh:
+    """The real chunk source, except that the dump 'dies' right before HIGH of one chunk: that
+    chunk's LOW is committed and its file written, its HIGH never is. `lows` keeps the id of
+    every LOW written through it, by chunk."""
+
+    def __init__(self, source, chunk: int) -> None:
+        self._source, self._chunk, self.lows = source, chunk, {}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._source, name)
+
+    def write_watermark(self, mark, table=None) -> None:
+        if mark.kind == "HIGH" and mark.chunk == self._chunk:
+            raise Died(f"killed before HIGH of chunk {mark.chunk}")
+        if mark.kind == "LOW":
+            self.lows[mark.chunk] = mark.id
+        self._source.write_watermark(mark, table)

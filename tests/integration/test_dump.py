@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import logging
 import signal
 import subprocess
 import sys
 import threading
+import time
 
 import pyarrow.parquet as pq
 import pymysql
@@ -18,8 +20,11 @@ from capture.dump.progress import dump_dir
 from capture.errors import DumpInputError
 from capture.landing.chunks import chunk_files, read_chunk_meta
 from capture.sources import open_chunk_source
+from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE
 from tests.conftest import ROOT
 from tests.integration.dumping import (
+    Died,
+    DiesBeforeHigh,
     Workload,
     check_schema_change_rereads,
     reconciled_state,
@@ -124,6 +129,36 @@ def test_key_list_and_key_range(mariadb, database, make_capture):
     ]
 
 
+def test_key_list_under_a_case_insensitive_collation_counts_only_truly_missing_keys(
+    mariadb, database, make_capture, caplog
+):
+    mariadb.execute(
+        "CREATE TABLE people (code VARCHAR(10) COLLATE utf8mb4_general_ci PRIMARY KEY, v INT)",
+        "INSERT INTO people VALUES ('ABC', 1), ('Def', 2), ('ghi', 3), ('x', 4)",
+        database=database,
+    )
+    capture = make_capture([f"{database}.*"])
+    engine, source = _engine(capture)
+    spelled_otherwise = ["abc", "DEF", "ghi ", "GHI", "ghi", "X"]  # 'ghi ': PAD SPACE; 'ghi' as stored
+    truly_missing = [f"m{i:02}" for i in range(12)]
+    caplog.set_level(logging.INFO, logger="capture")
+    try:
+        summary = engine.run(
+            DumpRequest(
+                tables=[f"{database}.people"],
+                keys=[*spelled_otherwise[:3], *truly_missing, *spelled_otherwise[3:]],
+                settings=DumpSettings(chunk_size=20),
+            )
+        )
+    finally:
+        source.close()
+    table = summary["tables"][0]
+    assert table["missing_keys"] == len(truly_missing) and table["rows"] == 4
+    reports = [r.fields for r in caplog.records if getattr(r, "event", None) == "dump.keys_missing"]
+    assert [r["count"] for r in reports] == [12]
+    assert json.loads(reports[0]["first"]) == truly_missing[:10]  # bounded, in request order
+
+
 def test_bad_requests_are_refused_before_anything_is_written(mariadb, database, make_capture):
     _populate(mariadb, database, 10)
     mariadb.execute(
@@ -198,8 +233,47 @@ def test_cli_dump_survives_kill9_and_resumes_after_the_last_chunk(mariadb, datab
     assert state == table_state(mariadb, database, "ledger")
 
 
-def test_pause_resume_and_cancel_from_the_cli(mariadb, database, make_capture):
-    _populate(mariadb, database, 300)
+def test_a_chunk_whose_high_never_committed_is_redone_on_resume(mariadb, database, make_capture):
+    _populate(mariadb, database, 200)
+    capture = make_capture([f"{database}.*"]).start()
+    capture.wait_running()
+    request = DumpRequest(dump_id="redo", tables=[f"{database}.ledger"], settings=DumpSettings(chunk_size=20))
+    source = open_chunk_source("src", capture.config.source("src"))
+    dying = DiesBeforeHigh(source, chunk=4)
+    try:
+        with pytest.raises(Died):
+            DumpEngine(dying, capture.zone).run(request)
+    finally:
+        source.close()
+    progress = dump_dir(capture.zone, "redo") / f"{database}.ledger.json"
+    assert json.loads(progress.read_text())["chunk"] == 3
+    chunk4 = {read_chunk_meta(p).chunk: p for p in chunk_files(capture.zone, database, "ledger")}[4]
+    assert read_chunk_meta(chunk4).low_id == dying.lows[4]  # its file was written, its HIGH never was
+    mariadb.execute("UPDATE ledger SET v = -1 WHERE id BETWEEN 61 AND 80", database=database)  # chunk 4's rows
+
+    engine, source = _engine(capture)
+    try:
+        summary = engine.run(request)
+    finally:
+        source.close()
+    wait_until_landed(mariadb, capture)
+    assert summary["tables"][0]["rows"] == 200 and summary["tables"][0]["chunks"] == 11
+    redone = read_chunk_meta(chunk4)
+    marks = [e["after"] for e in capture.events(WATERMARK_SCHEMA, WATERMARK_TABLE)]
+    marks = [(m["chunk"], m["kind"], m["watermark_id"]) for m in marks if m["dump_id"] == "redo"]
+    assert [m for m in marks if m[0] == 4] == [
+        (4, "LOW", dying.lows[4]),
+        (4, "LOW", redone.low_id),
+        (4, "HIGH", redone.high_id),
+    ]
+    assert [m[0] for m in marks if m[1] == "HIGH"] == list(range(1, 12))  # chunks 1-3 not redone
+    assert pq.read_table(chunk4).column("after").combine_chunks().field("v").to_pylist() == [-1] * 20
+    state, stats = reconciled_state(capture, database, "ledger")
+    assert state == table_state(mariadb, database, "ledger") and stats.chunks == 11 and stats.chunks_pending == 0
+
+
+def test_pause_resume_retune_and_cancel_from_the_cli(mariadb, database, make_capture):
+    _populate(mariadb, database, 3000)
     capture = make_capture([f"{database}.*"])
     control = FileControl(dump_dir(capture.zone, "ctl") / "control.json")
     control.update(state="paused")
@@ -216,6 +290,10 @@ def test_pause_resume_and_cancel_from_the_cli(mariadb, database, make_capture):
         except Exception as exc:
             result["error"] = exc
 
+    def sizes() -> list[int]:
+        """Rows of each chunk file, in chunk order."""
+        return [read_chunk_meta(p).rows for p in chunk_files(capture.zone, database, "ledger")]
+
     thread = threading.Thread(target=run)
     thread.start()
     try:
@@ -226,12 +304,47 @@ def test_pause_resume_and_cancel_from_the_cli(mariadb, database, make_capture):
         wait_for(lambda: progress.exists() and json.loads(progress.read_text())["chunk"] >= 3, 30, what="chunks")
         bad = _cli(capture, "dump-control", "--source", "src", "--dump-id", "ctl", "--chunk-size", "0", check=False)
         assert bad.returncode == 2 and "chunk_size: Input should be greater than or equal to 1" in bad.stderr
+        _cli(capture, "dump-control", "--source", "src", "--dump-id", "ctl", "--chunk-size", "25")
+        wait_for(lambda: 25 in sizes(), 30, what="a chunk of 25 rows")
         _cli(capture, "dump-control", "--source", "src", "--dump-id", "ctl", "cancel")
         thread.join(30)
     finally:
         source.close()
     assert "was cancelled" in str(result["error"])
-    assert json.loads(progress.read_text())["chunk"] < 30
+    assert json.loads(progress.read_text())["rows"] < 3000
+    # in chunk order: 10 rows a chunk until the change, 25 from the next chunk on
+    retuned = sizes().index(25)
+    assert retuned >= 3 and set(sizes()[:retuned]) == {10} and set(sizes()[retuned:]) == {25}
+
+
+def test_a_rows_per_s_ceiling_and_a_delay_set_through_the_control_slow_the_dump(mariadb, database, make_capture):
+    _populate(mariadb, database, 600)
+    capture = make_capture([f"{database}.*"])
+    took: dict[str, float] = {}
+    # what `logtide dump-control --max-rows-per-s 400` and `--delay 0.3` write; read before each chunk
+    for dump_id, override in (("ceiling", {"max_rows_per_s": 400}), ("delay", {"delay_s": 0.3})):
+        control = FileControl(dump_dir(capture.zone, dump_id) / "control.json")
+        control.update(**override)
+        engine, source = _engine(capture, control)
+        began = time.monotonic()
+        try:
+            summary = engine.run(
+                DumpRequest(dump_id=dump_id, tables=[f"{database}.ledger"], settings=DumpSettings(chunk_size=200))
+            )
+        finally:
+            source.close()
+        took[dump_id] = time.monotonic() - began
+        assert summary["tables"][0]["chunks"] == 4 and summary["rows"] == 600  # 3 full chunks and the empty one
+    # lower bounds (unthrottled, 600 rows take a few tens of milliseconds): 600 rows at 400 rows/s; 4 delays
+    assert took["ceiling"] >= 600 / 400
+    assert took["delay"] >= 4 * 0.3
+
+
+def _row_lock_waits(mariadb) -> dict[str, int]:
+    """InnoDB's server-wide count of row lock waits and the milliseconds spent in them."""
+    with mariadb.connect() as conn, conn.cursor() as cur:
+        cur.execute("SHOW GLOBAL STATUS WHERE Variable_name IN ('Innodb_row_lock_waits', 'Innodb_row_lock_time')")
+        return {name: int(value) for name, value in cur.fetchall()}
 
 
 def test_writers_never_wait_for_the_dump(mariadb, database, make_capture):
@@ -239,33 +352,38 @@ def test_writers_never_wait_for_the_dump(mariadb, database, make_capture):
     capture = make_capture([f"{database}.*"])
     failures: list[Exception] = []
     stop = threading.Event()
-    writes = [0]
+    writes = [0, 0, 0]
 
-    def writer() -> None:
+    def writer(n: int) -> None:
+        """Updates 51-row ranges inside its own stripe of ids, away from the others' (and their
+        gap locks): a writer can only ever wait for the dump."""
         conn = mariadb.connect(database, autocommit=False)
         with conn, conn.cursor() as cur:
             cur.execute("SET SESSION innodb_lock_wait_timeout = 1, SESSION lock_wait_timeout = 1")
             while not stop.is_set():
                 try:
-                    low = writes[0] * 37 % 4900
+                    low = n * 1600 + 100 + writes[n] * 37 % 1350
                     cur.execute("UPDATE ledger SET v = v + 1 WHERE id BETWEEN %s AND %s", (low, low + 50))
                     conn.commit()
-                    writes[0] += 1
+                    writes[n] += 1
                 except pymysql.MySQLError as exc:
                     failures.append(exc)
 
-    threads = [threading.Thread(target=writer) for _ in range(3)]
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(3)]
+    before = _row_lock_waits(mariadb)  # server-wide, but tests run one at a time and capture is off
     for thread in threads:
         thread.start()
     engine, source = _engine(capture)
     try:
-        engine.run(DumpRequest(tables=[f"{database}.ledger"], settings=DumpSettings(chunk_size=100)))
+        summary = engine.run(DumpRequest(tables=[f"{database}.ledger"], settings=DumpSettings(chunk_size=100)))
     finally:
         source.close()
         stop.set()
         for thread in threads:
             thread.join()
-    assert writes[0] > 100 and failures == []
+    after = _row_lock_waits(mariadb)
+    assert summary["rows"] >= 5000 and sum(writes) > 100 and failures == []
+    assert {k: after[k] - before[k] for k in after} == {"Innodb_row_lock_waits": 0, "Innodb_row_lock_time": 0}
 
 
 def test_a_column_added_during_the_dump_reaches_the_following_chunks(mariadb, database, make_capture):
