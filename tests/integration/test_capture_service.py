@@ -313,12 +313,17 @@ def _fields(line: str) -> dict[str, str]:
 
 def test_idle_past_the_read_timeout_stays_healthy_and_logs_progress_not_rows(mariadb, database, make_capture):
     """An idle source beyond the binlog connection's read timeout: heartbeats keep it open and
-    the lag at 0, `capture.progress` still reports; rows and the password never reach the log."""
+    the lag at 0, `capture.progress` still reports; rows and the password never reach the log.
+    The user holds its replication privileges through a default role, as many setups grant them."""
     secret, marker = "Idle-Pa55-word", "ROWMARKER-7f3a"
     mariadb.execute(
         "DROP USER IF EXISTS 'idler'@'%'",
+        "DROP ROLE IF EXISTS logtide_capture",
         f"CREATE USER 'idler'@'%' IDENTIFIED BY '{secret}'",
-        "GRANT REPLICATION SLAVE, BINLOG MONITOR ON *.* TO 'idler'@'%'",
+        "CREATE ROLE logtide_capture",
+        "GRANT REPLICATION SLAVE, BINLOG MONITOR ON *.* TO logtide_capture",
+        "GRANT logtide_capture TO 'idler'@'%'",
+        "SET DEFAULT ROLE logtide_capture FOR 'idler'@'%'",
         f"GRANT SELECT ON `{database}`.* TO 'idler'@'%'",
         "CREATE TABLE notes (id INT PRIMARY KEY, body VARCHAR(60), data BLOB)",
         database=database,

@@ -43,7 +43,9 @@ def check_server(conn: pymysql.connections.Connection, kind: str) -> list[str]:
 def check_grants(conn: pymysql.connections.Connection, user: str) -> list[str]:
     """Missing privileges: REPLICATION SLAVE to stream, BINLOG MONITOR/REPLICATION CLIENT for positions."""
     problems = []
-    grants = " ".join(row[0].upper() for row in query(conn, "SHOW GRANTS FOR CURRENT_USER()"))
+    # the session's grants: the user's own and those of its enabled (default) roles, as the
+    # binlog connection will hold them (SHOW GRANTS FOR CURRENT_USER() lists a role, not its grants)
+    grants = " ".join(row[0].upper() for row in query(conn, "SHOW GRANTS"))
     on_all = "ALL PRIVILEGES ON *.*" in grants
     if not on_all and "REPLICATION SLAVE" not in grants and "REPLICATION REPLICA" not in grants:
         problems.append(f"user {user!r} lacks REPLICATION SLAVE: GRANT REPLICATION SLAVE ON *.* TO {user!r}")
