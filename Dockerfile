@@ -34,12 +34,13 @@ RUN mkdir -p /usr/share/man/man1 \
     && chown -R 50000:0 /var/lib/logtide /opt/spark-work \
     && chmod -R g+rwX /var/lib/logtide /opt/spark-work
 WORKDIR /opt/logtide
-COPY pyproject.toml ./
+COPY pyproject.toml constraints.txt ./
 COPY capture ./capture
 COPY spark_apps ./spark_apps
 # Editable: `logtide merge` finds spark_apps/merge.py beside the capture package, and spark-submit
-# and spark-class are installed beside the Python that runs it (/usr/local/bin).
-RUN pip install -e . "pyspark==${PYSPARK_VERSION}"
+# and spark-class are installed beside the Python that runs it (/usr/local/bin). constraints.txt:
+# the versions the test suite passed with (the airflow image keeps Airflow's own constraints).
+RUN pip install -e . "pyspark==${PYSPARK_VERSION}" -c constraints.txt
 
 # --- jars: the Iceberg runtime, relocated Jackson, SQLite and PostgreSQL JDBC drivers --------------
 FROM base AS jars

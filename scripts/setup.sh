@@ -3,8 +3,8 @@
 # pinned dev dependencies. Idempotent and fast when nothing changed:
 #   - Debian packages are installed only when `dpkg` says they are missing;
 #   - .venv is created only when missing (or not Python 3.11);
-#   - pip runs only when pyproject.toml changed since the last successful install
-#     (marker .venv/.installed-<sha256 of pyproject.toml>).
+#   - pip runs only when pyproject.toml or constraints.txt changed since the last successful
+#     install (marker .venv/.installed-<sha256 of both>).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -56,13 +56,14 @@ if ! venv_ok; then
 fi
 
 # --- the project and its pinned dependencies ------------------------------------------------
-hash="$(sha256sum pyproject.toml | cut -c1-64)"
+# pyproject.toml pins the direct dependencies; constraints.txt every package of the tested venv
+hash="$(cat pyproject.toml constraints.txt | sha256sum | cut -c1-64)"
 marker=".venv/.installed-$hash"
 if [ -f "$marker" ]; then
-    say "dependencies up to date (pyproject.toml ${hash:0:12})"
+    say "dependencies up to date (pyproject.toml + constraints.txt ${hash:0:12})"
 else
-    say "installing the project and its dev dependencies (pip install -e '.[dev]')"
-    PIP_DISABLE_PIP_VERSION_CHECK=1 .venv/bin/python -m pip install -q -e '.[dev]'
+    say "installing the project and its dev dependencies (pip install -e '.[dev]' -c constraints.txt)"
+    PIP_DISABLE_PIP_VERSION_CHECK=1 .venv/bin/python -m pip install -q -e '.[dev]' -c constraints.txt
     rm -f .venv/.installed-*
     touch "$marker"
 fi
