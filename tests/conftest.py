@@ -23,27 +23,26 @@ ROOT = Path(__file__).resolve().parent.parent
 _server_ids = itertools.count(100)
 
 
-@pytest.fixture(scope="session")
-def mariadb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MariaDB]:
-    server = MariaDB(tmp_path_factory.mktemp("mariadb"))
+def _for_the_session(server: MariaDB | ZooKeeper | PostgreSQL) -> Iterator:
+    """Start a private server for the whole run; afterwards stop it, and delete its files
+    unless KEEP_SERVERS is set (to look at them)."""
     server.start()
     yield server
     if os.environ.get("KEEP_SERVERS"):
         server.stop()
     else:
         server.destroy()
+
+
+@pytest.fixture(scope="session")
+def mariadb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MariaDB]:
+    yield from _for_the_session(MariaDB(tmp_path_factory.mktemp("mariadb")))
 
 
 @pytest.fixture(scope="session")
 def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeper]:
     """A private ZooKeeper for the session (tests that restart it leave it running)."""
-    server = ZooKeeper(tmp_path_factory.mktemp("zookeeper"))
-    server.start()
-    yield server
-    if os.environ.get("KEEP_SERVERS"):
-        server.stop()
-    else:
-        server.destroy()
+    yield from _for_the_session(ZooKeeper(tmp_path_factory.mktemp("zookeeper")))
 
 
 @pytest.fixture(scope="session")
@@ -51,13 +50,7 @@ def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgreSQL]:
     """A private PostgreSQL 15 for the session, run as the user `postgres` (never the system one)."""
     # not under pytest's temp folder: any pytest run on the machine resets it to 0700, which
     # locks out the server's own user
-    server = PostgreSQL(Path(tempfile.mkdtemp(prefix="logtide-pg-")))
-    server.start()
-    yield server
-    if os.environ.get("KEEP_SERVERS"):
-        server.stop()
-    else:
-        server.destroy()
+    yield from _for_the_session(PostgreSQL(Path(tempfile.mkdtemp(prefix="logtide-pg-"))))
 
 
 @pytest.fixture

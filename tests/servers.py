@@ -33,8 +33,34 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+class ChildServer:
+    """A server run as a child process with its files in `base`: `stop` signals it and waits,
+    `destroy` stops it and deletes its files."""
+
+    base: Path
+    process: subprocess.Popen[bytes] | None
+    stop_timeout_s = 60.0
+    kill_on_destroy = False
+
+    def stop(self, kill: bool = False) -> None:
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
+            try:
+                self.process.wait(timeout=self.stop_timeout_s)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None
+
+    def destroy(self) -> None:
+        self.stop(kill=self.kill_on_destroy)
+        shutil.rmtree(self.base, ignore_errors=True)
+
+
 @dataclass
-class MariaDB:
+class MariaDB(ChildServer):
     """A mariadbd in `base`; root with an empty password over TCP on 127.0.0.1."""
 
     base: Path
@@ -122,22 +148,6 @@ class MariaDB:
         with self.connect(database) as conn, conn.cursor() as cursor:
             for statement in statements:
                 cursor.execute(statement)
-
-    def stop(self, kill: bool = False) -> None:
-        if self.process is None:
-            return
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
-            try:
-                self.process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self.process = None
-
-    def destroy(self) -> None:
-        self.stop()
-        shutil.rmtree(self.base, ignore_errors=True)
 
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
@@ -321,7 +331,7 @@ ZOOKEEPER_CLASSPATH = "/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simpl
 
 
 @dataclass
-class ZooKeeper:
+class ZooKeeper(ChildServer):
     """A private standalone ZooKeeper 3.8 (Debian package `zookeeper`) on 127.0.0.1 and a free port.
 
     tickTime is 250 ms so sessions may be as short as 0.5 s (the server clamps a client's
@@ -332,6 +342,8 @@ class ZooKeeper:
     base: Path
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
+    stop_timeout_s = 30.0
+    kill_on_destroy = True
 
     @property
     def hosts(self) -> str:
@@ -395,19 +407,3 @@ class ZooKeeper:
             finally:
                 client.close()
             time.sleep(0.05)
-
-    def stop(self, kill: bool = False) -> None:
-        if self.process is None:
-            return
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self.process = None
-
-    def destroy(self) -> None:
-        self.stop(kill=True)
-        shutil.rmtree(self.base, ignore_errors=True)
