@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import random
 import threading
-import time
 
 import pymysql
 from pymysqlreplication import BinLogStreamReader
@@ -16,6 +15,7 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 from capture.events import Lsn
 from capture.landing import LandingZone
 from capture.sources.mysql.reader import position_lsn
+from tests.integration.crash_load import random_transactions
 
 TABLES = ("ledger", "audit")
 
@@ -28,39 +28,16 @@ def create_tables(mariadb, database: str) -> None:
     )
 
 
+def _insert_batch(cur, first: int, size: int, rng: random.Random) -> None:
+    rows = [(i, rng.randint(0, 10**6), f"n{i}") for i in range(first, first + size)]
+    cur.executemany("INSERT INTO ledger VALUES (%s, %s, %s)", rows)
+
+
 def workload(mariadb, database: str, stop: threading.Event, seed: int, max_pause_s: float = 0.004) -> int:
-    """Random transactions until `stop`: batches, updates, deletes, key changes, and big ones
-    (1,500 rows) that spill. Returns the number of transactions."""
-    rng = random.Random(seed)
-    next_id, live = 1, []
-    transactions = 0
+    """`random_transactions` on MariaDB until `stop`. Returns the number of transactions."""
     conn = mariadb.connect(database, autocommit=False)
-    with conn, conn.cursor() as cur:
-        while not stop.is_set():
-            choice = rng.random()
-            if choice < 0.35 or len(live) < 10:
-                size = 1500 if rng.random() < 0.01 else rng.randint(1, 20)
-                rows = [(i, rng.randint(0, 10**6), f"n{i}") for i in range(next_id, next_id + size)]
-                cur.executemany("INSERT INTO ledger VALUES (%s, %s, %s)", rows)
-                cur.execute("INSERT INTO audit (ledger_id, what) VALUES (%s, 'insert')", (next_id,))
-                live.extend(r[0] for r in rows)
-                next_id += size
-            elif choice < 0.65:
-                for key in rng.sample(live, min(len(live), rng.randint(1, 5))):
-                    cur.execute("UPDATE ledger SET v = v + 1, note = %s WHERE id = %s", (f"u{transactions}", key))
-            elif choice < 0.85:
-                key = live.pop(rng.randrange(len(live)))
-                cur.execute("DELETE FROM ledger WHERE id = %s", (key,))
-                cur.execute("INSERT INTO audit (ledger_id, what) VALUES (%s, 'delete')", (key,))
-            else:
-                old = live.pop(rng.randrange(len(live)))
-                cur.execute("UPDATE ledger SET id = %s WHERE id = %s", (next_id, old))
-                live.append(next_id)
-                next_id += 1
-            conn.commit()
-            transactions += 1
-            time.sleep(rng.uniform(0, max_pause_s))
-    return transactions
+    with conn:
+        return random_transactions(conn, stop, seed, _insert_batch, max_pause_s)
 
 
 class Workload(threading.Thread):

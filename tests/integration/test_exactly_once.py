@@ -3,12 +3,10 @@ every change exactly once, in binlog order. The binlog itself, read independentl
 
 from __future__ import annotations
 
-import random
-import time
-
 import pytest
 
 from tests.integration.binlog_check import Workload, assert_landed_exactly_once, binlog_end, create_tables
+from tests.integration.crash_load import kill_repeatedly
 from tests.servers import wait_for
 
 pytestmark = pytest.mark.integration
@@ -24,14 +22,7 @@ def test_kill9_during_writes_loses_and_duplicates_nothing(mariadb, database, mak
 
     writer = Workload(mariadb, database, seed=7)
     writer.start()
-    rng = random.Random(11)
-    kills = 0
-    deadline = time.monotonic() + WRITE_SECONDS
-    while time.monotonic() < deadline:
-        time.sleep(rng.uniform(0.2, 1.2))
-        capture.kill()
-        kills += 1
-        capture.start()
+    kills = kill_repeatedly(capture, WRITE_SECONDS)
     transactions = writer.finish()
     end = binlog_end(mariadb)
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 import random
 import re
 import threading
-import time
 
 import pytest
 
+from tests.integration.crash_load import kill_repeatedly, random_transactions
 from tests.servers import wait_for
 
 pytestmark = pytest.mark.integration
@@ -20,41 +20,19 @@ _LINE = re.compile(r"^table public\.(\w+): (INSERT|UPDATE|DELETE): (.*)$")
 _VALUE = re.compile(r"(\w+)\[[^\]]+\]:('(?:[^']|'')*'|\S+)")
 
 
+def _insert_batch(cur, first: int, size: int, rng: random.Random) -> None:
+    cur.execute(
+        "INSERT INTO ledger SELECT i, (random() * 1e6)::int, 'n' || i FROM generate_series(%s, %s) i",
+        (first, first + size - 1),
+    )
+
+
 def _workload(postgres, database: str, stop: threading.Event, seed: int) -> int:
-    """Random transactions: batches, updates, deletes, key changes, and big ones that spill."""
-    rng = random.Random(seed)
-    next_id, live = 1, []
-    transactions = 0
     conn = postgres.connect(database, autocommit=False)
-    with conn, conn.cursor() as cur:
-        while not stop.is_set():
-            choice = rng.random()
-            if choice < 0.35 or len(live) < 10:
-                size = 1500 if rng.random() < 0.01 else rng.randint(1, 20)
-                cur.execute(
-                    "INSERT INTO ledger SELECT i, (random() * 1e6)::int, 'n' || i FROM generate_series(%s, %s) i",
-                    (next_id, next_id + size - 1),
-                )
-                cur.execute("INSERT INTO audit (ledger_id, what) VALUES (%s, 'insert')", (next_id,))
-                live.extend(range(next_id, next_id + size))
-                next_id += size
-            elif choice < 0.65:
-                for key in rng.sample(live, min(len(live), rng.randint(1, 5))):
-                    cur.execute("UPDATE ledger SET v = v + 1, note = %s WHERE id = %s", (f"u{transactions}", key))
-            elif choice < 0.85:
-                key = live.pop(rng.randrange(len(live)))
-                cur.execute("DELETE FROM ledger WHERE id = %s", (key,))
-                cur.execute("INSERT INTO audit (ledger_id, what) VALUES (%s, 'delete')", (key,))
-            else:
-                old = live.pop(rng.randrange(len(live)))
-                cur.execute("UPDATE ledger SET id = %s WHERE id = %s", (next_id, old))
-                live.append(next_id)
-                next_id += 1
-            conn.commit()
-            transactions += 1
-            time.sleep(rng.uniform(0, 0.004))
-    conn.close()
-    return transactions
+    try:
+        return random_transactions(conn, stop, seed, _insert_batch)
+    finally:
+        conn.close()
 
 
 def _values(text: str) -> dict[str, object]:
@@ -103,14 +81,7 @@ def test_kill9_during_writes_loses_and_duplicates_nothing(postgres, pg_database,
     result: dict[str, int] = {}
     writer = threading.Thread(target=lambda: result.update(tx=_workload(postgres, pg_database, stop, seed=7)))
     writer.start()
-    rng = random.Random(11)
-    kills = 0
-    deadline = time.monotonic() + WRITE_SECONDS
-    while time.monotonic() < deadline:
-        time.sleep(rng.uniform(0.2, 1.2))
-        capture.kill()
-        kills += 1
-        capture.start()
+    kills = kill_repeatedly(capture, WRITE_SECONDS)
     stop.set()
     writer.join()
 
