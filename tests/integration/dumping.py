@@ -119,6 +119,12 @@ def reconciled_state(capture, database: str, table: str):
     return apply(stream), stats
 
 
+def open_engine(capture, control=None) -> tuple[DumpEngine, Any]:
+    """A dump engine on a chunk source of the capture's source `src` (close the source after)."""
+    source = open_chunk_source("src", capture.config.source("src"))
+    return DumpEngine(source, capture.zone, control), source
+
+
 class AlterAt:
     """The real chunk source, except that another connection changes the table at an exact
     point: right after LOW of one chunk (before its SELECT) or right before HIGH of another

@@ -27,6 +27,7 @@ from tests.integration.dumping import (
     DiesBeforeHigh,
     Workload,
     check_schema_change_rereads,
+    open_engine,
     reconciled_state,
     table_state,
     wait_until_landed,
@@ -34,11 +35,6 @@ from tests.integration.dumping import (
 from tests.servers import wait_for
 
 pytestmark = pytest.mark.integration
-
-
-def _engine(capture, control=None):
-    source = open_chunk_source("src", capture.config.source("src"))
-    return DumpEngine(source, capture.zone, control), source
 
 
 def _populate(mariadb, database: str, rows: int) -> None:
@@ -56,7 +52,7 @@ def test_dump_during_concurrent_writes_reconciles_to_the_table(mariadb, database
     capture.wait_running()
     workload = Workload(mariadb, database, "ledger", 100_000, seed)
     workload.start()
-    engine, source = _engine(capture)
+    engine, source = open_engine(capture)
     try:
         summary = engine.run(DumpRequest(tables=[f"{database}.ledger"], settings=DumpSettings(chunk_size=37)))
     finally:
@@ -85,7 +81,7 @@ def test_composite_case_insensitive_binary_and_unique_keys(mariadb, database, ma
     )
     capture = make_capture([f"{database}.*"]).start()
     capture.wait_running()
-    engine, source = _engine(capture)
+    engine, source = open_engine(capture)
     try:
         summary = engine.run(
             DumpRequest(
@@ -106,7 +102,7 @@ def test_key_list_and_key_range(mariadb, database, make_capture):
     _populate(mariadb, database, 100)
     capture = make_capture([f"{database}.*"]).start()
     capture.wait_running()
-    engine, source = _engine(capture)
+    engine, source = open_engine(capture)
     try:
         by_keys = engine.run(
             DumpRequest(tables=[f"{database}.ledger"], keys=[5, "7", 500, 9], settings=DumpSettings(chunk_size=2))
@@ -138,7 +134,7 @@ def test_key_list_under_a_case_insensitive_collation_counts_only_truly_missing_k
         database=database,
     )
     capture = make_capture([f"{database}.*"])
-    engine, source = _engine(capture)
+    engine, source = open_engine(capture)
     spelled_otherwise = ["abc", "DEF", "ghi ", "GHI", "ghi", "X"]  # 'ghi ': PAD SPACE; 'ghi' as stored
     truly_missing = [f"m{i:02}" for i in range(12)]
     caplog.set_level(logging.INFO, logger="capture")
@@ -165,7 +161,7 @@ def test_bad_requests_are_refused_before_anything_is_written(mariadb, database, 
         "CREATE TABLE keyless (a INT, b INT)", "CREATE TABLE hidden (id INT PRIMARY KEY)", database=database
     )
     capture = make_capture([f"{database}.*"], exclude=[f"{database}.hidden"])
-    engine, source = _engine(capture)
+    engine, source = open_engine(capture)
     mariadb.execute("CREATE DATABASE IF NOT EXISTS logtide")
     cases = [
         (DumpRequest(tables=[f"{database}.nope"]), f"table {database}.nope does not exist"),
@@ -251,7 +247,7 @@ def test_a_chunk_whose_high_never_committed_is_redone_on_resume(mariadb, databas
     assert read_chunk_meta(chunk4).low_id == dying.lows[4]  # its file was written, its HIGH never was
     mariadb.execute("UPDATE ledger SET v = -1 WHERE id BETWEEN 61 AND 80", database=database)  # chunk 4's rows
 
-    engine, source = _engine(capture)
+    engine, source = open_engine(capture)
     try:
         summary = engine.run(request)
     finally:
@@ -277,7 +273,7 @@ def test_pause_resume_retune_and_cancel_from_the_cli(mariadb, database, make_cap
     capture = make_capture([f"{database}.*"])
     control = FileControl(dump_dir(capture.zone, "ctl") / "control.json")
     control.update(state="paused")
-    engine, source = _engine(capture, control)
+    engine, source = open_engine(capture, control)
     result: dict = {}
 
     def run() -> None:
@@ -325,7 +321,7 @@ def test_a_rows_per_s_ceiling_and_a_delay_set_through_the_control_slow_the_dump(
     for dump_id, override in (("ceiling", {"max_rows_per_s": 400}), ("delay", {"delay_s": 0.3})):
         control = FileControl(dump_dir(capture.zone, dump_id) / "control.json")
         control.update(**override)
-        engine, source = _engine(capture, control)
+        engine, source = open_engine(capture, control)
         began = time.monotonic()
         try:
             summary = engine.run(
@@ -373,7 +369,7 @@ def test_writers_never_wait_for_the_dump(mariadb, database, make_capture):
     before = _row_lock_waits(mariadb)  # server-wide, but tests run one at a time and capture is off
     for thread in threads:
         thread.start()
-    engine, source = _engine(capture)
+    engine, source = open_engine(capture)
     try:
         summary = engine.run(DumpRequest(tables=[f"{database}.ledger"], settings=DumpSettings(chunk_size=100)))
     finally:
@@ -390,7 +386,7 @@ def test_a_column_added_during_the_dump_reaches_the_following_chunks(mariadb, da
     _populate(mariadb, database, 600)
     capture = make_capture([f"{database}.*"]).start()
     capture.wait_running()
-    engine, source = _engine(capture)
+    engine, source = open_engine(capture)
     request = DumpRequest(
         dump_id="alter", tables=[f"{database}.ledger"], settings=DumpSettings(chunk_size=20, delay_s=0.03)
     )
@@ -447,7 +443,7 @@ def test_a_user_without_watermark_grants_is_told_which_grant(mariadb, database, 
     )
     mariadb.execute("DROP TABLE IF EXISTS logtide.watermarks")
     capture = make_capture([f"{database}.*"], user="reader", password="r")
-    engine, source = _engine(capture)
+    engine, source = open_engine(capture)
     try:
         with pytest.raises(DumpInputError, match=r"may not create .* GRANT CREATE, INSERT, UPDATE ON logtide\.\*"):
             engine.run(DumpRequest(tables=[f"{database}.ledger"]))
@@ -468,7 +464,7 @@ def test_concurrent_dumps_of_different_tables_do_not_block_each_other(mariadb, d
     results: dict[str, dict] = {}
 
     def run(table: str) -> None:
-        engine, source = _engine(capture)
+        engine, source = open_engine(capture)
         try:
             results[table] = engine.run(
                 DumpRequest(tables=[f"{database}.{table}"], settings=DumpSettings(chunk_size=7))

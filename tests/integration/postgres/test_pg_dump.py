@@ -6,20 +6,15 @@ from __future__ import annotations
 import pytest
 
 from capture.dump.control import DumpSettings
-from capture.dump.engine import DumpEngine, DumpRequest
+from capture.dump.engine import DumpRequest
 from capture.dump.progress import dump_dir
 from capture.errors import DumpInputError
 from capture.landing.chunks import chunk_files, read_chunk_meta
 from capture.sources import open_chunk_source
-from tests.integration.dumping import check_schema_change_rereads
+from tests.integration.dumping import check_schema_change_rereads, open_engine
 from tests.integration.postgres.dumping import Workload, reconciled_state, table_state, wait_until_landed
 
 pytestmark = pytest.mark.integration
-
-
-def _engine(capture):
-    source = open_chunk_source("src", capture.config.source("src"))
-    return DumpEngine(source, capture.zone), source
 
 
 def _populate(postgres, database: str, rows: int) -> None:
@@ -37,7 +32,7 @@ def test_dump_during_concurrent_writes_reconciles_to_the_table(postgres, pg_data
     capture.wait_running()
     workload = Workload(postgres, pg_database, "ledger", 100_000, seed)
     workload.start()
-    engine, source = _engine(capture)
+    engine, source = open_engine(capture)
     try:
         summary = engine.run(DumpRequest(tables=["public.ledger"], settings=DumpSettings(chunk_size=37)))
     finally:
@@ -83,7 +78,7 @@ def test_composite_collated_uuid_binary_and_unique_keys(postgres, pg_database, m
     )
     capture = make_pg_capture().start()
     capture.wait_running()
-    engine, source = _engine(capture)
+    engine, source = open_engine(capture)
     tables = ("composite", "uuids", "bin", "uniq")
     try:
         summary = engine.run(DumpRequest(tables=[f"public.{t}" for t in tables], settings=DumpSettings(chunk_size=2)))
@@ -111,7 +106,7 @@ def test_key_list_and_key_range(postgres, pg_database, make_pg_capture):
     _populate(postgres, pg_database, 100)
     capture = make_pg_capture().start()
     capture.wait_running()
-    engine, source = _engine(capture)
+    engine, source = open_engine(capture)
     try:
         by_keys = engine.run(
             DumpRequest(tables=["public.ledger"], keys=[5, "7", 500, 9], settings=DumpSettings(chunk_size=2))
@@ -141,7 +136,7 @@ def test_bad_requests_are_refused_before_anything_is_written(postgres, pg_databa
     _populate(postgres, pg_database, 10)
     postgres.execute("CREATE TABLE keyless (a int, b int)", database=pg_database)
     capture = make_pg_capture()
-    engine, source = _engine(capture)
+    engine, source = open_engine(capture)
     cases = [
         (DumpRequest(tables=["public.nope"]), "table public.nope does not exist"),
         (DumpRequest(tables=["public.keyless"]), "has no primary key and no UNIQUE index on NOT NULL"),
@@ -167,7 +162,7 @@ def test_a_user_without_watermark_grants_is_told_which_grant(postgres, pg_databa
         database=pg_database,
     )
     capture = make_pg_capture(user="reader", password="r")
-    engine, source = _engine(capture)
+    engine, source = open_engine(capture)
     try:
         with pytest.raises(DumpInputError, match=r"may not create the watermark table .* GRANT CREATE ON DATABASE"):
             engine.run(DumpRequest(tables=["public.ledger"]))
