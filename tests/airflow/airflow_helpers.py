@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
+import pytest
+
 from tests.airflow.conftest import DAGS
+from tests.integration import dumping as maria
+from tests.integration.postgres import dumping as pg
 
 
 def load_dag(dag_id: str) -> Any:
@@ -95,3 +100,53 @@ def populate(mariadb, database: str, rows: int) -> None:
             f"INSERT INTO {table} SELECT seq, seq % 100, CONCAT('row', seq) FROM seq_1_to_{rows}",
             database=database,
         )
+
+
+@dataclass
+class DumpSource:
+    """What a dump DAG test does with one database family: the TABLES with `rows` rows each, a
+    capture, the random workload, catching up with the log and the table as SELECT returns it."""
+
+    kind: str
+    server: Any
+    database: str
+    schema: str  # MariaDB's database, PostgreSQL's schema: the first part of a table's name
+    make_capture: Callable[..., Any]
+
+    def populate(self, rows: int) -> None:
+        if self.kind == "mariadb":
+            populate(self.server, self.database, rows)
+            return
+        for table in TABLES:  # text under a non-C collation: the keyset order is the database's
+            self.server.execute(
+                f'CREATE TABLE "{table}" (id int PRIMARY KEY, v int, note text COLLATE "en-x-icu")',
+                f"INSERT INTO \"{table}\" SELECT i, i % 100, 'row' || i FROM generate_series(1, {rows}) i",
+                database=self.database,
+            )
+
+    def capture(self) -> Any:
+        return self.make_capture([f"{self.database}.*"]) if self.kind == "mariadb" else self.make_capture()
+
+    def workload(self, table: str, seed: int) -> Any:
+        module = maria if self.kind == "mariadb" else pg
+        return module.Workload(self.server, self.database, table, 100_000, seed)
+
+    def wait_until_landed(self, capture: Any) -> None:
+        if self.kind == "mariadb":
+            maria.wait_until_landed(self.server, capture)
+        else:
+            pg.wait_until_landed(self.server, self.database, capture)
+
+    def table_state(self, table: str) -> dict:
+        module = maria if self.kind == "mariadb" else pg
+        return module.table_state(self.server, self.database, table)
+
+
+def dump_source(request: pytest.FixtureRequest, kind: str) -> DumpSource:
+    """The adapter for `kind`, its fixtures taken from pytest (only that server starts)."""
+    if kind == "mariadb":
+        database = request.getfixturevalue("database")
+        return DumpSource(kind, request.getfixturevalue("mariadb"), database, database,
+                          request.getfixturevalue("make_capture"))  # fmt: skip
+    return DumpSource(kind, request.getfixturevalue("postgres"), request.getfixturevalue("pg_database"), "public",
+                      request.getfixturevalue("make_pg_capture"))  # fmt: skip

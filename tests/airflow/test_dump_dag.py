@@ -6,6 +6,7 @@ import json
 import threading
 import time
 
+import pyarrow.parquet as pq
 import pytest
 import yaml
 
@@ -15,14 +16,16 @@ from capture.landing.chunks import chunk_files, read_chunk_meta
 from tests.airflow.airflow_helpers import (
     TABLES,
     delete_variable,
+    dump_source,
     load_dag,
-    populate,
     recorded_events,
     set_variable,
     task_states,
     xcoms,
 )
-from tests.integration.dumping import Workload, reconciled_state, table_state, wait_until_landed
+from tests.integration.dumping import reconciled_state, table_state, wait_until_landed
+from tests.integration.postgres import dumping as pg
+from tests.integration.postgres.conftest import make_pg_capture, pg_database  # noqa: F401 - fixtures
 from tests.servers import wait_for
 
 # Airflow (and logtide_airflow, which imports it) is imported inside the tests: it reads its
@@ -31,19 +34,21 @@ from tests.servers import wait_for
 pytestmark = pytest.mark.airflow
 
 
-def test_dump_of_two_tables_during_writes_reconciles(airflow_ready, mariadb, database, make_capture):
-    populate(mariadb, database, 1500)
-    capture = make_capture([f"{database}.*"]).start()
+@pytest.mark.parametrize("kind", ["mariadb", "postgresql"])
+def test_dump_of_two_tables_during_writes_reconciles(airflow_ready, request, kind):
+    source = dump_source(request, kind)
+    source.populate(1500)
+    capture = source.capture().start()
     capture.wait_running()
     set_variable("logtide_config_path", str(capture.config_path))
-    workloads = [Workload(mariadb, database, t, 100_000, seed) for seed, t in enumerate(TABLES)]
+    workloads = [source.workload(t, seed) for seed, t in enumerate(TABLES)]
     for w in workloads:
         w.start()
     try:
         run = load_dag("logtide_dump").test(
             run_conf={
                 "source": "src",
-                "tables": [f"{database}.{t}" for t in TABLES],
+                "tables": [f"{source.schema}.{t}" for t in TABLES],
                 "chunk_size": 40,
                 "merge": False,  # the merge at the end: test_merge_dag.py
             }
@@ -58,15 +63,16 @@ def test_dump_of_two_tables_during_writes_reconciles(airflow_ready, mariadb, dat
 
     from logtide_airflow.operators import dump_id_for_run
 
-    wait_until_landed(mariadb, capture)
+    source.wait_until_landed(capture)
     summary = xcoms("logtide_dump", run.run_id)[("summary", -1, "return_value")]
     assert summary["dump_id"] == dump_id_for_run(run.run_id) and summary["source"] == "src"
     per_table = {t["table"].split(".")[1]: t for t in summary["per_table"]}
     assert sorted(per_table) == sorted(TABLES) and summary["tables"] == 2
     for table in TABLES:
-        state, stats = reconciled_state(capture, database, table)
-        assert state == table_state(mariadb, database, table), table
-        metas = [read_chunk_meta(p) for p in chunk_files(capture.zone, database, table)]
+        state, stats = reconciled_state(capture, source.schema, table)
+        assert state == source.table_state(table), table
+        metas = [read_chunk_meta(p) for p in chunk_files(capture.zone, source.schema, table)]
+        assert all((m.read_view is not None) == (kind == "postgresql") for m in metas)  # PostgreSQL's snapshots
         assert per_table[table]["rows"] == sum(m.rows for m in metas if m.dump_id == summary["dump_id"]) >= 1500
         assert per_table[table]["chunks"] == stats.chunks > 1500 // 40
     assert summary["rows"] == sum(t["rows"] for t in per_table.values())
@@ -299,3 +305,36 @@ def test_string_keys_that_look_like_numbers_stay_strings(airflow_ready, mariadb,
     assert xcoms("logtide_dump", ranged.run_id)[("summary", -1, "return_value")]["rows"] == 3
     summary = xcoms("logtide_dump", listed.run_id)[("summary", -1, "return_value")]
     assert (summary["rows"], summary["missing_keys"], summary["chunks"]) == (2, 1, 2)
+
+
+def test_key_lists_and_ranges_of_a_composite_postgres_key(airflow_ready, postgres, request):
+    """Params reach the PostgreSQL dump as JSON gave them; the key range is the database's (ICU) order."""
+    database, make = request.getfixturevalue("pg_database"), request.getfixturevalue("make_pg_capture")
+    postgres.execute(
+        'CREATE TABLE lines (region text COLLATE "en-x-icu", n int, v int, PRIMARY KEY (region, n))',
+        "INSERT INTO lines SELECT r, n, n FROM unnest(ARRAY['eu', 'EU', 'us']) r, generate_series(1, 5) n",
+        database=database,
+    )
+    capture = make().start()
+    capture.wait_running()
+    set_variable("logtide_config_path", str(capture.config_path))
+    table = "public.lines"
+    ranged = load_dag("logtide_dump").test(
+        run_conf={"source": "src", "tables": [table], "key_from": ["eu", 3], "key_to": ["EU", 2], "merge": False}
+    )
+    listed = load_dag("logtide_dump").test(
+        run_conf={"source": "src", "tables": [table], "keys": [["us", 1], ["EU", 5], ["xx", 1]], "merge": False}
+    )
+    for run in (ranged, listed):
+        assert run.state == "success", task_states("logtide_dump", run.run_id)
+    # ICU: 'eu' < 'EU' < 'us' -> (eu,3) (eu,4) (eu,5) (EU,1) (EU,2)
+    assert xcoms("logtide_dump", ranged.run_id)[("summary", -1, "return_value")]["rows"] == 5
+    summary = xcoms("logtide_dump", listed.run_id)[("summary", -1, "return_value")]
+    assert (summary["rows"], summary["missing_keys"]) == (2, 1)
+    pg.wait_until_landed(postgres, database, capture)
+    dumped = {(r["region"], r["n"]) for p in chunk_files(capture.zone, "public", "lines") for r in _rows(p)}
+    assert dumped == {("eu", 3), ("eu", 4), ("eu", 5), ("EU", 1), ("EU", 2), ("us", 1), ("EU", 5)}
+
+
+def _rows(path) -> list[dict]:
+    return pq.read_table(path).column("after").to_pylist()

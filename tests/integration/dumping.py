@@ -114,8 +114,9 @@ def table_state(mariadb, database: str, table: str, key: tuple[str, ...] = ("id"
         return {tuple(r[k] for k in key): r for r in cur.fetchall()}
 
 
-def reconciled_state(capture, database: str, table: str):
-    stream, stats = reconcile_table(capture.zone, database, table)
+def reconciled_state(capture, schema: str, table: str):
+    """The table as the landed log and chunks rebuild it (reconcile.py), and the reconciliation's counts."""
+    stream, stats = reconcile_table(capture.zone, schema, table)
     return apply(stream), stats
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from capture.dump.reconcile import apply, reconcile_table
 from capture.sources.postgres.connection import parse_lsn
 from tests.integration.dumping import Workload as SharedWorkload
+from tests.integration.dumping import reconciled_state  # noqa: F401 - the same for both sources
 from tests.servers import wait_for
 
 
@@ -48,8 +48,3 @@ def table_state(postgres, database: str, table: str, key: tuple[str, ...] = ("id
     finally:
         conn.close()
     return {tuple(r[k] for k in key): r for r in rows}
-
-
-def reconciled_state(capture, schema: str, table: str):
-    stream, stats = reconcile_table(capture.zone, schema, table)
-    return apply(stream), stats
