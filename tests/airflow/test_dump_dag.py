@@ -18,6 +18,7 @@ from tests.airflow.airflow_helpers import (
     delete_variable,
     dump_source,
     load_dag,
+    populate,
     recorded_events,
     set_variable,
     task_states,
@@ -188,11 +189,7 @@ def test_pause_and_resume_through_the_control_variables(airflow_ready, mariadb, 
 
 
 def test_cancel_through_the_control_variable_stops_the_dump(airflow_ready, mariadb, database, make_capture):
-    mariadb.execute(
-        "CREATE TABLE ledger (id INT PRIMARY KEY, v INT, note VARCHAR(20))",
-        "INSERT INTO ledger SELECT seq, seq % 100, CONCAT('row', seq) FROM seq_1_to_3000",
-        database=database,
-    )
+    populate(mariadb, database, 3000)
     capture = make_capture([f"{database}.*"])
     set_variable("logtide_config_path", str(capture.config_path))
     seen: dict = {}
