@@ -6,9 +6,11 @@ Per chunk of one table, in key order:
   3. SELECT the next chunk in a fresh snapshot (`key > last ORDER BY key LIMIT n`; a
      key-list dump selects the next batch of keys, and the database, not Python, tells which
      requested keys matched no row: see `_missing_keys`);
-  4. if the table's columns changed meanwhile, throw the chunk away and redo it;
-  5. write the chunk file (rows + watermark ids + key range) durably;
-  6. write and commit the HIGH watermark: the log now says the chunk exists;
+  4. write the chunk file (rows + watermark ids + key range) durably;
+  5. write and commit the HIGH watermark: the log now says the chunk exists;
+  6. describe the table again: if its columns changed since the SELECT (an ALTER anywhere up
+     to HIGH), read the chunk again under the same number (also when the SELECT failed on a
+     column dropped under it);
   7. record progress, log one line, throttle.
 Refusals happen before anything is written: unknown tables, tables without a usable key,
 keys of the wrong arity or type, a table another dump is dumping (the engine claims every table
