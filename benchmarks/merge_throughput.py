@@ -234,6 +234,7 @@ class Landing:
                 last=number == chunks,
                 keys=None,
                 rows=last - first + 1,
+                exact_order=True,  # an integer key, as a real dump records it: the merge repairs its ranges
             )
             write_chunk(self.zone, ORDERS, meta, order_rows(pa.array(range(first, last + 1), pa.int64()), 0))
             self.watermark(dump_id, number, "HIGH", high)

@@ -65,6 +65,11 @@ class TableSchema:
     table: str
     columns: tuple[Column, ...]
     key: tuple[str, ...]
+    # The database orders and compares the key exactly as Spark orders and compares its landed
+    # values (integers, decimals, dates and times, bytes, strings under a byte-order NO PAD
+    # collation), so the merge may judge a dump chunk's key range itself. Set from the catalog
+    # by a dump's `describe` (the source decides); False wherever nobody asked.
+    exact_key_order: bool = False
 
     @property
     def qualified_name(self) -> str:

@@ -14,9 +14,10 @@ For every table of the source with landed log events or chunks, one run:
   3. Drops chunk rows whose key has a log event of the table strictly between the chunk's LOW
      and HIGH (PostgreSQL: also those a log event before LOW changed that the chunk's snapshot
      could not see); places the survivors at HIGH (op 'r', ordered by their position in the chunk).
-  4. Repair: keys the target holds inside a chunk's key range (or among the keys a key-list
-     chunk asked for) that no chunk of the run returned, that no log event in the window
-     touched and whose stored LSN is below HIGH become deletes at HIGH.
+  4. Repair: keys the target holds among the keys a key-list chunk asked for, or inside the key
+     range of a chunk whose key orders in the database as in Spark (`ChunkMeta.exact_order`),
+     that no chunk of the run returned, that no log event in the window touched (nor one hidden
+     from the chunk's snapshot) and whose stored LSN is below HIGH become deletes at HIGH.
   5. Appends that stream (log events, chunk rows at HIGH, repair deletes, ordered by LSN and
      order) to the changelog table, in one commit carrying F (`logtide.frontier` of its own).
   6. Reads the stream back from the changelog (all of [A, F), also rows a killed run appended
@@ -29,8 +30,8 @@ For every table of the source with landed log events or chunks, one run:
 
 capture/dump/reconcile.py is the same algorithm in plain Python (the reference the tests check
 this against). Keys from the log and from chunks have the same types (one type mapping), and
-are compared by Spark as values; key *ranges* (repair only) use Spark's ordering, which is the
-database's for numeric, temporal, binary and binary-collated string keys (README, "Merge").
+are compared by Spark as values; key *ranges* (repair only) use Spark's ordering, and only where
+the dump recorded that it is the database's (README, "Merge": keys and their order).
 """
 
 from __future__ import annotations
@@ -705,7 +706,7 @@ class TableMerge:
                 with self._step("repair"):
                     chunk_keys = chunk_rows.select(*keys, "_cid", "_row").persist(StorageLevel.MEMORY_AND_DISK)
                     cached.append(chunk_keys)
-                    repaired = self._repairs(chunks, chunk_keys, window, a_target)
+                    repaired = self._repairs(chunks, chunk_keys, window, hidden, a_target)
                     if repaired is not None:
                         stream = stream.unionByName(repaired)
             # The changelog is the stream, materialized once: the MERGE reads its rows back
@@ -966,15 +967,37 @@ class TableMerge:
         based = chunk_rows.join(per_key, ["_cid", *keys])
         return self._chunk_stream(based, sf.col("_carried"))
 
-    def _repairs(self, chunks: list[Chunk], chunk_rows: Any, window: Any, a_target: int) -> Any | None:
-        """Deletes at HIGH for target keys inside a chunk's range that the chunk did not return.
-        `chunk_rows`: the key columns, _cid and _row of every chunk row of the run."""
+    def _repairs(
+        self, chunks: list[Chunk], chunk_rows: Any, window: Any, hidden: Any | None, a_target: int
+    ) -> Any | None:
+        """Deletes at HIGH for target keys a chunk covers that no chunk of the run returned: the
+        keys a key-list chunk asked for (compared by equality, the same in Spark as in the
+        database: a key asked as 'a' that the database finds as 'A' returned 'A', and the target's
+        'a' goes), and the keys inside a range chunk's bounds, but only where the dump recorded
+        that the database orders the key as Spark does (`ChunkMeta.exact_order`); under any other
+        collation Spark's order cannot tell which keys lie in the range, and none are deleted.
+        Keys a log event in the window touched, or one the chunk's snapshot could not see
+        (`hidden`), are left alone. `chunk_rows`: the key columns, _cid and _row of every chunk
+        row of the run."""
         from pyspark.sql import functions as sf
         from pyspark.sql import types as T
 
         spark, keys = self.ctx.spark, self.keys
         key_struct = T.StructType([T.StructField(k, self.types[k]) for k in keys])
         relevant = [c for c in chunks if c.high >= a_target]
+        inexact = [c for c in relevant if c.meta.keys is None and not c.meta.exact_order]
+        if inexact:
+            log.warning(
+                "merge.repair_skipped",
+                table=self.name,
+                chunks=len(inexact),
+                dumps=",".join(sorted({c.meta.dump_id for c in inexact})),
+                reason="the database does not order this table's key as Spark orders its values (a collation "
+                "that is not byte order and NO PAD, a float key, or chunks dumped before Logtide recorded the "
+                "order): rows the source deleted behind the capture's back are not deleted from the target",
+                action="to remove such rows, drop the target and its changelog and run a full dump",
+            )
+        relevant = [c for c in relevant if c.meta.keys is not None or c.meta.exact_order]
         if not relevant:
             return None
 
@@ -1007,36 +1030,12 @@ class TableMerge:
             ),
         )
         key = sf.struct(*(sf.col(k) for k in keys))
-        # per chunk: its last key in the database's order, and whether Spark's order agrees there
-        ends = chunk_rows.groupBy("_cid").agg(
-            sf.max_by(key, "_row").alias("_end"),
-            sf.min_by(key, "_row").alias("_first"),
-            sf.max(key).alias("_max"),
-            sf.min(key).alias("_min"),
-        )
+        # a range chunk covers up to its last row's key (in the database's order, which is Spark's
+        # here), or to its `stop` (none: no end) when it was the range's last
+        ends = chunk_rows.groupBy("_cid").agg(sf.max_by(key, "_row").alias("_end"))
         ranges = info.where(~sf.col("_keyed")).join(ends, "_cid", "left")
-        agrees = sf.col("_end").isNull() | (
-            (sf.col("_end") == sf.col("_max"))
-            & (sf.col("_first") == sf.col("_min"))
-            & (
-                sf.col("_lo").isNull()
-                | (sf.col("_lo_incl") & (sf.col("_first") >= sf.col("_lo")))
-                | (sf.col("_first") > sf.col("_lo"))
-            )
-        )
-        ranges = ranges.withColumn("_agrees", agrees).withColumn(
-            "_hi", sf.when(sf.col("_last"), sf.col("_stop")).otherwise(sf.col("_end"))
-        )
-        disagreeing = ranges.where(~sf.col("_agrees")).count()
-        if disagreeing:
-            log.warning(
-                "merge.repair_skipped",
-                table=self.name,
-                chunks=disagreeing,
-                reason="chunk keys are not in Spark's order (a collation that is not binary): "
-                "no repair deletes in those chunks' ranges",
-            )
-        ranges = sf.broadcast(ranges.where(sf.col("_agrees")))
+        hi = sf.when(sf.col("_last"), sf.col("_stop")).otherwise(sf.col("_end"))
+        ranges = sf.broadcast(ranges.withColumn("_hi", hi))
 
         target = spark.table(self.target).select(*keys, sf.col("_lsn").alias("_tlsn"))
         orphans = target.join(chunk_rows.select(*keys), keys, "left_anti")
@@ -1047,10 +1046,9 @@ class TableMerge:
             | (~ranges["_lo_incl"] & (o_key > ranges["_lo"]))
         )
         upper_ok = ranges["_hi"].isNull() | (o_key <= ranges["_hi"])
-        in_range = orphans.join(ranges, lower_ok & upper_ok).select(
+        candidates = orphans.join(ranges, lower_ok & upper_ok).select(
             *keys, "_tlsn", "_cid", "_low", "_high", "_high_ts", "_dump_id", "_chunk"
         )
-        candidates = in_range
         asked = [
             (c.id, *bound(k))  # type: ignore[misc]
             for c in relevant
@@ -1067,6 +1065,8 @@ class TableMerge:
                 .select(*keys, "_tlsn", "_cid", "_low", "_high", "_high_ts", "_dump_id", "_chunk")
             )
             candidates = candidates.unionByName(listed)
+        if hidden is not None:
+            candidates = candidates.join(hidden.select("_cid", *keys).distinct(), ["_cid", *keys], "left_anti")
         candidates = candidates.where(sf.col("_tlsn").isNull() | (sf.col("_tlsn") < sf.col("_high")))
         untouched = candidates.join(
             window,

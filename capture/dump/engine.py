@@ -251,6 +251,7 @@ class DumpEngine:
             self.source.write_watermark(low)
             batch: list[Row] | None = None
             missing_keys: list[Row] = []
+            start = plan.start if progress.after is None else None
             if plan.keys is not None:
                 batch = plan.keys[progress.keys_done : progress.keys_done + size]
             try:
@@ -260,7 +261,6 @@ class DumpEngine:
                     last = progress.keys_done + len(batch) >= len(plan.keys or ())
                     missing_keys = self._missing_keys(table, batch, rows)
                 else:
-                    start = plan.start if progress.after is None else None
                     rows = self.source.select_chunk(table, progress.after, start, plan.stop, size)
                     view = self.source.read_view()
                     last = len(rows) < size
@@ -280,20 +280,22 @@ class DumpEngine:
                 high_id=high.id,
                 key=table.key,
                 after=progress.after,
-                start=plan.start if progress.after is None else None,
+                start=start,
                 stop=plan.stop,
                 last=last,
                 keys=None if batch is None else tuple(batch),
                 rows=len(rows),
                 read_view=view,
+                exact_order=_exact_order(table, (progress.after, start, plan.stop), rows),
             )
             write_chunk(self.zone, table, meta, rows)
             self.source.write_watermark(high, table)
             # After HIGH: a schema change the log places before HIGH is visible now, and the rows
             # read with the old columns must not stand at HIGH. The chunk is read again under the
-            # same number; its file is replaced and the first HIGH names no chunk any more.
+            # same number; its file is replaced and the first HIGH names no chunk any more. So is a
+            # chunk read while the key's collation changed (the merge trusts `exact_order`).
             current = self.source.describe(table.schema, table.table)
-            if current.fingerprint == table.fingerprint:
+            if current.fingerprint == table.fingerprint and current.exact_key_order == table.exact_key_order:
                 break
             table = self._schema_changed(dump_id, table, current, number)
         missing = 0
@@ -368,3 +370,15 @@ class DumpEngine:
             pause = max(pause, rows / settings.max_rows_per_s - elapsed)
         if pause > 0:
             time.sleep(pause)
+
+
+def _exact_order(table: TableSchema, bounds: tuple[Row | None, ...], rows: pa.StructArray) -> bool:
+    """Whether the merge may judge this chunk's key range with Spark's order: the source says the
+    key orders exactly (`TableSchema.exact_key_order`), and no bound or returned key is NULL (a
+    value the landing zone cannot hold, such as PostgreSQL's numeric NaN, lands as NULL and
+    would sort first in Spark where the database sorts it elsewhere)."""
+    if not table.exact_key_order:
+        return False
+    if any(v is None for bound in bounds if bound is not None for v in bound):
+        return False
+    return all(rows.field(k).null_count == 0 for k in table.key)

@@ -4,7 +4,9 @@ files and chunk metadata without losing their type."""
 from __future__ import annotations
 
 import base64
-from datetime import date, datetime, timedelta
+import struct
+from collections.abc import Callable
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -68,12 +70,17 @@ def _coerce(column: str, arrow_type: pa.DataType, value: Any) -> Any:
             raise wrong("an integer") from None
     if pa.types.is_decimal(arrow_type):
         try:
-            return Decimal(str(value))
+            number = Decimal(str(value))
         except InvalidOperation:
             raise wrong("a decimal number") from None
+        if not _fits(number, arrow_type.precision, arrow_type.scale):
+            raise wrong(f"a decimal({arrow_type.precision},{arrow_type.scale}) value")
+        return number
     if pa.types.is_floating(arrow_type):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise wrong("a number")
+        if pa.types.is_float32(arrow_type):  # the stored single-precision value, as the database compares it
+            return struct.unpack("f", struct.pack("f", float(value)))[0]
         return float(value)
     if not isinstance(value, str):
         raise wrong("a string")
@@ -81,11 +88,34 @@ def _coerce(column: str, arrow_type: pa.DataType, value: Any) -> Any:
         if pa.types.is_binary(arrow_type):
             return bytes.fromhex(value.removeprefix("0x"))
         if pa.types.is_timestamp(arrow_type):
-            return datetime.fromisoformat(value)
+            return _timestamp(datetime.fromisoformat(value), arrow_type.tz is not None, wrong)
         if pa.types.is_date(arrow_type):
             return date.fromisoformat(value)
     except ValueError:
         raise wrong(f"a valid {arrow_type} (hex for binary, ISO 8601 for dates)") from None
+    return value
+
+
+def _fits(number: Decimal, precision: int, scale: int) -> bool:
+    """Whether the column holds `number` exactly: a value it would round (more places than its
+    scale) is compared unrounded by the database but rounded by Spark, which then sees another key."""
+    if not number.is_finite():
+        return False
+    if number.is_zero():
+        return True
+    exponent = number.normalize().as_tuple().exponent
+    places = -exponent if isinstance(exponent, int) and exponent < 0 else 0
+    return places <= scale and number.adjusted() < precision - scale
+
+
+def _timestamp(value: datetime, zoned: bool, wrong: Callable[[str], DumpInputError]) -> datetime:
+    """A key value for a timestamp column as the database and Spark both read it: with time zone
+    (TIMESTAMP, timestamptz) the instant in UTC (without an offset: UTC); without, the wall time,
+    which an offset would make ambiguous (the drivers disagree on what it means)."""
+    if zoned:
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    if value.tzinfo is not None:
+        raise wrong("a date and time without a UTC offset (the column has no time zone)")
     return value
 
 

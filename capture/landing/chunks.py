@@ -43,6 +43,10 @@ class ChunkMeta:
     # PostgreSQL: which transactions the chunk's snapshot could see (ChunkSource.read_view);
     # None for MySQL/MariaDB, where visibility follows binlog order
     read_view: dict[str, Any] | None = None
+    # the database's order of the key is Spark's for this chunk's range and rows (a table with
+    # `TableSchema.exact_key_order`, no NULL among its bounds and returned keys): only then may the
+    # merge delete target keys it finds inside the range. False in files written before it existed.
+    exact_order: bool = False
 
     def to_json(self) -> str:
         data = asdict(self)

@@ -73,8 +73,9 @@ class Landing:
         self.commit(major, WATERMARKS, Change(Lsn(major), Op.UPDATE, row, row), xid=xid, watermark=True)
 
     def chunk(self, rows: list[tuple], read_view: dict[str, Any] | None = None) -> None:
-        """Chunk 1 of dump d1 of db.docs, bracketed by watermarks `low-1` and `high-1`."""
+        """Chunk 1 of dump d1 of db.docs (all of its keys: an int key orders exactly), bracketed by
+        watermarks `low-1` and `high-1`."""
         meta = ChunkMeta("d1", "db.docs", 1, "low-1", "high-1", ("id",), None, None, None, True, None, len(rows),
-                         read_view)  # fmt: skip
+                         read_view, exact_order=True)  # fmt: skip
         data = pa.array([dict(zip(DOCS.names, r, strict=True)) for r in rows], DOCS.row_type)
         write_chunk(self.zone, DOCS, meta, data)

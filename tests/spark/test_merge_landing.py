@@ -1,7 +1,7 @@
 """The merge on landing zones written by capture's own LogWriter, without a database: columns a
 log event does not carry (PostgreSQL leaves unchanged TOASTed values out of updates) keep the
 stored value, as capture/dump/reconcile.py's `apply` does; chunk rows a PostgreSQL snapshot
-could not see updated are dropped."""
+could not see updated are dropped, and a key it could not see created is not repaired away."""
 
 from __future__ import annotations
 
@@ -73,3 +73,21 @@ def test_chunk_rows_a_postgres_snapshot_could_not_see_updated_are_dropped(spark,
     expected = {k: dict(v) for k, v in apply(stream).items()}
     assert iceberg_state(spark, "logtide.visibility.db__docs") == expected
     assert expected[(2,)]["body"] == expected[(3,)]["body"] == "new" and expected[(6,)]["body"] == "x"
+
+
+def test_a_key_a_postgres_snapshot_could_not_see_created_is_not_deleted_by_the_repair(spark, catalogs, tmp_path):
+    """A row created by a transaction whose commit is in the WAL before LOW but that the chunk's
+    snapshot still saw in progress: the chunk does not return it, and the target (which has it from
+    the log, merged earlier) must keep it: the source holds it."""
+    landing = Landing(tmp_path, catalogs, "hidden_repair")
+    c = Op.CREATE
+    landing.commit(110, DOCS, Change(Lsn(110), c, None, (1, "t1", "x")), xid=100)
+    landing.commit(127, DOCS, Change(Lsn(127), c, None, (7, "t7", "x")), xid=480)  # in progress for the snapshot
+    run_merge(spark, landing.config, "src")
+    landing.mark(140, "LOW", "low-1", xid=230)
+    landing.chunk([(1, "t1", "x")], read_view={"snapshot": "470:495:480", "before_low": Lsn(125).encode()})
+    landing.mark(160, "HIGH", "high-1", xid=250)
+    report = run_merge(spark, landing.config, "src")["tables"][0]
+
+    assert report["chunks"] == 1 and report["repair_deletes"] == 0
+    assert set(iceberg_state(spark, "logtide.hidden_repair.db__docs")) == {(1,), (7,)}

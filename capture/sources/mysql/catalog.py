@@ -1,7 +1,8 @@
 """Table metadata from information_schema: columns with their Arrow types, and the dump key.
 
 The key is the primary key, else the first UNIQUE index whose columns are all NOT NULL;
-a table with neither cannot be dumped in chunks and is refused.
+a table with neither cannot be dumped in chunks and is refused. Whether the key orders as
+Spark orders its landed values is decided here too (`exact_order`).
 """
 
 from __future__ import annotations
@@ -13,11 +14,11 @@ import pymysql
 from capture.errors import DumpInputError
 from capture.events import Column, TableSchema
 from capture.sources.mysql.connection import query
-from capture.sources.mysql.types import ColumnBuilder, column_from_catalog
+from capture.sources.mysql.types import MAX_ARROW_DECIMAL, ColumnBuilder, column_from_catalog
 
 COLUMNS_SQL = (
     "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, CHARACTER_OCTET_LENGTH, NUMERIC_PRECISION, NUMERIC_SCALE,"
-    " DATETIME_PRECISION, IS_NULLABLE FROM information_schema.COLUMNS"
+    " DATETIME_PRECISION, IS_NULLABLE, CHARACTER_SET_NAME, COLLATION_NAME FROM information_schema.COLUMNS"
     " WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION"
 )
 INDEXES_SQL = (
@@ -46,6 +47,8 @@ def describe(conn: pymysql.connections.Connection, schema: str, table: str) -> t
         "NUMERIC_SCALE",
         "DATETIME_PRECISION",
         "IS_NULLABLE",
+        "CHARACTER_SET_NAME",
+        "COLLATION_NAME",
     )
     infos = [dict(zip(names, row, strict=True)) for row in rows]
     columns, builders = [], []
@@ -54,7 +57,37 @@ def describe(conn: pymysql.connections.Connection, schema: str, table: str) -> t
         columns.append(Column(info["COLUMN_NAME"], arrow_type, source_type))
         builders.append(build)
     key = _dump_key(conn, schema, table, {i["COLUMN_NAME"]: i["IS_NULLABLE"] == "NO" for i in infos})
-    return TableSchema(schema, table, tuple(columns), key), builders
+    by_name = {i["COLUMN_NAME"]: i for i in infos}
+    exact = all(exact_order(by_name[k]) for k in key)
+    return TableSchema(schema, table, tuple(columns), key, exact_key_order=exact), builders
+
+
+# Types whose order in MariaDB is the order Spark gives their landed values: numbers (DECIMAL up
+# to 38 digits: wider lands as text), DATE/DATETIME/TIMESTAMP/TIME/YEAR, BIT, and the binary
+# strings, compared byte by byte without padding (BINARY(n) lands padded to n, as stored).
+# Not FLOAT/DOUBLE (a FLOAT is compared as a double), ENUM/SET (member order), CHAR (padded in
+# storage, trimmed when read), GEOMETRY.
+_EXACT_TYPES = {
+    "tinyint", "smallint", "mediumint", "int", "bigint", "date", "datetime", "timestamp", "time", "year", "bit",
+    "binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob",
+}  # fmt: skip
+_TEXT_TYPES = {"varchar", "tinytext", "text", "mediumtext", "longtext"}
+# character sets whose binary collation orders by code point, which is the order of UTF-8 bytes
+# (Spark's); latin1 is cp1252 in MariaDB, and UTF-16 orders surrogates apart
+_CODE_POINT_CHARSETS = {"utf8mb4", "utf8mb3", "utf8", "ascii"}
+
+
+def exact_order(info: dict[str, Any]) -> bool:
+    """Whether MariaDB orders and compares this (key) column exactly as Spark orders its landed
+    values. Text only under a NO PAD binary collation (`utf8mb4_nopad_bin`): every other one,
+    `utf8mb4_bin` included, is PAD SPACE ('a' = 'a ', and 'a\t' < 'a') or linguistic."""
+    data_type = info["DATA_TYPE"].lower()
+    if data_type == "decimal":
+        return int(info["NUMERIC_PRECISION"]) <= MAX_ARROW_DECIMAL
+    if data_type in _TEXT_TYPES:
+        charset, collation = (info["CHARACTER_SET_NAME"] or "").lower(), (info["COLLATION_NAME"] or "").lower()
+        return charset in _CODE_POINT_CHARSETS and collation == f"{charset}_nopad_bin"
+    return data_type in _EXACT_TYPES
 
 
 def _dump_key(

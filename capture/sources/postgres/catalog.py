@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pyarrow as pa
+
 from capture.errors import DumpInputError
 from capture.events import Column, TableSchema
 from capture.sources.postgres.connection import query
@@ -21,11 +23,23 @@ KEY_SQL = (
     " WHERE i.indrelid = %s AND i.indisunique AND i.indisvalid AND i.indpred IS NULL AND i.indexprs IS NULL"
     " GROUP BY i.indisprimary, i.indexrelid ORDER BY i.indisprimary DESC, i.indexrelid"
 )
+# A column's collation as [provider, lc_collate, locale] (null: not collatable): the database's for
+# the default collation. Columns PostgreSQL versions lack (datlocprovider before 15, the locale
+# columns' names) are read through to_jsonb, so that the statement runs on every version.
+COLLATION_SQL = (
+    "CASE a.attcollation WHEN 0 THEN NULL"
+    " WHEN 100 THEN (SELECT json_build_array(coalesce(to_jsonb(d) ->> 'datlocprovider', 'c'), d.datcollate,"
+    "  coalesce(to_jsonb(d) ->> 'datlocale', to_jsonb(d) ->> 'daticulocale'))"
+    "  FROM pg_database d WHERE d.datname = current_database())"
+    " ELSE (SELECT json_build_array(o.collprovider, o.collcollate,"
+    "  coalesce(to_jsonb(o) ->> 'colllocale', to_jsonb(o) ->> 'colliculocale'))"
+    "  FROM pg_collation o WHERE o.oid = a.attcollation) END"
+)
 # relation, columns and key candidates in ONE round trip (a dump re-reads them after every chunk)
 DESCRIBE_SQL = (
     "SELECT c.oid,"
     " (SELECT json_agg(json_build_array(a.attname, a.atttypid, a.atttypmod, format_type(a.atttypid, a.atttypmod),"
-    "  a.attnotnull) ORDER BY a.attnum) FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0"
+    f"  a.attnotnull, {COLLATION_SQL}) ORDER BY a.attnum) FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0"
     "  AND NOT a.attisdropped AND a.attgenerated = ''),"
     " (SELECT json_agg(json_build_array(k.columns, k.not_null) ORDER BY k.indisprimary DESC, k.indexrelid) FROM ("
     "  SELECT i.indisprimary, i.indexrelid, array_agg(a.attname ORDER BY k.n) AS columns,"
@@ -33,7 +47,8 @@ DESCRIBE_SQL = (
     "  FROM pg_index i CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, n)"
     "  JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum"
     "  WHERE i.indrelid = c.oid AND i.indisunique AND i.indisvalid AND i.indpred IS NULL AND i.indexprs IS NULL"
-    "  GROUP BY i.indisprimary, i.indexrelid) k)"
+    "  GROUP BY i.indisprimary, i.indexrelid) k),"
+    " getdatabaseencoding()"
     " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
     " WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p')"
 )
@@ -116,14 +131,15 @@ def described(
     statements in one round trip)."""
     if not rows:
         raise DumpInputError(f"table {schema}.{table} does not exist (or the dump user may not see it)")
-    _oid, attributes, candidates = rows[0]
-    columns, builders, as_text = [], [], []
-    for name, type_oid, typmod, source_type, _not_null in attributes or ():
+    _oid, attributes, candidates, encoding = rows[0]
+    columns, builders, as_text, exact = [], [], [], {}
+    for name, type_oid, typmod, source_type, _not_null, collation in attributes or ():
         info = types.info(type_oid, typmod)
         arrow_type, _ = column_type(info)
         columns.append(Column(name, arrow_type, source_type))
         builders.append(builder(info))
         as_text.append(select_as_text(info))
+        exact[name] = exact_order(info, arrow_type, collation, encoding)
     key = next((tuple(names) for names, not_null in candidates or () if not_null), ())
     if not key:
         raise DumpInputError(
@@ -131,7 +147,34 @@ def described(
             "expressions or predicates): it cannot be read in key order. Add a primary key, or leave the table "
             "out of the dump."
         )
-    return TableSchema(schema, table, tuple(columns), key), builders, as_text
+    exact_key = all(exact[k] for k in key)
+    return TableSchema(schema, table, tuple(columns), key, exact_key_order=exact_key), builders, as_text
+
+
+# Types whose order in PostgreSQL is the order Spark gives their landed values: integers, numeric
+# that lands as a decimal (up to 38 digits; NaN lands as NULL, which the dump checks per chunk),
+# bool, date, timestamp(tz), bytea, uuid (lands as lower-case hex text: byte order). Not float
+# (NaN, -0), interval ('1 mon' = '30 days'), time(tz), char(n) (blank-padded semantics), enums,
+# arrays, json, text-like types of extensions.
+_EXACT_TYPES = {"int2", "int4", "int8", "oid", "bool", "date", "timestamp", "timestamptz", "bytea", "uuid"}
+_TEXT_TYPES = {"text", "varchar"}
+
+
+def exact_order(info: TypeInfo, arrow_type: pa.DataType, collation: list[Any] | None, encoding: str) -> bool:
+    """Whether PostgreSQL orders and compares this (key) column exactly as Spark orders its
+    landed values. Text only under a byte-order collation of a UTF8 database ("C" or "POSIX",
+    or PostgreSQL 17's builtin C / C.UTF-8, which order by code point): every libc or ICU
+    locale, deterministic or not, orders linguistically."""
+    if info.element is not None or info.kind != "b":
+        return False
+    if info.name == "numeric":
+        return pa.types.is_decimal(arrow_type)
+    if info.name in _TEXT_TYPES:
+        if collation is None or encoding != "UTF8":
+            return False
+        provider, collate, locale = collation
+        return (provider == "c" and collate in ("C", "POSIX")) or (provider == "b" and locale in ("C", "C.UTF-8"))
+    return info.name in _EXACT_TYPES
 
 
 def base_tables(conn: Any) -> list[tuple[str, str]]:

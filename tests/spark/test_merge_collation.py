@@ -1,0 +1,115 @@
+"""Repair deletes and key order (issue 10, part 1): a dump deletes from the target only keys the
+database proves gone. Under a collation whose order is not Spark's (MariaDB utf8mb4_general_ci,
+PostgreSQL ICU collations, deterministic or not) a key-range dump must not delete the target's
+rows outside the database's range that Spark's order puts inside it; under a byte-order NO PAD
+collation it still deletes what the source does not hold. Key-list dumps compare by equality,
+which the database decides: asking 'C' where the source holds 'c' removes a stray target 'C',
+and asking 'b' where it holds 'B' keeps the target's 'B'."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from capture.dump.control import DumpSettings
+from capture.dump.engine import DumpRequest
+from capture.landing.chunks import chunk_files, read_chunk_meta
+from spark_apps.merge import run_merge
+from tests.integration.dumping import wait_until_landed
+from tests.integration.postgres import dumping as pg
+from tests.integration.postgres.conftest import make_pg_capture, pg_database  # noqa: F401 - fixtures
+from tests.spark.merging import iceberg_state
+from tests.spark.test_merge import _dump
+
+pytestmark = pytest.mark.spark
+
+ROWS = {"a": 1, "B": 2, "c": 3}
+
+
+def _keys_and_values(spark, target: str) -> dict[str, int]:
+    return {k[0]: row["v"] for k, row in iceberg_state(spark, target, ("k",)).items()}
+
+
+def _repair_scenario(
+    spark, config, capture, schema: str, exact: dict[str, bool], wait: Callable[[], None], case_insensitive: str
+) -> None:
+    """Tables keyed by `k` (one per collation, `exact`: whether its order is Spark's) hold a, B, c.
+    A full dump, a merge; then a row 'bb' the source never had is put into every target (a delete
+    the capture missed) and each table gets a key-range dump from "B" to "c": where the order is
+    exact the merge deletes 'bb' and nothing else, elsewhere it deletes nothing. The
+    case-insensitive table also gets a stray 'C' and a key-list dump of 'b' and 'C'."""
+    names = [f"{schema}.{t}" for t in exact]
+    _dump(capture, DumpRequest(tables=names, settings=DumpSettings(chunk_size=2)))
+    wait()
+    run_merge(spark, config, "src")
+    targets = {t: f"`{config.merge.catalog_name}`.`{config.merge.namespace}`.`{schema}__{t}`" for t in exact}
+    for t, target in targets.items():
+        assert _keys_and_values(spark, target) == ROWS, t
+        spark.sql(f"INSERT INTO {target} VALUES ('bb', 0, 0, current_timestamp())")
+    spark.sql(f"INSERT INTO {targets[case_insensitive]} VALUES ('C', 0, 0, current_timestamp())")
+
+    for name in names:
+        _dump(capture, DumpRequest(tables=[name], key_from="B", key_to="c", settings=DumpSettings(chunk_size=2)))
+    _dump(capture, DumpRequest(tables=[f"{schema}.{case_insensitive}"], keys=["b", "C"]))
+    wait()
+    reports = {r["table"]: r for r in run_merge(spark, config, "src")["tables"]}
+
+    for t, target in targets.items():
+        metas = [read_chunk_meta(p) for p in chunk_files(capture.zone, schema, t)]
+        assert {m.exact_order for m in metas if m.keys is None} == {exact[t]}, t
+        got = _keys_and_values(spark, target)
+        if exact[t]:
+            assert got == ROWS, t
+            assert reports[f"{schema}.{t}"]["repair_deletes"] == 1, t
+        else:  # the row the source never had stays: Spark's order cannot place it (README, Merge)
+            assert got == {**ROWS, "bb": 0}, t
+            assert reports[f"{schema}.{t}"]["repair_deletes"] == (t == case_insensitive), t
+
+
+def test_key_range_repairs_delete_only_under_an_exact_order_on_mariadb(
+    mariadb, database, make_capture, merge_config, spark
+):
+    for table, collation in (("ci", "utf8mb4_general_ci"), ("bytes", "utf8mb4_nopad_bin")):
+        mariadb.execute(
+            f"CREATE TABLE {table} (k VARCHAR(10) COLLATE {collation} PRIMARY KEY, v INT)",
+            f"INSERT INTO {table} VALUES ('a', 1), ('B', 2), ('c', 3)",
+            database=database,
+        )
+    capture = make_capture([f"{database}.*"]).start()
+    capture.wait_running()
+    config = merge_config(capture.config)
+    _repair_scenario(
+        spark,
+        config,
+        capture,
+        database,
+        {"ci": False, "bytes": True},
+        lambda: wait_until_landed(mariadb, capture),
+        "ci",
+    )
+
+
+def test_key_range_repairs_delete_only_under_an_exact_order_on_postgres(postgres, catalogs, spark, request):
+    database = request.getfixturevalue("pg_database")  # fixtures imported from the PostgreSQL tests
+    statements: list[Any] = ["CREATE COLLATION ci (provider = icu, locale = 'und-u-ks-level2', deterministic = false)"]
+    for table, collation in (("ci", "ci"), ("en", '"en-x-icu"'), ("bytes", '"C"')):
+        statements += [
+            f"CREATE TABLE {table} (k text COLLATE {collation} PRIMARY KEY, v int)",
+            f"INSERT INTO {table} VALUES ('a', 1), ('B', 2), ('c', 3)",
+        ]
+    postgres.execute(*statements, database=database)
+    capture = request.getfixturevalue("make_pg_capture")().start()
+    capture.wait_running()
+    merge = catalogs["hadoop"].model_copy(update={"namespace": database})
+    config = capture.config.model_copy(update={"merge": merge})
+    _repair_scenario(
+        spark,
+        config,
+        capture,
+        "public",
+        {"ci": False, "en": False, "bytes": True},
+        lambda: pg.wait_until_landed(postgres, database, capture),
+        "ci",
+    )
