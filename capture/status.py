@@ -9,7 +9,9 @@ Per source:
 - per dump found under `<landing>/<source>/dumps/`: state, per table chunks, rows, percent, ETA;
 - per target Iceberg table: the frontier the merge applied (`logtide.frontier`, read from the
   table's metadata JSON: Hadoop catalog via version-hint.text, JDBC catalog via its
-  `iceberg_tables` row) and how many landed events of the table lie past it.
+  `iceberg_tables` row) and how many landed events of the table lie past it; and the values
+  PostgreSQL key changes left out that the merge could not complete (`logtide.unknown-values`,
+  NULL in the target until a dump repairs them).
 
 Each part fails on its own: an unreachable database, ZooKeeper or catalog is reported in its
 place and the rest is still shown.
@@ -40,6 +42,7 @@ from capture.landing.files import parse_segment_name
 from capture.landing.zone import folder_table, table_folder
 
 FRONTIER = "logtide.frontier"  # as spark_apps/merge.py writes it
+UNKNOWN_VALUES, UNKNOWN_SAMPLE = "logtide.unknown-values", "logtide.unknown-sample"
 CHANGELOG_SUFFIX = "__changelog"
 
 
@@ -275,6 +278,10 @@ def targets_status(
         else:
             applied = applied_frontier(metadata)
             entry["applied"] = applied
+            unknown = recorded(metadata, UNKNOWN_VALUES)
+            if unknown is not None:
+                entry["unknown_values"] = int(unknown)
+                entry["unknown_sample"] = json.loads(recorded(metadata, UNKNOWN_SAMPLE) or "[]")
             if landed is not None:
                 entry["landed"] = landed
                 entry["events_behind"] = events_past(zone, schema, table, applied)
@@ -282,19 +289,24 @@ def targets_status(
     return found
 
 
-def applied_frontier(metadata: dict[str, Any]) -> int:
-    """`logtide.frontier` of the newest snapshot in the current ancestry that has it, else the
-    table property (as spark_apps.merge.applied_frontier, from the metadata JSON)."""
+def recorded(metadata: dict[str, Any], key: str) -> str | None:
+    """`key` of the newest snapshot summary in the current ancestry that has it, else the table
+    property (as spark_apps.merge.recorded, from the metadata JSON)."""
     snapshots = {s["snapshot-id"]: s for s in metadata.get("snapshots") or []}
     current = metadata.get("current-snapshot-id")
     snapshot = snapshots.get(current) if current not in (None, -1) else None
     has_snapshot = snapshot is not None
     while snapshot is not None:
-        value = (snapshot.get("summary") or {}).get(FRONTIER)
+        value = (snapshot.get("summary") or {}).get(key)
         if value is not None:
-            return int(value)
+            return str(value)
         snapshot = snapshots.get(snapshot.get("parent-snapshot-id"))
-    value = (metadata.get("properties") or {}).get(FRONTIER) if has_snapshot else None
+    value = (metadata.get("properties") or {}).get(key) if has_snapshot else None
+    return str(value) if value is not None else None
+
+
+def applied_frontier(metadata: dict[str, Any]) -> int:
+    value = recorded(metadata, FRONTIER)
     return int(value) if value is not None else 0
 
 
@@ -479,4 +491,11 @@ def _render_target(target: dict[str, Any]) -> str:
     text += f"  applied frontier {target['applied']}"
     if "events_behind" in target:
         text += f"  ({target['events_behind']} landed events not applied; landing frontier {target['landed']})"
+    if target.get("unknown_values"):
+        count, newest = target["unknown_values"], target["unknown_sample"][0]
+        text += (
+            f"\n      {count} value{'s' if count > 1 else ''} unknown after key changes (NULL in the target;"
+            f" newest: key {json.dumps(newest['key'])} column {newest['column']} at LSN {newest['lsn']});"
+            " dump those keys or the table to repair"
+        )
     return text

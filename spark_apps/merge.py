@@ -18,6 +18,9 @@ For every table of the source with landed log events or chunks, one run:
      range of a chunk whose key orders in the database as in Spark (`ChunkMeta.exact_order`),
      that no chunk of the run returned, that no log event in the window touched (nor one hidden
      from the chunk's snapshot) and whose stored LSN is below HIGH become deletes at HIGH.
+     PostgreSQL: a key change's create that leaves TOASTed columns out gets them from the old
+     key's state (target row, the run's events and chunk rows; spark_apps/key_changes.py); a
+     value nothing held is NULL, warned and counted (`logtide.unknown-values`, shown by status).
   5. Appends that stream (log events, chunk rows at HIGH, repair deletes, ordered by LSN and
      order) to the changelog table, in one commit carrying F (`logtide.frontier` of its own).
   6. Reads the stream back from the changelog (all of [A, F), also rows a killed run appended
@@ -57,6 +60,8 @@ if str(ROOT) not in sys.path:  # spark-submit runs this file from a checkout: ma
     sys.path.insert(0, str(ROOT))
 
 from capture.config import LogtideConfig, MergeConfig, load_config  # noqa: E402
+from capture.dump.key_changes import Unknown  # noqa: E402
+from capture.dump.keys import encode_key  # noqa: E402
 from capture.errors import LogtideError, WatermarkError  # noqa: E402
 from capture.landing import LandingZone  # noqa: E402
 from capture.landing.chunks import META_KEY, ChunkMeta  # noqa: E402
@@ -64,10 +69,14 @@ from capture.landing.files import parse_segment_name  # noqa: E402
 from capture.landing.zone import table_folder  # noqa: E402
 from capture.log import get_logger, setup_logging  # noqa: E402
 from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE  # noqa: E402
+from spark_apps.key_changes import KeyChanges, created_lsns  # noqa: E402
 
 log = get_logger("logtide.merge")
 
 FRONTIER = "logtide.frontier"
+# values key changes left out that nothing held (written NULL): the count since the target was
+# created and the newest few, in the MERGE's snapshot summary and as table properties (`status`)
+UNKNOWN_VALUES, UNKNOWN_SAMPLE, SAMPLE_SIZE = "logtide.unknown-values", "logtide.unknown-sample", 10
 ICEBERG_RUNTIME = "org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.10.2"  # for spark.jars.packages
 CHANGELOG_SUFFIX = "__changelog"
 # bookkeeping columns of the targets and the changelog (source columns may not use these names)
@@ -396,20 +405,26 @@ def _iceberg_table(spark: Any, name: str) -> Any:
     return spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, name)
 
 
-def applied_frontier(spark: Any, name: str) -> int:
-    """`logtide.frontier` of the newest snapshot in the current ancestry that has it; when
-    snapshot expiry removed them all (after compactions), the table property the merge sets
-    after each commit; 0 for a table no merge wrote."""
+def recorded(spark: Any, name: str, key: str) -> str | None:
+    """`key` of the newest snapshot summary in the current ancestry that has it; when snapshot
+    expiry removed them all (after compactions), the table property the merge sets after each
+    commit; None for a table no merge wrote it to."""
     table = _iceberg_table(spark, name)
     table.refresh()
     snapshot = table.currentSnapshot()
     while snapshot is not None:
-        value = snapshot.summary().get(FRONTIER)
+        value = snapshot.summary().get(key)
         if value is not None:
-            return int(value)
+            return str(value)
         parent = snapshot.parentId()
         snapshot = table.snapshot(parent) if parent is not None else None
-    value = table.properties().get(FRONTIER) if table.currentSnapshot() is not None else None
+    value = table.properties().get(key) if table.currentSnapshot() is not None else None
+    return str(value) if value is not None else None
+
+
+def applied_frontier(spark: Any, name: str) -> int:
+    """`logtide.frontier` the target or changelog holds (0 for a table no merge wrote)."""
+    value = recorded(spark, name, FRONTIER)
     return int(value) if value is not None else 0
 
 
@@ -619,6 +634,7 @@ class TableMerge:
         self.report: dict[str, Any] = {"table": self.name, "target": self.target, "changelog": self.changelog}
         self.timings: dict[str, float] = {}
         self.has_missing = False  # some log event of the run leaves columns out (PostgreSQL TOAST)
+        self.unknown_record: dict[str, str] = {}  # UNKNOWN_VALUES, UNKNOWN_SAMPLE after this run
 
     @contextmanager
     def _step(self, name: str) -> Iterator[None]:
@@ -687,6 +703,7 @@ class TableMerge:
             with self._step("read"):
                 events = self._log_events([p for _, _, p in log_files], row_struct, start)
                 stream = events.where(events["_lsn"] >= _lsn(a)).drop("_xid")
+                chunk_rows = hidden = None
                 if chunks:
                     chunk_rows = self._chunk_rows(chunks, row_struct)
                     window = events.select(*keys, "_lsn")
@@ -709,6 +726,14 @@ class TableMerge:
                     repaired = self._repairs(chunks, chunk_keys, window, hidden, a_target)
                     if repaired is not None:
                         stream = stream.unionByName(repaired)
+            moved = created_lsns(schemas, a, F) if self.has_missing else []
+            if moved:
+                with self._step("key_changes"):
+                    stream = stream.persist(StorageLevel.MEMORY_AND_DISK)  # collected from, then appended
+                    cached.append(stream)
+                    completion = KeyChanges(spark, self.target, keys, self.types)
+                    stream, completed, unknown = completion.complete(stream, events, moved, chunk_rows, hidden)
+                    self._report_unknown(completed, [u for u in unknown if u.lsn >= a_target])
             # The changelog is the stream, materialized once: the MERGE reads its rows back
             # (all of [A, F), also those a run killed before its MERGE had appended already).
             if a_changelog < F:
@@ -732,11 +757,16 @@ class TableMerge:
             )
             if a_target < F:
                 with self._step("merge"):
-                    self._merge(appended.where(appended["_lsn"] >= _lsn(a_target)), props)
+                    self._merge(appended.where(appended["_lsn"] >= _lsn(a_target)), {**props, **self.unknown_record})
             with self._step("properties"):  # the fallback of applied_frontier, after the commits
                 for name, applied in ((self.changelog, a_changelog), (self.target, a_target)):
                     if applied < F:
                         spark.sql(f"ALTER TABLE {name} SET TBLPROPERTIES ('{FRONTIER}' = '{F}')")
+                if self.unknown_record and a_target < F:
+                    update = _iceberg_table(spark, self.target).updateProperties()
+                    for key, value in self.unknown_record.items():
+                        update = update.set(key, value)
+                    update.commit()
         finally:
             for frame in cached:
                 frame.unpersist()
@@ -744,6 +774,35 @@ class TableMerge:
             "merge.table_finished",
             **{k: v for k, v in self.report.items() if k not in ("target", "changelog", "step_seconds")},
         )
+
+    def _report_unknown(self, completed: int, unknown: list[Unknown]) -> None:
+        """Key changes completed; each value nothing held warned (the first few), counted in the
+        report and added to the target's record (`unknown_record`, read by `logtide status`)."""
+        self.report.update(key_changes_completed=completed, unknown_values=len(unknown))
+        if not unknown:
+            return
+        sample = [{"key": encode_key(u.key), "column": u.column, "lsn": u.lsn} for u in unknown[:SAMPLE_SIZE]]
+        for u, entry in zip(unknown, sample, strict=False):
+            log.warning(
+                "merge.value_unknown",
+                table=self.name,
+                key=json.dumps(entry["key"]),
+                column=u.column,
+                lsn=u.lsn,
+                moved_from=json.dumps(encode_key(u.old_key)),
+                problem="a key change left this TOASTed value out and neither the target nor this run held the "
+                "old key's row (written before capture started, not dumped yet): the target holds NULL",
+                fix="dump these keys or the table (logtide dump); REPLICA IDENTITY FULL on the source table "
+                "makes key changes carry the value",
+            )
+        if len(unknown) > SAMPLE_SIZE:
+            log.warning("merge.values_unknown", table=self.name, count=len(unknown), logged=SAMPLE_SIZE)
+        before = int(recorded(self.ctx.spark, self.target, UNKNOWN_VALUES) or 0)
+        earlier = json.loads(recorded(self.ctx.spark, self.target, UNKNOWN_SAMPLE) or "[]")
+        self.unknown_record = {
+            UNKNOWN_VALUES: str(before + len(unknown)),
+            UNKNOWN_SAMPLE: json.dumps([*sample, *earlier][:SAMPLE_SIZE]),
+        }
 
     def _key(self, schemas: list[tuple[pa.Schema, Path]], chunks: list[Chunk]) -> list[str]:
         for schema, _ in reversed(schemas):

@@ -17,7 +17,11 @@ For one table, given the landed log (up to the committed frontier) and the chunk
      all leave a column out, that column is placed at HIGH too (the other columns marked
      missing), since none of those events changed it and the chunk row may be the only full
      copy (see `_base_missing`).
-  5. Interleave with the log events in LSN order. That is the output stream.
+  5. Interleave with the log events in LSN order.
+  6. PostgreSQL: complete the creates of key changes that leave TOASTed columns out from the old
+     key's state (`stored`, the target's rows before the stream, then the stream; see
+     capture/dump/key_changes.py); the columns nothing holds are NULL and listed in
+     `ReconcileStats.unknown_values`. That is the output stream.
 
 Keys from the log and from chunks are tuples of the same typed values (both come through
 the source's one type mapping), so they compare as the database stored them.
@@ -26,11 +30,12 @@ the source's one type mapping), so they compare as the database stored them.
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pyarrow.parquet as pq
 
+from capture.dump.key_changes import Unknown, chunk_knows, is_completed, key_changes, resolve
 from capture.errors import WatermarkError
 from capture.events import Row
 from capture.landing import LandingZone
@@ -55,6 +60,7 @@ class ReconcileStats:
     chunk_rows: int = 0
     dropped_by_window: int = 0
     dropped_by_visibility: int = 0  # of those: only because the chunk's snapshot missed an earlier commit
+    unknown_values: list[Unknown] = field(default_factory=list)  # key changes' columns nothing held: NULL
 
 
 def _watermarks(zone: LandingZone) -> dict[str, tuple[int, dict[str, Any]]]:
@@ -109,7 +115,11 @@ def hidden_events(
     return sorted(hidden)
 
 
-def reconcile_table(zone: LandingZone, schema: str, table: str) -> tuple[list[StreamEvent], ReconcileStats]:
+def reconcile_table(
+    zone: LandingZone, schema: str, table: str, stored: dict[Row, dict[str, Any]] | None = None
+) -> tuple[list[StreamEvent], ReconcileStats]:
+    """The stream of the table's landing zone; `stored`: the target's rows the stream applies to
+    (only read for key changes that leave columns out; none: the landing zone is the whole history)."""
     stats = ReconcileStats()
     log_table = zone.read_table(schema, table)
     log_events = [] if log_table is None else log_table.to_pylist()
@@ -142,6 +152,12 @@ def reconcile_table(zone: LandingZone, schema: str, table: str) -> tuple[list[St
         stream.append(StreamEvent(lsn, 0, event["_op"], key_of(image), after, missing))
         lsns.append(lsn)
         xids.append(xid)
+    moves = key_changes(stream)
+    moved_from: dict[Row, list[int]] = {}
+    for lsn, old_key in moves.items():
+        if old_key is not None:
+            moved_from.setdefault(old_key, []).append(lsn)
+    fallback: dict[int, dict[str, Any]] = {}
     by_xid: dict[int, list[int]] = {}
     for i, xid in enumerate(xids):
         if xid is not None:
@@ -175,12 +191,20 @@ def reconcile_table(zone: LandingZone, schema: str, table: str) -> tuple[list[St
                 stats.dropped_by_window += 1
                 stats.dropped_by_visibility += key not in in_window
                 newer = [*hidden.get(key, ()), *in_window.get(key, ())]  # hidden ones are before LOW
+                for lsn in moved_from.get(key, ()):
+                    fallback[lsn] = {**chunk_knows(row, newer, lsn - 1, key_columns), **fallback.get(lsn, {})}
                 base = _base_missing(row, newer, key_columns)
                 if base is not None:
                     stream.append(StreamEvent(high[0], 1 + position, "r", key, row, base))
             else:
                 stream.append(StreamEvent(high[0], 1 + position, "r", key, row))
     stream.sort(key=lambda e: (e.lsn, e.order))
+    if moves:
+        fills, stats.unknown_values = resolve(stream, moves, stored or {}, fallback)
+        stream = [
+            replace(e, row={**e.row, **fills[e.lsn]}, missing=()) if e.row and is_completed(e, moves) else e
+            for e in stream
+        ]
     return stream, stats
 
 

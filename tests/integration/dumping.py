@@ -29,7 +29,8 @@ class Workload(threading.Thread):
     connection (MariaDB, PostgreSQL); `random_sql` is its random function. New keys are
     `key_value(n)` for n counting up from `first_free_id` (default: n itself, an integer `id`);
     `key_changes=False` leaves keys alone (PostgreSQL under REPLICA IDENTITY DEFAULT cannot
-    carry an unchanged TOASTed value across a key change, see README)."""
+    carry an unchanged TOASTed value across a key change of a row that neither the target nor the
+    merge run holds, such as history the dump has not read yet, see README)."""
 
     def __init__(
         self,

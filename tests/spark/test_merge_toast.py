@@ -5,11 +5,16 @@ PostgreSQL end-to-end test (tests/spark/test_merge.py), made deterministic here.
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from capture.dump.reconcile import apply, reconcile_table
 from capture.events import Change, Lsn, Op
+from capture.status import collect, render
 from spark_apps.merge import run_merge
+from tests.integration.postgres.conftest import make_pg_capture, pg_database  # noqa: F401 - fixtures
+from tests.integration.postgres.dumping import table_state, wait_until_landed
 from tests.spark.landing import DOCS, Landing
 from tests.spark.merging import changelog_replay, iceberg_state
 
@@ -59,3 +64,109 @@ def test_a_window_update_without_the_toasted_value_keeps_the_chunks_copy(spark, 
     assert (stats.dropped_by_window, stats.dropped_by_visibility) == (5, 1)
     assert iceberg_state(spark, "logtide.toast_window.db__docs") == expected
     assert changelog_replay(spark, "logtide.toast_window.db__docs__changelog") == expected
+
+
+def test_a_key_change_takes_the_toasted_value_from_a_chunk_row_of_the_old_key(spark, catalogs, tmp_path):
+    """A key change's create that leaves the body out (PostgreSQL, REPLICA IDENTITY DEFAULT) gets it from
+    the old key's chunk row of the same run: one placed at HIGH before the key change, and ones the
+    key change itself dropped (in the chunk's window, or committed before LOW but hidden from its
+    snapshot), which were read before it. No row of these keys is in the target or the log before."""
+    landing = Landing(tmp_path, catalogs, "toast_moved")
+    commit, mark = landing.commit, landing.mark
+    d, c = Op.DELETE, Op.CREATE
+    key_only, no_body = ("title", "body"), ("body",)
+    commit(100, DOCS, Change(Lsn(100), c, None, (9, "other", "x")))  # a target to MERGE into
+    run_merge(spark, landing.config, "src")
+
+    def move(major: int, old: int, new: int, title: str, xid: int | None = None) -> None:
+        delete = Change(Lsn(major, 0), d, (old, None, None), None, key_only)
+        commit(major, DOCS, delete, Change(Lsn(major, 1), c, None, (new, title, None), no_body), xid=xid)
+
+    move(106, 3, 4, "t3")  # committed before LOW, invisible to the chunk's snapshot (xmax 106)
+    mark(110, "LOW", "low-1")
+    move(120, 7, 8, "t7")  # in the window, after the chunk read 7
+    landing.chunk(
+        [(3, "t3", "big3"), (5, "t5", "big5"), (7, "t7", "big7"), (9, "other", "x")],
+        read_view={"snapshot": "100:106:", "before_low": Lsn(105).encode()},
+    )
+    mark(130, "HIGH", "high-1")
+    move(140, 5, 6, "t5")  # after HIGH: 5's chunk row is at HIGH
+    (report,) = run_merge(spark, landing.config, "src")["tables"]
+
+    expected = {
+        (4,): {"id": 4, "title": "t3", "body": "big3"},
+        (6,): {"id": 6, "title": "t5", "body": "big5"},
+        (8,): {"id": 8, "title": "t7", "body": "big7"},
+        (9,): {"id": 9, "title": "other", "body": "x"},
+    }
+    stream, stats = reconcile_table(landing.zone, "db", "docs")
+    assert {k: dict(v) for k, v in apply(stream).items()} == expected and stats.unknown_values == []
+    assert iceberg_state(spark, "logtide.toast_moved.db__docs") == expected
+    assert changelog_replay(spark, "logtide.toast_moved.db__docs__changelog") == expected
+    assert (report["key_changes_completed"], report["unknown_values"]) == (3, 0)
+
+
+# -- a primary-key change of a row whose TOASTed value it leaves alone (real PostgreSQL) ----------
+
+BODY = "(SELECT string_agg(md5(random()::text), '') FROM generate_series(1, 1000))"  # 32,000 characters
+
+
+def test_a_key_change_keeps_the_toasted_value_the_new_key_arrives_without(postgres, spark, catalogs, caplog, request):
+    """Under REPLICA IDENTITY DEFAULT, `UPDATE ... SET id = new` arrives as a delete of the old key and
+    a create of the new one without the unchanged out-of-line value (`_missing`). The merge completes
+    it from the old key's state: (a) the target's stored row, (b) the row inserted earlier in the same
+    run, (c) a chain of key changes in one run; (d) where nothing holds it (written before capture
+    started, never dumped) the merge writes NULL and says so: a warning, the report, `logtide status`."""
+    db, make = request.getfixturevalue("pg_database"), request.getfixturevalue("make_pg_capture")
+    postgres.execute(
+        "CREATE TABLE docs (id int PRIMARY KEY, title text, body text)",
+        "ALTER TABLE docs ALTER COLUMN body SET STORAGE EXTERNAL",  # out of line, uncompressed
+        f"INSERT INTO docs VALUES (31, 't31', {BODY})",  # (d) history only the database holds
+        database=db,
+    )
+    capture = make(["public.docs"]).start()
+    capture.wait_running()
+    config = capture.config.model_copy(
+        update={"merge": catalogs["hadoop"].model_copy(update={"namespace": f"toast_{db}"})}
+    )
+    target = f"`logtide`.`toast_{db}`.`public__docs`"
+    postgres.execute(f"INSERT INTO docs VALUES (1, 't1', {BODY}), (21, 't21', {BODY})", database=db)
+    wait_until_landed(postgres, db, capture)
+    run_merge(spark, config, "src")
+    history = dict(table_state(postgres, db, "docs")[(31,)])
+
+    postgres.execute(
+        "UPDATE docs SET id = 2 WHERE id = 1",  # (a) the value is in the target
+        f"INSERT INTO docs VALUES (11, 't11', {BODY})",
+        "UPDATE docs SET id = 12 WHERE id = 11",  # (b) ... in this run's insert
+        "UPDATE docs SET id = 22 WHERE id = 21",  # (c) ... through a chain
+        "UPDATE docs SET id = 23, title = 't23' WHERE id = 22",
+        "UPDATE docs SET id = 32 WHERE id = 31",  # (d) nowhere
+        database=db,
+    )
+    wait_until_landed(postgres, db, capture)
+    created = [e for e in capture.events("public", "docs") if e["_op"] == "c" and e["_missing"]]
+    assert [(e["after"]["id"], e["after"]["body"], e["_missing"]) for e in created] == [
+        (k, None, ["body"]) for k in (2, 12, 22, 23, 32)
+    ]  # the new keys arrive without the body
+    caplog.set_level(logging.INFO, logger="logtide.merge")
+    (report,) = run_merge(spark, config, "src")["tables"]
+
+    source = {k: dict(v) for k, v in table_state(postgres, db, "docs").items()}
+    assert sorted(source) == [(2,), (12,), (23,), (32,)]
+    want = {**source, (32,): {**source[(32,)], "body": None}}  # (d): unknowable, NULL and reported
+    assert iceberg_state(spark, target) == want
+    assert changelog_replay(spark, target[:-1] + "__changelog`") == want
+    stream, stats = reconcile_table(capture.zone, "public", "docs")
+    assert {k: dict(v) for k, v in apply(stream).items()} == want
+    assert [(u.key, u.column) for u in stats.unknown_values] == [((32,), "body")]
+    stream, stats = reconcile_table(capture.zone, "public", "docs", stored={(31,): history})  # as a target held it
+    assert {k: dict(v) for k, v in apply(stream).items()} == source and stats.unknown_values == []
+
+    assert report["unknown_values"] == 1
+    warned = [r.fields for r in caplog.records if getattr(r, "event", None) == "merge.value_unknown"]
+    assert [(w["table"], w["key"], w["column"]) for w in warned] == [("public.docs", "[32]", "body")]
+    (status,) = collect(config, ["src"])[0]["targets"]
+    assert status["unknown_values"] == 1 and status["unknown_sample"][0]["key"] == [32]
+    assert "1 value unknown after key changes" in render(collect(config, ["src"]))
+    capture.stop()
