@@ -137,6 +137,8 @@ def _status(config: LogtideConfig, args: argparse.Namespace) -> int:
 
 
 def _events(config: LogtideConfig, args: argparse.Namespace) -> int:
+    from capture.events import lsn_text
+
     config.source(args.source)
     zone = LandingZone(config.landing.path, args.source)
     schema, _, table = args.table.partition(".")
@@ -148,7 +150,7 @@ def _events(config: LogtideConfig, args: argparse.Namespace) -> int:
         print(
             json.dumps(
                 {
-                    "lsn": int(row["_lsn"]),
+                    "lsn": lsn_text(row["_lsn"]),
                     "op": row["_op"],
                     "txid": row["_txid"],
                     "commit_ts": row["_commit_ts"],

@@ -11,6 +11,9 @@ Per source:
   table's metadata JSON: Hadoop catalog via version-hint.text, JDBC catalog via its
   `iceberg_tables` row) and how many landed events of the table lie past it.
 
+Frontiers (`frontier`, `applied`, `landed`) are decimal text in the report, as everywhere an LSN
+leaves a process (`capture.events.lsn_text`).
+
 Each part fails on its own: an unreachable database, ZooKeeper or catalog is reported in its
 place and the rest is still shown.
 """
@@ -34,6 +37,7 @@ from capture.config import LogtideConfig, MergeConfig, SourceConfig
 from capture.coordination.claims import LocalClaims
 from capture.dump.progress import dump_dir
 from capture.dump.record import RECORD, read_record
+from capture.events import lsn_text
 from capture.landing import LandingZone
 from capture.landing.checkpoint import Checkpoint
 from capture.landing.files import parse_segment_name
@@ -55,7 +59,7 @@ def source_status(config: LogtideConfig, name: str) -> dict[str, Any]:
         "source": name,
         "kind": source.kind,
         "landing": str(zone.root),
-        "frontier": checkpoint.frontier.encode() if checkpoint else None,
+        "frontier": lsn_text(checkpoint.frontier.encode()) if checkpoint else None,  # text: see lsn_text
         "position": checkpoint.resume if checkpoint else None,
         "checkpoint_at": checkpoint.updated_at.isoformat() if checkpoint else None,
         "epoch": checkpoint.epoch if checkpoint else None,
@@ -274,9 +278,9 @@ def targets_status(
             entry.update(applied=None, note="not merged yet")
         else:
             applied = applied_frontier(metadata)
-            entry["applied"] = applied
+            entry["applied"] = lsn_text(applied)
             if landed is not None:
-                entry["landed"] = landed
+                entry["landed"] = lsn_text(landed)
                 entry["events_behind"] = events_past(zone, schema, table, applied)
         found.append(entry)
     return found

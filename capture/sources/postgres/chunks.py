@@ -35,7 +35,7 @@ import pyarrow.csv as pacsv
 
 from capture.config import SourceConfig
 from capture.errors import DumpInputError
-from capture.events import Lsn, Row, TableSchema
+from capture.events import Lsn, Row, TableSchema, lsn_text
 from capture.log import get_logger
 from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE, Watermark, check_watermark_columns
 from capture.sources.postgres.catalog import DESCRIBE_SQL, TypeCatalog, base_tables, described, relation_oid
@@ -218,7 +218,7 @@ class PostgresChunkSource:
         """The last chunk's snapshot and the WAL position just before its LOW watermark."""
         if self.last_snapshot is None:
             return None
-        return {"snapshot": self.last_snapshot, "before_low": Lsn(self._before_low).encode()}
+        return {"snapshot": self.last_snapshot, "before_low": lsn_text(Lsn(self._before_low).encode())}
 
     def close(self) -> None:
         self._conn.close()
