@@ -203,3 +203,12 @@ def test_bad_merge_params_are_refused_with_the_reason(airflow_ready, mariadb, da
     [error] = [e["error"] for e in events.named("merge.refused")]
     assert error.startswith(f"table {database}.missing has nothing in the landing zone of source src")
     assert error.endswith(f"tables there: {database}.present")
+
+    with recorded_events() as events:  # a conf key that is no param fails the run before any merge
+        run = load_dag("logtide_merge").test(run_conf={"source": "src", "table": f"{database}.present"})
+    states = task_states("logtide_merge", run.run_id)
+    assert run.state == "failed" and states[("merge_src", -1)] == "upstream_failed", states
+    refusal = events.named("airflow.conf_refused")[0]
+    assert (refusal["unknown"], refusal["known"]) == ("table", "source,tables")
+    assert refusal["error"].startswith("unknown param(s) in the run's conf: table; the params of logtide_merge are")
+    assert not list((tmp_path / "warehouse").glob("*"))  # nothing merged
