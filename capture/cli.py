@@ -51,10 +51,10 @@ def _dump_request(args: argparse.Namespace, config: LogtideConfig) -> Any:
             raise DumpInputError(f"{what} must be JSON, e.g. '[1, 2]' or '[[1, \"a\"]]': got {text!r}") from None
 
     defaults = config.source(args.source).dump
-    settings = {
-        "chunk_size": args.chunk_size or defaults.chunk_size,
+    settings = {  # an option given is checked as given: 0 is refused, not read as "the default"
+        "chunk_size": defaults.chunk_size if args.chunk_size is None else args.chunk_size,
         "delay_s": defaults.delay_s if args.delay is None else args.delay,
-        "max_rows_per_s": args.max_rows_per_s or defaults.max_rows_per_s,
+        "max_rows_per_s": defaults.max_rows_per_s if args.max_rows_per_s is None else args.max_rows_per_s,
     }
     fields = {
         "tables": args.table or [],
@@ -137,6 +137,8 @@ def _status(config: LogtideConfig, args: argparse.Namespace) -> int:
 
 
 def _events(config: LogtideConfig, args: argparse.Namespace) -> int:
+    from capture.events import lsn_text
+
     config.source(args.source)
     zone = LandingZone(config.landing.path, args.source)
     schema, _, table = args.table.partition(".")
@@ -148,7 +150,7 @@ def _events(config: LogtideConfig, args: argparse.Namespace) -> int:
         print(
             json.dumps(
                 {
-                    "lsn": int(row["_lsn"]),
+                    "lsn": lsn_text(row["_lsn"]),
                     "op": row["_op"],
                     "txid": row["_txid"],
                     "commit_ts": row["_commit_ts"],

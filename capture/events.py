@@ -44,6 +44,15 @@ class Lsn(NamedTuple):
 LSN_ARROW_TYPE = pa.decimal128(38, 0)
 
 
+def lsn_text(value: int | None) -> str | None:
+    """An encoded LSN as it leaves the process (XCom, Asset event extras, JSON output): decimal text.
+
+    Encoded LSNs pass 2**64 (MariaDB's binlog.000001 already gives 18446744073709551616 and up),
+    which Airflow's XCom serializer refuses and JSON readers that hold numbers as int64 or float64
+    (JavaScript, jq, the UI) refuse or round. Readers take it back with `int(text)`."""
+    return None if value is None else str(int(value))
+
+
 class Op(StrEnum):
     CREATE = "c"
     UPDATE = "u"

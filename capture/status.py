@@ -13,6 +13,9 @@ Per source:
   PostgreSQL key changes left out that the merge could not complete (`logtide.unknown-values`,
   NULL in the target until a dump repairs them).
 
+Frontiers (`frontier`, `applied`, `landed`) are decimal text in the report, as everywhere an LSN
+leaves a process (`capture.events.lsn_text`).
+
 Each part fails on its own: an unreachable database, ZooKeeper or catalog is reported in its
 place and the rest is still shown.
 """
@@ -36,6 +39,7 @@ from capture.config import LogtideConfig, MergeConfig, SourceConfig
 from capture.coordination.claims import LocalClaims
 from capture.dump.progress import dump_dir
 from capture.dump.record import RECORD, read_record
+from capture.events import lsn_text
 from capture.landing import LandingZone
 from capture.landing.checkpoint import Checkpoint
 from capture.landing.files import parse_segment_name
@@ -58,7 +62,7 @@ def source_status(config: LogtideConfig, name: str) -> dict[str, Any]:
         "source": name,
         "kind": source.kind,
         "landing": str(zone.root),
-        "frontier": checkpoint.frontier.encode() if checkpoint else None,
+        "frontier": lsn_text(checkpoint.frontier.encode()) if checkpoint else None,  # text: see lsn_text
         "position": checkpoint.resume if checkpoint else None,
         "checkpoint_at": checkpoint.updated_at.isoformat() if checkpoint else None,
         "epoch": checkpoint.epoch if checkpoint else None,
@@ -277,13 +281,13 @@ def targets_status(
             entry.update(applied=None, note="not merged yet")
         else:
             applied = applied_frontier(metadata)
-            entry["applied"] = applied
+            entry["applied"] = lsn_text(applied)
             unknown = recorded(metadata, UNKNOWN_VALUES)
             if unknown is not None:
                 entry["unknown_values"] = int(unknown)
                 entry["unknown_sample"] = json.loads(recorded(metadata, UNKNOWN_SAMPLE) or "[]")
             if landed is not None:
-                entry["landed"] = landed
+                entry["landed"] = lsn_text(landed)
                 entry["events_behind"] = events_past(zone, schema, table, applied)
         found.append(entry)
     return found

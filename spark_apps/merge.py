@@ -63,6 +63,7 @@ from capture.config import LogtideConfig, MergeConfig, load_config  # noqa: E402
 from capture.dump.key_changes import Unknown  # noqa: E402
 from capture.dump.keys import encode_key  # noqa: E402
 from capture.errors import LogtideError, WatermarkError  # noqa: E402
+from capture.events import lsn_text  # noqa: E402
 from capture.landing import LandingZone  # noqa: E402
 from capture.landing.chunks import META_KEY, ChunkMeta  # noqa: E402
 from capture.landing.files import parse_segment_name  # noqa: E402
@@ -661,7 +662,9 @@ class TableMerge:
             a_target = applied_frontier(spark, self.target) if table_exists(spark, self.target) else 0
             a_changelog = applied_frontier(spark, self.changelog) if table_exists(spark, self.changelog) else 0
             a = min(a_target, a_changelog)
-            self.report.update(applied_before=a_target, changelog_applied_before=a_changelog, frontier=F)
+            self.report.update(  # LSNs as text: the report crosses into XCom and JSON readers
+                applied_before=lsn_text(a_target), changelog_applied_before=lsn_text(a_changelog), frontier=lsn_text(F)
+            )
             if a >= F:
                 self.report["skipped"] = "up to date"
                 return
@@ -1302,7 +1305,7 @@ def run_merge(
         reports.append(TableMerge(ctx, schema, table).run())
     seconds = round(time.monotonic() - began, 3)
     log.info("merge.finished", source=source, frontier=frontier, tables=len(reports), seconds=seconds)
-    return {"source": source, "frontier": frontier, "seconds": seconds, "tables": reports}
+    return {"source": source, "frontier": lsn_text(frontier), "seconds": seconds, "tables": reports}
 
 
 def main(argv: list[str] | None = None) -> int:

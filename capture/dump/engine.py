@@ -13,9 +13,10 @@ Per chunk of one table, in key order:
      column dropped under it);
   7. record progress, log one line, throttle.
 Refusals happen before anything is written: unknown tables, tables without a usable key,
-keys of the wrong arity or type, a table another dump is dumping (the engine claims every table
-of the request first, all or nothing, and checks the claim before each chunk; see
-capture.coordination.claims). A rerun with the same dump id resumes after the last
+keys of the wrong arity or type, a key range whose start comes after its end (compared by the
+database, in the key columns' types and collations), a table another dump is dumping (the
+engine claims every table of the request first, all or nothing, and checks the claim before
+each chunk; see capture.coordination.claims). A rerun with the same dump id resumes after the last
 finished chunk; a chunk whose HIGH never committed is redone with new watermark ids.
 """
 
@@ -141,6 +142,12 @@ class DumpEngine:
                 keys = list(dict.fromkeys(coerce_key(described, k) for k in request.keys))
             start = None if request.key_from is None else coerce_key(described, request.key_from)
             stop = None if request.key_to is None else coerce_key(described, request.key_to)
+            if start is not None and stop is not None and self.source.key_after(described, start, stop):
+                raise DumpInputError(
+                    f"key range of {name} is empty: key_from {json.dumps(request.key_from)} comes after key_to "
+                    f"{json.dumps(request.key_to)} in the table's key order ({', '.join(described.key)}, as the "
+                    "database compares them); give the lower key as key_from (--from)"
+                )
             plans.append(_Plan(described, keys, start, stop))
         return plans
 

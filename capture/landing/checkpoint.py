@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from capture.errors import LandingZoneError
-from capture.events import Lsn
+from capture.events import Lsn, lsn_text
 from capture.landing.files import write_json_atomic
 
 FORMAT_VERSION = 1
@@ -29,7 +29,7 @@ class Checkpoint:
     def to_json(self) -> dict[str, Any]:
         data = {
             "version": FORMAT_VERSION,
-            "frontier": self.frontier.encode(),
+            "frontier": lsn_text(self.frontier.encode()),  # text, as every LSN outside a process; ints still read
             "frontier_major": self.frontier.major,
             "frontier_minor": self.frontier.minor,
             "resume": self.resume,

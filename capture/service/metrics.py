@@ -22,7 +22,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from capture.events import Lsn
+from capture.events import Lsn, lsn_text
 
 
 class CaptureMetrics:
@@ -108,7 +108,7 @@ class CaptureMetrics:
         self.total_events += events
         self.commits.inc()
         self.last_commit.set(commit_ts)
-        self.state["frontier"] = frontier.encode()
+        self.state["frontier"] = lsn_text(frontier.encode())  # /health JSON: text, as every LSN that leaves
         self.state["position"] = dict(position)
         self._rate_events += events
         self._tick()

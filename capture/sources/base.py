@@ -100,6 +100,10 @@ class ChunkSource(Protocol):
 
     def select_keys(self, table: TableSchema, keys: list[Row]) -> pa.StructArray: ...
 
+    def key_after(self, table: TableSchema, key: Row, other: Row) -> bool:
+        """Whether the database orders `key` after `other` in `table`'s key order (the key
+        columns' types and collations), without reading a row."""
+
     def read_view(self) -> dict[str, Any] | None:
         """What the last chunk read could see, when the log's order alone does not say it
         (PostgreSQL: the snapshot, since visibility can trail the WAL); stored with the chunk

@@ -4,12 +4,13 @@
     plan_<source>  ->  dump_<source> (mapped: one task instance per table, pool logtide_<source>)  ->  summary
                                         dump_<source>  ->  landed_<source>  ->  merge_<source>
 
-- `plan_<source>` skips unless the run's `source` param names its source. It checks the whole
-  request against the source (unknown tables, tables without a usable key, key arity and type,
-  keys for more than one table) before any watermark is written, names the dump after the DAG
-  run (so a retry or a cleared task resumes it), and returns the operator arguments of each
-  table: the checked request, passed on as data (no templates, which would turn the string key
-  "100" into a number).
+- `plan_<source>` first fails the run on a conf key that is no param (`conf.refuse_unknown_conf`),
+  then skips unless the run's `source` param names its source. It checks the whole request
+  against the source (unknown tables, tables without a usable key, key arity and type, keys for
+  more than one table, a key range whose start comes after its end) before any watermark is
+  written, names the dump after the DAG run (so a retry or a cleared task resumes it), and
+  returns the operator arguments of each table: the checked request, passed on as data (no
+  templates, which would turn the string key "100" into a number).
 - `dump_<source>` runs `LogtideDumpOperator` (`expand_kwargs`), one table per task instance.
 - `summary` logs one line with the totals and returns them for XCom.
 - Then, unless the param `merge` is false: `landed_<source>` waits until capture has landed the
@@ -42,6 +43,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 from capture.config import CONFIG_ENV, LogtideConfig, load_config
 from capture.errors import LogtideError, SourceConnectionError
 from capture.log import get_logger
+from logtide_airflow.conf import refuse_unknown_conf
 from logtide_airflow.control import control_variable
 from logtide_airflow.hooks import LogtideHook
 from logtide_airflow.merge_dag import add_dump_merge
@@ -49,8 +51,11 @@ from logtide_airflow.operators import LogtideDumpOperator, build_request, dump_i
 
 log = get_logger(__name__)
 
-_SCALAR_KEY = {"type": ["string", "integer", "number"]}
-_KEY = {"anyOf": [_SCALAR_KEY, {"type": "array", "minItems": 1, "items": _SCALAR_KEY}]}
+# A key: a scalar, or a list of scalars for a composite key. Written as one schema with a `type`
+# list (not anyOf), because the trigger form picks its input by `type`: a list of several types
+# gets a text box that reads JSON (`100`, `[100, "a"]`) and keeps other text as a string.
+_SCALARS = ["integer", "number", "string"]
+_KEY = {"type": [*_SCALARS, "array"], "minItems": 1, "items": {"type": _SCALARS}}
 
 
 def pool_name(source: str) -> str:
@@ -83,28 +88,45 @@ def parse_time_config(dag_file: str) -> LogtideConfig | None:
 
 
 def dump_params(sources: Sequence[str], source_default: str | None = None, tables: Sequence[str] = ()) -> dict:
-    """The trigger form. Types and ranges are checked when a run is triggered."""
-    source = {"type": "string", "enum": list(sources), "description": "Logtide source (a name under `sources:`)"}
+    """The trigger form. Types and ranges are checked when a run is triggered. A configuration
+    with one source has it preselected; with several the form asks which."""
+    sources = list(sources)
+    if source_default is None and len(sources) == 1:
+        source_default = sources[0]
+    source = {"type": "string", "enum": sources, "description": "Logtide source (a name under `sources:`)"}
     return {
-        # no default: the trigger form asks for it
         "source": Param(**source) if source_default is None else Param(source_default, **source),
         "tables": Param(
             list(tables),
-            type="array",
+            type=["null", "array"],
             items={"type": "string", "pattern": r"^[^.\s]+\.[^.\s]+$"},
             uniqueItems=True,
-            description="Tables as 'database.table'; empty: every captured table",
+            description="Tables as database.table, one per line; empty: every captured table",
         ),
         "keys": Param(
             None,
             type=["null", "array"],
             minItems=1,
             items=_KEY,
-            description='Primary keys to dump (one table only), e.g. [1, 5] or [[1, "a"], [2, "b"]] '
-            "for a composite key; keys not found are reported and deleted from the target by the merge",
+            description='Primary keys to dump, one table only, as a JSON list: [17, 42], ["a1", "b7"], or '
+            '[[1, "a"], [2, "b"]] for a composite key; keys not found are reported and deleted from the target by '
+            "the merge",
         ),
-        "key_from": Param(None, anyOf=[{"type": "null"}, *_KEY["anyOf"]], description="Key range start, inclusive"),
-        "key_to": Param(None, anyOf=[{"type": "null"}, *_KEY["anyOf"]], description="Key range end, inclusive"),
+        "key_from": Param(
+            None,
+            type=["null", *_KEY["type"]],
+            minItems=1,
+            items=_KEY["items"],
+            description='Key range start, inclusive (one table only): 100, "abc", or [100, "a"] for a composite key; '
+            "JSON, other text is taken as a string",
+        ),
+        "key_to": Param(
+            None,
+            type=["null", *_KEY["type"]],
+            minItems=1,
+            items=_KEY["items"],
+            description="Key range end, inclusive, written as key_from; it must not come before key_from",
+        ),
         "chunk_size": Param(
             None, type=["null", "integer"], minimum=1, maximum=1_000_000, description="Rows per chunk; null: config"
         ),
@@ -134,6 +156,8 @@ def build_dump_dag(
 ) -> DAG:
     sources = list(sources)
     dump_task_ids = [f"dump_{s}" for s in sources]
+    params = dump_params(sources, source_default, tables)
+    known = list(params)
 
     def dump_id_of(run_id: str) -> str:
         return dump_id_for_run(run_id, dump_id_prefix)
@@ -144,7 +168,7 @@ def build_dump_dag(
         schedule=schedule,
         start_date=datetime(2024, 1, 1, tzinfo=UTC),
         catchup=False,
-        params=dump_params(sources, source_default, tables),
+        params=params,
         default_args={"retries": 2, "retry_delay": timedelta(seconds=30)},
         tags=["logtide"],
         doc_md=__doc__,
@@ -152,8 +176,11 @@ def build_dump_dag(
 
         def plan_for(source: str) -> Any:
             @task(task_id=f"plan_{source}")
-            def plan_dump(params: dict[str, Any] | None = None, run_id: str | None = None) -> list[dict]:
+            def plan_dump(
+                params: dict[str, Any] | None = None, run_id: str | None = None, dag_run: Any = None
+            ) -> list[dict]:
                 assert params is not None and run_id is not None
+                refuse_unknown_conf(dag_id, dag_run.conf if dag_run is not None else None, known)
                 if params["source"] != source:
                     raise AirflowSkipException(f"this run dumps source {params['source']!r}")
                 dump_id = dump_id_of(run_id)

@@ -34,6 +34,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowNotFoundExceptio
 
 from capture.config import LogtideConfig, MergeConfig, load_config
 from capture.errors import LogtideError
+from capture.events import lsn_text
 from capture.landing import LandingZone
 from capture.landing.chunks import read_chunk_meta
 from capture.landing.files import parse_segment_name
@@ -151,7 +152,7 @@ def wait_for_high_watermarks(
         time.sleep(poll_s)
     waited = round(time.monotonic() - began, 3)
     result = {
-        name: {"chunk": meta.chunk, "high_lsn": found[meta.high_id], "frontier": marks.frontier}
+        name: {"chunk": meta.chunk, "high_lsn": lsn_text(found[meta.high_id]), "frontier": lsn_text(marks.frontier)}
         for name, meta in chunks.items()
     }
     for name, seen in result.items():
@@ -278,8 +279,10 @@ class LogtideMergeOperator(SparkSubmitOperator):
         else:
             reports = [r for r in summary.get("tables", []) if "skipped" not in r]
         for report in reports:
-            extra = {"source": str(self.source), "table": report["table"]}
-            for key in ("frontier", "added_records", "deleted_records", "total_records"):
+            extra: dict[str, Any] = {"source": str(self.source), "table": report["table"]}
+            if report.get("frontier") is not None:
+                extra["frontier"] = lsn_text(int(report["frontier"]))  # past 2**64: text, as the report has it
+            for key in ("added_records", "deleted_records", "total_records"):
                 if key in report:
                     extra[key] = int(report[key])
             uri = table_asset_uri(merge, str(self.source), report["table"])

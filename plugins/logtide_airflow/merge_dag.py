@@ -5,9 +5,10 @@ the configuration:
 
     plan_<source>  ->  merge_<source> (LogtideMergeOperator: spark-submit of spark_apps/merge.py)
 
-`plan_<source>` skips unless the run's `source` param is null (every source) or names its
-source, and checks the `tables` param against the landing zone (a table with nothing landed is
-refused with the tables that are there); empty `tables`: every table that landed.
+`plan_<source>` fails the run on a conf key that is no param, skips unless the run's `source`
+param is null (every source) or names its source, and checks the `tables` param against the
+landing zone (a table with nothing landed is refused with the tables that are there); empty
+`tables`: every table that landed.
 
 The dump DAGs (`dag_factory.build_dump_dag`) end with, per source:
 
@@ -29,6 +30,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 from capture.errors import LogtideError
 from capture.landing import LandingZone
 from capture.log import get_logger
+from logtide_airflow.conf import refuse_unknown_conf
 from logtide_airflow.merge import LogtideMergeOperator, check_tables, merge_config, wait_for_high_watermarks
 
 log = get_logger(__name__)
@@ -45,7 +47,7 @@ def merge_params(sources: Sequence[str]) -> dict[str, Param]:
         ),
         "tables": Param(
             [],
-            type="array",
+            type=["null", "array"],
             items={"type": "string", "pattern": r"^[^.\s]+\.[^.\s]+$"},
             uniqueItems=True,
             description="Tables as 'database.table' (needs a source); empty: every table that landed",
@@ -55,6 +57,7 @@ def merge_params(sources: Sequence[str]) -> dict[str, Param]:
 
 def build_merge_dag(dag_id: str, sources: Sequence[str], *, schedule: str | None = None) -> DAG:
     sources = list(sources)
+    params = merge_params(sources)
     with DAG(
         dag_id=dag_id,
         description="Logtide: merge the landing zone (log events, dump chunks) into Apache Iceberg with Spark",
@@ -62,21 +65,22 @@ def build_merge_dag(dag_id: str, sources: Sequence[str], *, schedule: str | None
         start_date=datetime(2024, 1, 1, tzinfo=UTC),
         catchup=False,
         max_active_runs=1,  # two merges of one source at once would both append to its changelog
-        params=merge_params(sources),
+        params=params,
         default_args={"retries": 1, "retry_delay": timedelta(seconds=60)},
         tags=["logtide"],
         doc_md=__doc__,
     ) as dag:
         for source in sources:
-            planned = _plan_task(source, len(sources))()
+            planned = _plan_task(dag_id, list(params), source, len(sources))()
             LogtideMergeOperator(task_id=f"merge_{source}", source=source, tables=planned)
     return dag
 
 
-def _plan_task(source: str, source_count: int) -> Any:
+def _plan_task(dag_id: str, known: list[str], source: str, source_count: int) -> Any:
     @task(task_id=f"plan_{source}")
-    def plan_merge(params: dict[str, Any] | None = None) -> list[str]:
+    def plan_merge(params: dict[str, Any] | None = None, dag_run: Any = None) -> list[str]:
         assert params is not None
+        refuse_unknown_conf(dag_id, dag_run.conf if dag_run is not None else None, known)
         chosen, tables = params["source"], list(params["tables"] or [])
         if chosen is not None and chosen != source:
             raise AirflowSkipException(f"this run merges source {chosen!r}")

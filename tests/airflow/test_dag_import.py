@@ -20,6 +20,8 @@ def test_dag_files_import_without_errors(airflow_ready):
     assert sorted(bag.dag_ids) == ["logtide_backfill_nightly", "logtide_dump", "logtide_merge"]
 
     dump = bag.get_dag("logtide_dump")
+    from airflow.sdk.definitions._internal.types import NOTSET
+
     assert dump.schedule is None and dump.catchup is False
     assert {t.task_id: t.pool for t in dump.tasks if t.task_id.startswith("dump_")} == {
         "dump_nightly": "logtide_nightly",
@@ -37,6 +39,7 @@ def test_dag_files_import_without_errors(airflow_ready):
         "summary": [],
     }
     assert "source" in dump.params and dump.params.get_param("source").schema["enum"] == ["nightly", "src"]
+    assert dump.params.get_param("source").value is NOTSET  # two sources: the form asks
 
     from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
     from airflow.sdk import AssetAlias
@@ -60,6 +63,26 @@ def test_dag_files_import_without_errors(airflow_ready):
     assert [t.pool for t in backfill.tasks if t.task_id.startswith("dump_")] == ["logtide_nightly"]
     assert backfill.params["source"] == "nightly"
     assert backfill.params["tables"] == ["shop.orders"]
+
+
+def test_the_trigger_form_marks_optional_fields_optional_and_preselects_a_single_source(airflow_ready):
+    """What the Airflow UI builds its form from: a field is required unless its type admits null,
+    and an array whose items have no single type other than string gets a JSON editor rather than
+    one string per line (screenshots of the form: tests/airflow/test_live.py)."""
+    from airflow.sdk.definitions._internal.types import NOTSET
+
+    from logtide_airflow.dag_factory import dump_params
+
+    params = dump_params(["shop"])
+    assert params["source"].value == "shop" and dump_params(["a", "b"])["source"].value is NOTSET
+    for name in ("tables", "keys", "key_from", "key_to", "chunk_size", "delay_s", "max_rows_per_s"):
+        assert "null" in params[name].schema["type"], name
+    assert params["tables"].schema["items"]["type"] == "string"  # tables: one per line
+    assert isinstance(params["keys"].schema["items"]["type"], list)  # keys: JSON, typed as written
+    good = {"source": "shop", "keys": [17, 42], "key_from": [100, "a"], "key_to": "abc"}
+    for name, value in good.items():
+        assert params[name].resolve(value) == value
+    assert params["key_from"].resolve(100) == 100
 
 
 def test_the_plugin_loader_leaves_the_package_to_the_dag_files(airflow_ready):

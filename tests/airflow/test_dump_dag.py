@@ -89,7 +89,8 @@ def test_invalid_params_are_refused_when_the_run_is_triggered(airflow_ready):
         ({"source": "src", "tables": ["no_database"]}, "'no_database' does not match"),
         ({"source": "src", "delay_s": -1}, "-1 is less than the minimum of 0"),
         ({"source": "src", "max_rows_per_s": 0}, "less than or equal to the minimum of 0"),
-        ({"source": "src", "keys": [{"id": 1}]}, "is not valid under any of the given schemas"),
+        ({"source": "src", "keys": [{"id": 1}]}, "{'id': 1} is not of type 'integer', 'number', 'string', 'array'"),
+        ({"source": "src", "key_from": {"id": 1}}, "is not of type 'null', 'integer', 'number', 'string', 'array'"),
         ({"source": "elsewhere"}, "'elsewhere' is not one of ['nightly', 'src']"),
         ({"tables": []}, "param source: No value passed"),
     ]:
@@ -109,6 +110,7 @@ def test_unknown_table_fails_the_plan_and_writes_nothing(airflow_ready, mariadb,
         ({"tables": [f"{database}.present"], "keys": [[1, 2]]}, "has 2 value(s)"),
         ({"tables": [f"{database}.present"], "keys": ["one"]}, "key value 'one' for column 'id' is not an integer"),
         ({"tables": [], "keys": [1]}, "primary keys or a key range need exactly one table"),
+        ({"tables": [f"{database}.present"], "key_from": 300, "key_to": 100}, "key_from 300 comes after key_to 100"),
     ]
     dump_ids = []
     for conf, message in cases:
@@ -127,6 +129,25 @@ def test_unknown_table_fails_the_plan_and_writes_nothing(airflow_ready, mariadb,
         if cur.fetchone()[0]:
             cur.execute("SELECT dump_id FROM logtide.watermarks")
             assert not {row[0] for row in cur.fetchall()} & set(dump_ids)
+
+
+def test_an_unknown_conf_key_fails_the_run_at_once_naming_it(airflow_ready, mariadb, database, make_capture):
+    mariadb.execute("CREATE TABLE present (id INT PRIMARY KEY)", database=database)
+    capture = make_capture([f"{database}.*"])
+    set_variable("logtide_config_path", str(capture.config_path))
+    with recorded_events() as events:  # a typo of chunk_size: ignored until now, a full dump ran at the default
+        run = load_dag("logtide_dump").test(
+            run_conf={"source": "src", "tables": [f"{database}.present"], "chunksize": 5}
+        )
+    states = task_states("logtide_dump", run.run_id)
+    assert run.state == "failed"
+    assert states[("plan_src", -1)] == states[("plan_nightly", -1)] == "failed", states
+    assert states[("dump_src", -1)] == states[("summary", -1)] == "upstream_failed"
+    [refusal] = events.named("airflow.conf_refused")[:1]
+    assert refusal["unknown"] == "chunksize" and "chunk_size" in refusal["known"].split(",")
+    message = "unknown param(s) in the run's conf: chunksize; the params of logtide_dump are source, tables, keys"
+    assert refusal["error"].startswith(message)
+    assert not (capture.zone.root / "dumps").exists() and not (capture.zone.root / "chunks").exists()
 
 
 def test_pause_and_resume_through_the_control_variables(airflow_ready, mariadb, database, make_capture):

@@ -118,7 +118,7 @@ def test_a_dump_ends_with_a_merge_and_logtide_merge_runs_on_demand(
     landed = {e["table"]: e for e in events.named("merge.dump_landed")}
     assert sorted(landed) == sorted(names)
     for name in names:  # the merge applied everything up to past each table's last HIGH watermark
-        assert landed[name]["high_lsn"] < landed[name]["frontier"] <= report["frontier"]
+        assert int(landed[name]["high_lsn"]) < int(landed[name]["frontier"]) <= int(report["frontier"])
         assert merged[name]["chunks"] == landed[name]["chunk"] >= 11  # every chunk of the dump, the last too
 
     with iceberg(config) as spark:
@@ -150,7 +150,7 @@ def test_a_dump_ends_with_a_merge_and_logtide_merge_runs_on_demand(
     ledger_uri = f"iceberg://logtide/src/{database}__ledger"
     events_ledger = asset_events(ledger_uri)
     assert [run_id for run_id, _ in events_ledger] == [run.run_id, on_demand.run_id]
-    assert events_ledger[-1][1]["table"] == f"{database}.ledger" and events_ledger[-1][1]["frontier"] > 0
+    assert events_ledger[-1][1]["table"] == f"{database}.ledger" and int(events_ledger[-1][1]["frontier"]) > 0
     assert [run_id for run_id, _ in asset_events(f"iceberg://logtide/src/{database}__accounts")] == [run.run_id]
 
 
@@ -203,3 +203,12 @@ def test_bad_merge_params_are_refused_with_the_reason(airflow_ready, mariadb, da
     [error] = [e["error"] for e in events.named("merge.refused")]
     assert error.startswith(f"table {database}.missing has nothing in the landing zone of source src")
     assert error.endswith(f"tables there: {database}.present")
+
+    with recorded_events() as events:  # a conf key that is no param fails the run before any merge
+        run = load_dag("logtide_merge").test(run_conf={"source": "src", "table": f"{database}.present"})
+    states = task_states("logtide_merge", run.run_id)
+    assert run.state == "failed" and states[("merge_src", -1)] == "upstream_failed", states
+    refusal = events.named("airflow.conf_refused")[0]
+    assert (refusal["unknown"], refusal["known"]) == ("table", "source,tables")
+    assert refusal["error"].startswith("unknown param(s) in the run's conf: table; the params of logtide_merge are")
+    assert not list((tmp_path / "warehouse").glob("*"))  # nothing merged

@@ -201,10 +201,11 @@ def test_purged_checkpoint_stops_with_instructions_and_reset_recovers(mariadb, d
 
     wait_for(purged, 30, interval=0.5, what="the checkpoint's binlog to be purged")
 
+    files = landed_files(capture)
     assert capture.run_to_exit() == 2
     log = capture.log()
     assert "has been purged" in log and "--reset" in log and "full dump" in log
-    assert capture.zone.checkpoint() == before  # refused: nothing changed
+    assert capture.zone.checkpoint() == before and landed_files(capture) == files  # refused: nothing written
 
     capture.start("--reset")
     wait_for(lambda: "capture.reset" in capture.log(), 30, what="reset")
@@ -212,6 +213,57 @@ def test_purged_checkpoint_stops_with_instructions_and_reset_recovers(mariadb, d
     events = capture.wait_events(database, "t", 1)
     assert [e["after"]["id"] for e in events] == [2]
     assert capture.zone.checkpoint().frontier > before.frontier
+
+
+def landed_files(capture) -> dict[str, bytes]:
+    """Every file of the capture's landing zone with its content (the instance lock file aside)."""
+    root = capture.zone.root
+    if not root.exists():
+        return {}
+    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file() and "lock" not in p.name}
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "message"),
+    [
+        ("binlog_row_metadata", "MINIMAL", "binlog_row_metadata is MINIMAL, must be FULL: SET GLOBAL "
+         "binlog_row_metadata='FULL' and put binlog_row_metadata=FULL under [mysqld] in the config"),
+        ("binlog_format", "STATEMENT", "binlog_format is STATEMENT, must be ROW: SET GLOBAL binlog_format='ROW' "
+         "and put binlog_format=ROW under [mysqld] in the config"),
+    ],
+)  # fmt: skip
+def test_a_wrong_binlog_setting_is_refused_with_its_fix_and_nothing_written(
+    mariadb, database, make_capture, setting, value, message
+):
+    mariadb.execute("CREATE TABLE t (id INT PRIMARY KEY)", database=database)
+    mariadb.execute(f"SET GLOBAL {setting} = '{value}'")
+    try:
+        capture = make_capture([f"{database}.*"])
+        mariadb.execute("INSERT INTO t VALUES (1)", database=database)
+        assert capture.run_to_exit() == 2
+        assert f"error: source src (mariadb 127.0.0.1:{mariadb.port}) is not ready for capture:" in capture.log()
+        assert message in capture.log()
+        assert landed_files(capture) == {}  # no checkpoint, no event file, no schema history
+    finally:
+        mariadb.execute(
+            f"SET GLOBAL {setting} = 'ROW'" if setting == "binlog_format" else f"SET GLOBAL {setting} = 'FULL'"
+        )
+
+
+def test_a_user_without_replication_grants_is_told_each_grant_and_nothing_is_written(mariadb, database, make_capture):
+    mariadb.execute(
+        "CREATE TABLE t (id INT PRIMARY KEY)",
+        "DROP USER IF EXISTS 'noreplica'@'%'",
+        "CREATE USER 'noreplica'@'%' IDENTIFIED BY 'pw'",
+        f"GRANT SELECT ON `{database}`.* TO 'noreplica'@'%'",
+        database=database,
+    )
+    capture = make_capture([f"{database}.*"], user="noreplica")
+    assert capture.run_to_exit(env={"TEST_DB_PASSWORD": "pw"}) == 2
+    log = capture.log()
+    assert "user 'noreplica' lacks REPLICATION SLAVE: GRANT REPLICATION SLAVE ON *.* TO 'noreplica'" in log
+    assert "user 'noreplica' may not read binlog positions: GRANT BINLOG MONITOR ON *.* TO 'noreplica'" in log
+    assert landed_files(capture) == {}
 
 
 def mariadb_query(mariadb, sql: str) -> list[tuple]:
@@ -256,7 +308,8 @@ def test_metrics_and_health_endpoints(mariadb, database, make_capture):
     status, body = _get(capture, "/health")
     health = json.loads(body)
     assert status == 200 and health["healthy"] is True and health["state"] == "running"
-    assert health["position"] == checkpoint.resume and health["frontier"] == checkpoint.frontier.encode()
+    # the frontier as text: it passes 2**64
+    assert health["position"] == checkpoint.resume and health["frontier"] == str(checkpoint.frontier.encode())
 
 
 def test_user_errors_and_passwords_never_reach_the_log(mariadb, database, make_capture):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import signal
@@ -188,6 +189,40 @@ def test_bad_requests_are_refused_before_anything_is_written(mariadb, database, 
 def _cli(capture, *args: str, check: bool = True) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "capture.cli", "--config", str(capture.config_path), *args]
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=check, timeout=120)
+
+
+def test_the_cli_refuses_zero_settings_and_a_range_that_ends_before_it_starts(mariadb, database, make_capture):
+    _populate(mariadb, database, 10)
+    mariadb.execute(
+        "CREATE TABLE names (name VARCHAR(10) COLLATE utf8mb4_general_ci PRIMARY KEY, b VARBINARY(10) NOT NULL UNIQUE)",
+        "CREATE TABLE pairs (a INT, b VARCHAR(5), PRIMARY KEY (a, b))",
+        database=database,
+    )
+    capture = make_capture([f"{database}.*"])
+    _cli(capture, "setup", "--source", "src")  # the watermark table exists: "nothing written" is no row in it
+    ledger = ["--table", f"{database}.ledger"]
+    cases = [  # each was dumped before (0 meant "the default") or wrote watermarks and an empty chunk
+        ([*ledger, "--chunk-size", "0"], "settings.chunk_size: Input should be greater than or equal to 1"),
+        ([*ledger, "--max-rows-per-s", "0"], "settings.max_rows_per_s: Input should be greater than 0"),
+        ([*ledger, "--from", "300", "--to", "100"], f"key range of {database}.ledger is empty: key_from 300 comes"),
+        (["--table", f"{database}.pairs", "--from", '[2, "a"]', "--to", '[1, "z"]'], 'key_from [2, "a"] comes after'),
+        # utf8mb4_general_ci orders a < B; byte order would say B < a
+        (["--table", f"{database}.names", "--from", '"B"', "--to", '"a"'], 'key_from "B" comes after key_to "a"'),
+    ]
+    for number, (args, message) in enumerate(cases):
+        dump_id = f"refused-{number}"
+        refused = _cli(capture, "dump", "--source", "src", "--dump-id", dump_id, *args, check=False)
+        assert refused.returncode == 2 and message in refused.stderr, (args, refused.stderr)
+        assert not dump_dir(capture.zone, dump_id).exists() and not (capture.zone.root / "chunks" / dump_id).exists()
+    with mariadb.connect(database="logtide") as conn, conn.cursor() as cursor:
+        cursor.execute(f"SELECT COUNT(*) FROM {WATERMARK_TABLE} WHERE table_name LIKE %s", (f"{database}.%",))
+        assert cursor.fetchone() == (0,)
+    source = open_chunk_source("src", capture.config.source("src"))
+    try:  # the same letters in the VARBINARY column compare as bytes: B before a
+        by_bytes = dataclasses.replace(source.describe(database, "names"), key=("b",))
+        assert not source.key_after(by_bytes, (b"B",), (b"a",)) and source.key_after(by_bytes, (b"a",), (b"B",))
+    finally:
+        source.close()
 
 
 def test_cli_dump_survives_kill9_and_resumes_after_the_last_chunk(mariadb, database, make_capture):

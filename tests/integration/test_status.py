@@ -91,7 +91,7 @@ def test_status_without_the_database_still_shows_the_landing_zone(mariadb, datab
     path.write_text(yaml.safe_dump(config))
     report = _status(path)
     assert report["lag"]["error"].startswith("database unreachable")
-    assert report["frontier"] == capture.zone.checkpoint().frontier.encode()
+    assert report["frontier"] == str(capture.zone.checkpoint().frontier.encode())  # LSNs leave as text
     assert report["events_by_table"] == {f"{database}.t": 3}
     text = _cli(path, "status")
     assert text.returncode == 0 and "database unreachable" in text.stdout and "frontier" in text.stdout
@@ -210,17 +210,17 @@ def test_applied_frontier_is_read_from_iceberg_metadata(mariadb, database, make_
     merged = run_merge(session, config, "src")["frontier"]
     target = collect(config, ["src"])[0]["targets"][0]
     name = f"`{config.merge.catalog_name}`.`{database}`.`{database}__kv`"
-    assert target["applied"] == merged == applied_frontier(session, name) > 0
+    assert target["applied"] == merged == str(applied_frontier(session, name)) and int(merged) > 0
     assert target["events_behind"] == 0
 
     mariadb.execute("INSERT INTO kv VALUES (100, 1)", "UPDATE kv SET v = 0 WHERE k = 3", database=database)
     mariadb.execute("DELETE FROM kv WHERE k = 4", database=database)
     wait_until_landed(mariadb, capture)
     behind = collect(config, ["src"])[0]["targets"][0]
-    assert behind["applied"] == merged and behind["events_behind"] == 3 and behind["landed"] > merged
+    assert behind["applied"] == merged and behind["events_behind"] == 3 and int(behind["landed"]) > int(merged)
     assert "3 landed events not applied" in render(collect(config, ["src"]))
 
     again = run_merge(session, config, "src")["frontier"]
     after = collect(config, ["src"])[0]["targets"][0]
-    assert after["applied"] == again == applied_frontier(session, name) and after["events_behind"] == 0
+    assert after["applied"] == again == str(applied_frontier(session, name)) and after["events_behind"] == 0
     capture.stop()

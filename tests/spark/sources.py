@@ -84,8 +84,9 @@ class MariaDBSource(Source):
 # `ledger` has the types; its `doc` is stored out of line (STORAGE EXTERNAL, > 2 kB) and the
 # workload's updates leave it alone, so update events do not carry it (REPLICA IDENTITY DEFAULT:
 # `_missing`) and the merge must keep the stored value. Key changes under DEFAULT of history rows
-# the dump has not read yet would leave such a value unknown (README, PostgreSQL): they run on `tokens` (uuid key, REPLICA IDENTITY FULL, also with
-# a TOASTed `doc`, completed from the old image) and `pairs` (composite key, text under ICU).
+# the dump has not read yet would leave such a value unknown (README, PostgreSQL): they run on
+# `tokens` (uuid key, REPLICA IDENTITY FULL, also with a TOASTed `doc`, completed from the old
+# image) and `pairs` (composite key, text under ICU).
 PG_SETUP = [
     "CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy')",
     """CREATE TABLE ledger (

@@ -23,7 +23,7 @@ from capture.events import Row, TableSchema
 from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE, Watermark, check_watermark_columns
 from capture.sources.mysql.catalog import base_tables, describe
 from capture.sources.mysql.connection import connection_settings, query, translate
-from capture.sources.mysql.sql import chunk_select, keys_select, qualified, quote
+from capture.sources.mysql.sql import chunk_select, key_after_select, keys_select, qualified, quote
 from capture.sources.mysql.types import ColumnBuilder, select_conversions
 
 ER_DBACCESS_DENIED, ER_TABLEACCESS_DENIED = 1044, 1142
@@ -133,6 +133,9 @@ class MySqlChunkSource:
             return pa.array([], type=table.row_type)
         sql, params = keys_select(table.schema, table.table, table.names, table.key, keys)
         return self._rows(table, sql, params)
+
+    def key_after(self, table: TableSchema, key: Row, other: Row) -> bool:
+        return bool(self._run(key_after_select(table.schema, table.table, table.key), [*key, *other])[0][0])
 
     def read_view(self) -> None:
         """Chunk reads see transactions in binlog order (preflight checks it): nothing to add."""

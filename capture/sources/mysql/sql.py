@@ -61,6 +61,22 @@ def chunk_select(
     return sql, [*params, limit]
 
 
+def key_after_select(schema: str, table: str, key: Sequence[str]) -> str:
+    """`SELECT a > b` for two keys (parameters: a's values, then b's) as the table orders its key:
+    each key goes through a UNION with the key columns, whose impossible WHERE reads no row, so its
+    values take the columns' types and collations (a column's collation wins over a literal's); the
+    row comparison is then lexicographic, as ORDER BY is."""
+    typed = (
+        f"(SELECT {', '.join(quote(k) for k in key)} FROM {qualified(schema, table)} WHERE FALSE"
+        f" UNION ALL SELECT {', '.join(['%s'] * len(key))})"
+    )
+
+    def row(alias: str) -> str:
+        return "(" + ", ".join(f"{alias}.{quote(k)}" for k in key) + ")"
+
+    return f"SELECT {row('a')} > {row('b')} FROM {typed} AS a, {typed} AS b"
+
+
 def keys_select(
     schema: str, table: str, columns: Sequence[str], key: Sequence[str], keys: Sequence[Sequence[object]]
 ) -> tuple[str, list[object]]:

@@ -35,13 +35,13 @@ import pyarrow.csv as pacsv
 
 from capture.config import SourceConfig
 from capture.errors import DumpInputError
-from capture.events import Lsn, Row, TableSchema
+from capture.events import Lsn, Row, TableSchema, lsn_text
 from capture.log import get_logger
 from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE, Watermark, check_watermark_columns
 from capture.sources.postgres.catalog import DESCRIBE_SQL, TypeCatalog, base_tables, described, relation_oid
 from capture.sources.postgres.connection import connect, parse_lsn, query, translate
 from capture.sources.postgres.preflight import ensure_publication
-from capture.sources.postgres.sql import chunk_select, keys_select, qualified, quote
+from capture.sources.postgres.sql import chunk_select, key_after_select, keys_select, qualified, quote
 from capture.sources.postgres.types import ColumnBuilder
 
 log = get_logger(__name__)
@@ -214,11 +214,14 @@ class PostgresChunkSource:
         sql, params = keys_select(table.schema, table.table, table.names, table.key, keys, as_text)
         return self._rows(table, sql, params)
 
+    def key_after(self, table: TableSchema, key: Row, other: Row) -> bool:
+        return bool(self._run(key_after_select(table.schema, table.table, table.key), [*key, *other])[0][0])
+
     def read_view(self) -> dict[str, Any] | None:
         """The last chunk's snapshot and the WAL position just before its LOW watermark."""
         if self.last_snapshot is None:
             return None
-        return {"snapshot": self.last_snapshot, "before_low": Lsn(self._before_low).encode()}
+        return {"snapshot": self.last_snapshot, "before_low": lsn_text(Lsn(self._before_low).encode())}
 
     def close(self) -> None:
         self._conn.close()

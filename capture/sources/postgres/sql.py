@@ -63,6 +63,22 @@ def chunk_select(
     return sql, [*params, limit]
 
 
+def key_after_select(schema: str, table: str, key: Sequence[str]) -> str:
+    """`SELECT a > b` for two keys (parameters: a's values, then b's) as the table orders its key:
+    each key goes through a UNION with the key columns, whose impossible WHERE reads no row, so its
+    values take the columns' types and collations (an untyped literal resolves to the column's type,
+    and the column's collation wins over the default one); the row comparison is lexicographic."""
+    typed = (
+        f"(SELECT {', '.join(quote(k) for k in key)} FROM {qualified(schema, table)} WHERE false"
+        f" UNION ALL SELECT {', '.join(['%s'] * len(key))})"
+    )
+
+    def row(alias: str) -> str:
+        return "ROW(" + ", ".join(f"{alias}.{quote(k)}" for k in key) + ")"
+
+    return f"SELECT {row('a')} > {row('b')} FROM {typed} AS a, {typed} AS b"
+
+
 def keys_select(
     schema: str,
     table: str,

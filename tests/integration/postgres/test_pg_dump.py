@@ -3,6 +3,8 @@ chunks reconcile to the table, for every kind of key."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from capture.dump.control import DumpSettings
@@ -134,14 +136,25 @@ def test_key_list_and_key_range(postgres, pg_database, make_pg_capture):
 
 def test_bad_requests_are_refused_before_anything_is_written(postgres, pg_database, make_pg_capture):
     _populate(postgres, pg_database, 10)
-    postgres.execute("CREATE TABLE keyless (a int, b int)", database=pg_database)
+    postgres.execute(
+        "CREATE TABLE keyless (a int, b int)",
+        'CREATE TABLE names (name text COLLATE "en-x-icu" PRIMARY KEY, c text COLLATE "C" UNIQUE NOT NULL)',
+        "CREATE TABLE pairs (a int, b text, PRIMARY KEY (a, b))",
+        database=pg_database,
+    )
     capture = make_pg_capture()
     engine, source = open_engine(capture)
+    source.setup()  # the watermark table exists: "nothing written" is no row in it
     cases = [
         (DumpRequest(tables=["public.nope"]), "table public.nope does not exist"),
         (DumpRequest(tables=["public.keyless"]), "has no primary key and no UNIQUE index on NOT NULL"),
         (DumpRequest(tables=["public.ledger"], keys=[[1, 2]]), "has 2 value(s); public.ledger"),
         (DumpRequest(tables=["public.ledger"], keys=["abc"]), "key value 'abc' for column 'id' is not an integer"),
+        # a range whose start comes after its end, in the database's order of the key
+        (DumpRequest(tables=["public.ledger"], key_from=300, key_to=100), "key_from 300 comes after key_to 100"),
+        (DumpRequest(tables=["public.pairs"], key_from=[2, "a"], key_to=[1, "z"]), 'key_from [2, "a"] comes after'),
+        # ICU orders a < B (case is a lower level); byte order would say B < a
+        (DumpRequest(tables=["public.names"], key_from="B", key_to="a"), 'key_from "B" comes after key_to "a"'),
     ]
     try:
         for request, message in cases:
@@ -149,6 +162,14 @@ def test_bad_requests_are_refused_before_anything_is_written(postgres, pg_databa
                 engine.run(request)
             assert message in str(info.value)
             assert not dump_dir(capture.zone, request.dump_id).exists()
+            assert not (capture.zone.root / "chunks" / request.dump_id).exists()
+        assert postgres.query("SELECT count(*) FROM logtide.watermarks", database=pg_database) == [(0,)]
+        names = source.describe("public", "names")
+        assert not source.key_after(names, ("a",), ("B",)) and source.key_after(names, ("b",), ("A",))
+        # the same letters in a "C" column: byte order, so B comes before a
+        by_bytes = dataclasses.replace(names, key=("c",))
+        assert not source.key_after(by_bytes, ("B",), ("a",)) and source.key_after(by_bytes, ("a",), ("B",))
+        assert not source.key_after(names, ("same",), ("same",))  # a range of one key is fine
     finally:
         source.close()
 
