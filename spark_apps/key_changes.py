@@ -7,7 +7,7 @@ the landed files (`created_lsns`, no Spark job; a run without any costs nothing 
 run's rows of the keys involved, restricted to the missing columns, and the target's rows of the
 old keys are collected, resolved in LSN order in plain Python (`resolve`, the rule reconcile.py
 uses), and the values joined back onto the stream by LSN. Only when that leaves a value unknown
-are the chunk rows of the old keys read for one a key change dropped (`chunk_knows`).
+are the chunk rows of the old keys read for one the key change dropped (`chunk_knows`).
 """
 
 from __future__ import annotations
@@ -77,7 +77,8 @@ class KeyChanges:
             rows = self.spark.table(self.target).join(sf.broadcast(self._keys(old_keys)), self.keys)
             stored = {self._key(r): r.asDict() for r in rows.select(*self.keys, *columns).collect()}
         fills, unknown = resolve(run, moves, stored)
-        if unknown and chunk_rows is not None and old_keys:
+        # a value left NULL (a TOASTed value is never NULL: unknown then) may be in a dropped chunk row
+        if chunk_rows is not None and old_keys and any(v is None for f in fills.values() for v in f.values()):
             fallback = self._dropped(moves, old_keys, columns, chunk_rows, events, hidden)
             if fallback:
                 fills, unknown = resolve(run, moves, stored, fallback)
