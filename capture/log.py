@@ -56,8 +56,8 @@ class EventLogger:
             # the event and its fields also travel as attributes, for handlers that match on them
             self._logger.log(level, "%s", text, exc_info=exc_info, extra={"event": event, "fields": fields})
 
-    def debug(self, event: str, **fields: Any) -> None:
-        self._log(logging.DEBUG, event, False, fields)
+    def debug(self, event: str, exc_info: bool = False, **fields: Any) -> None:
+        self._log(logging.DEBUG, event, exc_info, fields)
 
     def info(self, event: str, **fields: Any) -> None:
         self._log(logging.INFO, event, False, fields)

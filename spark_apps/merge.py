@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 import time
@@ -139,6 +140,13 @@ def session_conf(cfg: MergeConfig, with_jars: bool = True) -> dict[str, str]:
         f"{prefix}.warehouse": _uri(cfg.warehouse),
         f"{prefix}.cache-enabled": "false",  # always see the latest commit (frontiers)
         "spark.sql.session.timeZone": "UTC",
+        # The landing zone's files are pyarrow's: dates and timestamps in the proleptic Gregorian
+        # calendar, as Spark 3 and Iceberg count them. Spark's default (EXCEPTION) refuses dates before
+        # 1582-10-15 and timestamps before 1900 in files it did not write; LEGACY would shift them.
+        "spark.sql.parquet.datetimeRebaseModeInRead": "CORRECTED",
+        "spark.sql.parquet.int96RebaseModeInRead": "CORRECTED",
+        "spark.sql.parquet.datetimeRebaseModeInWrite": "CORRECTED",
+        "spark.sql.parquet.int96RebaseModeInWrite": "CORRECTED",
         "spark.sql.shuffle.partitions": "8",
         # the landing zone's files are named one by one: list them on the driver, not in a Spark job
         "spark.sql.sources.parallelPartitionDiscovery.threshold": "1000000",
@@ -583,12 +591,16 @@ def key_filter(source: Any, keys: list[str], types: dict[str, Any], alias: str =
     text = _literal_source(first, spark_type)
     if text is None:
         return None
+    numeric = isinstance(spark_type, (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.DecimalType))
     rows = (
         source.where(sf.col(quote(first)).isNotNull())
         .select(text.alias("_text"), sf.col(quote(first)).alias("_value"))
         .distinct()
         .orderBy("_value")
         .limit(PRUNE_MAX_KEYS + 1)
+        # values only where `_cuts` measures gaps: Python turns a timestamp into local time, where
+        # 9999-12-31 23:59 UTC may be past year 9999 (and 0001-01-01 before year 1)
+        .select("_text", *(["_value"] if numeric else []))
         .collect()
     )
     if len(rows) > PRUNE_MAX_KEYS:
@@ -596,9 +608,8 @@ def key_filter(source: Any, keys: list[str], types: dict[str, Any], alias: str =
     if not rows:
         return "false"
     column = f"{alias}.{quote(first)}"
-    numeric = isinstance(spark_type, (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.DecimalType))
     spans = []
-    for i, j in _cuts([r["_value"] for r in rows], numeric, PRUNE_RANGES):
+    for i, j in _cuts([r["_value"] if numeric else None for r in rows], numeric, PRUNE_RANGES):
         lo, hi = _literal(rows[i]["_text"], spark_type), _literal(rows[j]["_text"], spark_type)
         spans.append(f"{column} = {lo}" if i == j else f"({column} >= {lo} AND {column} <= {hi})")
     return "(" + " OR ".join(spans) + ")"
@@ -634,21 +645,33 @@ class TableMerge:
         self.changelog = ctx.target_name(schema, table, CHANGELOG_SUFFIX)
         self.report: dict[str, Any] = {"table": self.name, "target": self.target, "changelog": self.changelog}
         self.timings: dict[str, float] = {}
+        self.step = "plan"  # the step under way: a failure names it
         self.has_missing = False  # some log event of the run leaves columns out (PostgreSQL TOAST)
         self.unknown_record: dict[str, str] = {}  # UNKNOWN_VALUES, UNKNOWN_SAMPLE after this run
 
     @contextmanager
     def _step(self, name: str) -> Iterator[None]:
         began = time.monotonic()
+        self.step = name
         try:
             yield
         finally:
             self.timings[name] = round(self.timings.get(name, 0.0) + time.monotonic() - began, 3)
 
     def run(self) -> dict[str, Any]:
+        """Merge the table; a failure of Spark, py4j or a landed file becomes a MergeError naming the
+        table, the step and the cause in one line (the traceback stays on the exception's chain)."""
         began = time.monotonic()
         try:
             self._run()
+        except LogtideError:
+            raise
+        except Exception as exc:
+            raise MergeError(
+                f"{self.name}: the merge failed in step {self.step!r}: {error_line(exc)}. Fix the cause and run "
+                "the merge again: it resumes from what this run committed and applies nothing twice "
+                "(log_level DEBUG shows the traceback)"
+            ) from exc
         finally:
             self.report["seconds"] = round(time.monotonic() - began, 3)
             self.report["step_seconds"] = self.timings
@@ -1242,6 +1265,34 @@ class TableMerge:
             self.report[name.replace("-", "_")] = int(value) if value is not None else 0
 
 
+def error_line(exc: BaseException) -> str:
+    """An exception as one line: its type and the first line of its message; for Spark's (a Java
+    exception, through py4j), those of its root cause, where Spark says what went wrong."""
+    name, text = _spark_root_cause(exc) or (type(exc).__name__, str(exc))
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "").rstrip(":")
+    return f"{name}: {first}" if first else name
+
+
+def _spark_root_cause(exc: BaseException) -> tuple[str, str] | None:
+    """(type, message) of the innermost cause of a Spark error; None for any other exception."""
+    if "pyspark" not in sys.modules:  # Spark's exceptions exist only once pyspark is imported
+        return None
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors.exceptions.captured import CapturedException
+
+    if isinstance(exc, CapturedException):
+        root = exc
+        while root.cause is not None:
+            root = root.cause
+        return type(root).__name__, root.desc or ""
+    if isinstance(exc, Py4JJavaError):
+        cause = exc.java_exception
+        while cause.getCause() is not None:
+            cause = cause.getCause()
+        return str(cause.getClass().getSimpleName()), str(cause.getMessage() or "")
+    return None
+
+
 def _view(chunk: Chunk) -> dict[str, Any] | None:
     return getattr(chunk.meta, "read_view", None)  # PostgreSQL chunks only
 
@@ -1319,18 +1370,28 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load_config(args.config, require_env=False)
         setup_logging(config.log_level)
+        debug = config.log_level == "DEBUG"
+        if not debug:  # py4j logs the traceback of a failed commit, which `commit_with` raises again
+            logging.getLogger("py4j").setLevel(logging.CRITICAL)
         config.source(args.source)
         under_submit = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit already chose the master
         master = args.master or (None if under_submit else config.merge.spark_master)
         spark = build_session(session_conf(config.merge), master, f"logtide-merge-{args.source}")
         try:
-            spark.sparkContext.setLogLevel("WARN")
+            # Spark's own log (a failed task's Java stack traces): only at DEBUG; its reason is in the error line
+            spark.sparkContext.setLogLevel("WARN" if debug else "OFF")
             summary = run_merge(spark, config, args.source, args.table)
+        except LogtideError:
+            raise
+        except Exception as exc:  # read Spark's reason while its JVM still runs
+            raise MergeError(f"the merge failed: {error_line(exc)}; fix the cause and run it again") from exc
         finally:
             spark.stop()
-    except LogtideError as exc:
-        log.error("merge.failed", error_type=type(exc).__name__, error=str(exc))
-        print(f"error: {exc}", file=sys.stderr)
+    except Exception as exc:  # one line that says what failed and what to do; the traceback at DEBUG
+        log.debug("merge.traceback", exc_info=True)
+        message = str(exc) if isinstance(exc, LogtideError) else f"the merge failed: {error_line(exc)}"
+        log.error("merge.failed", error_type=type(exc).__name__, error=message)
+        print(f"error: {message}", file=sys.stderr)
         return 2
     # one line: under spark-submit the driver's stderr (our log) and stdout reach the same stream
     print(json.dumps(summary, default=str), flush=True)

@@ -48,6 +48,30 @@ log = get_logger(__name__)
 MISSING_KEYS_LOGGED = 10  # `dump.keys_missing` shows the first keys of a chunk, not all of them
 
 
+def _progress(count: int, expected: int, done: bool, elapsed: float) -> tuple[float | None, float | None]:
+    """Percent done and seconds to go, from the rows (or keys) so far against the estimate; both
+    None (unknown) once a table that is not finished has passed its estimate."""
+    if done:
+        return 100.0, 0.0
+    if count >= expected:
+        return None, None
+    part = count / expected
+    return round(100 * part, 1), round(elapsed / part - elapsed, 1) if part > 0 else None
+
+
+def _check_advances(table: TableSchema, number: int, after: Row, rows: pa.StructArray) -> None:
+    """A full chunk must end past the key the previous one ended at, or the next SELECT returns it
+    again: keys whose landed values collapse (PostgreSQL infinity, BC and years past 9999 in a key
+    column all land as 0001-01-01 or 9999-12-31) would loop forever."""
+    end = tuple(rows.field(k)[-1].as_py() for k in table.key)
+    if end == after:
+        raise DumpInputError(
+            f"{table.qualified_name}: chunk {number} ends at key {encode_key(end)}, as the chunk before it did: "
+            f"more rows than chunk_size have key ({', '.join(table.key)}) values that land as that one value "
+            "(README: dates and timestamps outside 0001-01-01 .. 9999-12-31); dump with a larger chunk_size"
+        )
+
+
 class DumpRequest(BaseModel):
     """What to dump. Empty `tables`: every captured table."""
 
@@ -203,15 +227,15 @@ class DumpEngine:
             window_ms = (time.monotonic() - chunk_began) * 1000
             summary.chunks, summary.rows, summary.seconds = progress.chunk, progress.rows, elapsed
             summary.missing_keys = progress.missing_keys
-            done_part = min(1.0, (progress.keys_done if plan.keys is not None else progress.rows) / expected)
             rate = (progress.rows - rows_at_start) / elapsed if elapsed else 0.0
-            eta = (elapsed / done_part - elapsed) if done_part > 0 and not progress.done else 0.0
+            percent, eta = _progress(progress.keys_done if plan.keys is not None else progress.rows, expected,
+                                     progress.done, elapsed)  # fmt: skip
             line = {
                 "chunk": progress.chunk,
-                "of_about": max(progress.chunk, -(-expected // settings.chunk_size)),
+                "of_about": None if percent is None else max(progress.chunk, -(-expected // settings.chunk_size)),
                 "rows_per_s": round(rate, 1),
-                "percent": round(100 * (1.0 if progress.done else done_part), 1),
-                "eta_s": round(eta, 1),
+                "percent": percent,
+                "eta_s": eta,
             }
             log.info(
                 "dump.chunk",
@@ -279,6 +303,8 @@ class DumpEngine:
                     raise
                 table = self._schema_changed(dump_id, table, current, number)
                 continue
+            if batch is None and not last and progress.after is not None:
+                _check_advances(table, number, progress.after, rows)
             meta = ChunkMeta(
                 dump_id=dump_id,
                 table=table.qualified_name,

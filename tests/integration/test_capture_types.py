@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal
 
 import pyarrow as pa
@@ -135,9 +135,12 @@ def test_dump_rows_have_the_same_types_and_values_as_log_rows(mariadb, database,
         "SET SESSION sql_mode = ''",
         "INSERT INTO all_types (id, region, dt, dtm, ts, yr) VALUES "
         "(4, 'eu', '0000-00-00', '0000-00-00 00:00:00', '0000-00-00 00:00:00', 0)",
+        # partial zero dates: a zero month, day or year
+        "INSERT INTO all_types (id, region, dt, dtm, dts) VALUES "
+        "(5, 'eu', '2020-00-00', '2020-05-00 10:00:00.5', '0000-05-10 00:00:00')",
         database=database,
     )
-    events = capture.wait_events(database, "all_types", len(ROWS) + 1)
+    events = capture.wait_events(database, "all_types", len(ROWS) + 2)
     source = open_chunk_source("src", capture.config.source("src"))
     try:
         described = source.describe(database, "all_types")
@@ -150,4 +153,6 @@ def test_dump_rows_have_the_same_types_and_values_as_log_rows(mariadb, database,
     assert rows.type == described.row_type
     as_arrow = rows.to_pylist()
     assert as_arrow == [e["after"] for e in events]
-    assert as_arrow[-1]["dt"] is None and as_arrow[-1]["yr"] == 0  # zero dates as NULL on both paths
+    assert as_arrow[-2]["dt"] is None and as_arrow[-2]["yr"] == 0  # zero dates as NULL on both paths
+    assert as_arrow[-2]["ts"] == datetime(1970, 1, 1, tzinfo=UTC)  # a zero TIMESTAMP: epoch 0
+    assert [as_arrow[-1][c] for c in ("dt", "dtm", "dts")] == [None, None, None]

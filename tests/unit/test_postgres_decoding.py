@@ -74,7 +74,21 @@ def test_text_values_become_typed_arrow_columns():
     assert column_type(TypeInfo(0, "numeric", "b", None, (50 << 16 | 2) + 4))[0] == pa.string()
     assert _build("bool", ["t", "f", None]).to_pylist() == [True, False, None]
     assert _build("bytea", ["\\x00ff", "\\x"]).to_pylist() == [b"\x00\xff", b""]
-    assert _build("date", ["2024-02-29", "infinity"]).to_pylist() == [date(2024, 2, 29), None]
+    # outside 0001-01-01 .. 9999-12-31: the nearest end of it (README, PostgreSQL types)
+    far = ["infinity", "-infinity", "0044-03-15 BC", "10000-01-01", "5874897-12-31", "0001-01-01", None]
+    assert _build("date", ["2024-02-29", *far]).to_pylist() == [
+        date(2024, 2, 29), date.max, date.min, date.min, date.max, date.max, date(1, 1, 1), None,
+    ]  # fmt: skip
+    far = ["infinity", "-infinity", "0044-03-15 12:00:00 BC", "294276-12-31 23:59:59", "9999-12-31 23:59:59.999999"]
+    assert _build("timestamp", far).to_pylist() == [datetime.max, datetime.min, datetime.min, datetime.max,
+                                                    datetime(9999, 12, 31, 23, 59, 59, 999999)]  # fmt: skip
+    far = ["infinity", "0001-12-31 23:00:00+00 BC", "10000-01-01 00:59:59.999999+00", "1000-01-01 06:30:00+00"]
+    assert _build("timestamptz", far).to_pylist() == [
+        datetime.max.replace(tzinfo=UTC), datetime.min.replace(tzinfo=UTC), datetime.max.replace(tzinfo=UTC),
+        datetime(1000, 1, 1, 6, 30, tzinfo=UTC),
+    ]  # fmt: skip
+    with pytest.raises(ValueError):  # not a date PostgreSQL writes (DateStyle ISO): no silent NULL
+        _build("date", ["29.02.2024"])
     assert _build("timestamptz", ["2024-01-01 10:00:00.5+00"]).to_pylist() == [
         datetime(2024, 1, 1, 10, 0, 0, 500000, tzinfo=UTC)
     ]

@@ -14,8 +14,9 @@ log rows and dump rows compare equal:
   JSON                   string (JSON text; MariaDB's JSON is LONGTEXT and arrives as written)
   ENUM                   string        SET         string, members in definition order joined by ','
   GEOMETRY               binary (MySQL's internal SRID + WKB)
-Zero dates (0000-00-00) arrive as NULL (PyMySQL's SELECT returns them as the string
-'0000-00-00'); a zero TIMESTAMP arrives as 1970-01-01 00:00:00 UTC.
+Dates with a zero part (0000-00-00, 2020-00-00, 2020-05-00, 0000-05-10; also in DATETIME) arrive
+as NULL, as mysql-replication decodes them (PyMySQL's SELECT returns them as text); a zero
+TIMESTAMP arrives as 1970-01-01 00:00:00 UTC (epoch 0 in the binlog, outside TIMESTAMP's range).
 """
 
 from __future__ import annotations
@@ -178,15 +179,20 @@ def _text(values: list[Any]) -> pa.Array:
     return pa.array(values, type=pa.binary()).cast(pa.string())
 
 
+# a DATE or DATETIME text with a zero year, month or day: '0000-00-00', '2020-00-00', '0000-05-10 ...'
+_ZERO_PART = r"^(0000-|\d{4}-00-|\d{4}-\d\d-00)"
+
+
 def _parsed(arrow_type: pa.DataType, zero: str | None = None) -> ColumnBuilder:
-    """Raw text -> `arrow_type` by Arrow's cast. Zero dates ('0000-00-00...') become NULL, or
-    `zero` when given (a zero TIMESTAMP is epoch 0 in the binlog)."""
+    """Raw text -> `arrow_type` by Arrow's cast. Dates with a zero year, month or day become NULL
+    (as mysql-replication decodes them from the binlog), or `zero` when given (a zero TIMESTAMP is
+    epoch 0 in the binlog)."""
     naive = pa.timestamp("us") if pa.types.is_timestamp(arrow_type) else arrow_type
 
     def build(values: list[Any]) -> pa.Array:
         text = _text(values)
         if pa.types.is_temporal(arrow_type):
-            zeros = pc.starts_with(text, "0000-00-00")
+            zeros = pc.match_substring_regex(text, _ZERO_PART)
             replacement = pa.scalar(zero, pa.string())
             text = pc.if_else(zeros, replacement, text)
         return text.cast(naive).cast(arrow_type)  # naive -> UTC: the session time_zone is '+00:00'

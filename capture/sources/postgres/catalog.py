@@ -98,16 +98,6 @@ class TypeCatalog:
         return [r[0] for r in rows]
 
 
-def relation_oid(conn: Any, schema: str, table: str) -> int | None:
-    rows = query(
-        conn,
-        "SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
-        " WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p')",
-        (schema, table),
-    )
-    return rows[0][0] if rows else None
-
-
 def dump_key(conn: Any, oid: int) -> tuple[str, ...]:
     """Primary key, else the first UNIQUE index on NOT NULL columns; () when there is none."""
     for _primary, _index, columns, not_null in query(conn, KEY_SQL, (oid,)):

@@ -38,7 +38,7 @@ from capture.errors import DumpInputError
 from capture.events import Lsn, Row, TableSchema, lsn_text
 from capture.log import get_logger
 from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE, Watermark, check_watermark_columns
-from capture.sources.postgres.catalog import DESCRIBE_SQL, TypeCatalog, base_tables, described, relation_oid
+from capture.sources.postgres.catalog import DESCRIBE_SQL, TypeCatalog, base_tables, described
 from capture.sources.postgres.connection import connect, parse_lsn, query, translate
 from capture.sources.postgres.preflight import ensure_publication
 from capture.sources.postgres.sql import chunk_select, key_after_select, keys_select, qualified, quote
@@ -142,9 +142,11 @@ class PostgresChunkSource:
         return table_schema
 
     def estimate_rows(self, table: TableSchema) -> int:
-        oid = relation_oid(self._conn, table.schema, table.table)
-        rows = self._run("SELECT reltuples::bigint FROM pg_class WHERE oid = %s", (oid,))
-        return max(0, int(rows[0][0])) if rows else 0
+        """The planner's row count for the table, without a scan: the statistics' rows per page
+        times its current pages, or, where it was never analysed (pg_class.reltuples is -1), its
+        pages times the rows a page holds at the width the column types suggest."""
+        plan = self._run(f"EXPLAIN (FORMAT JSON) SELECT * FROM {qualified(table.schema, table.table)}")[0][0]
+        return int(plan[0]["Plan"]["Plan Rows"])
 
     def write_watermark(self, mark: Watermark, table: TableSchema | None = None) -> None:
         args = (f"{mark.dump_id}/{mark.table}", mark.dump_id, mark.table, mark.chunk, mark.kind, mark.id)

@@ -16,10 +16,12 @@ column by column, on either path:
   timestamp                 timestamp[us]                timestamptz  timestamp[us, UTC]
   interval                  duration[us] (a month counts 30 days, as PostgreSQL compares intervals)
   one-dimensional arrays    list<element type>           domains   their base type
-Values Arrow cannot hold land as NULL and are listed in the README: numeric NaN in a
-numeric(p,s) column, dates and timestamps of +-infinity or BC, time '24:00:00', intervals
-beyond about 292,000 years. A multi-dimensional array
-is refused with an error.
+Dates and timestamps outside 0001-01-01 .. 9999-12-31 (what Spark, Python and most Iceberg
+readers hold) land as the nearest end of that range: -infinity and BC as 0001-01-01 00:00:00,
+infinity and years past 9999 as 9999-12-31 23:59:59.999999 (timestamptz: in UTC). Values Arrow
+cannot hold land as NULL and are listed in the README: numeric NaN in a numeric(p,s) column,
+time '24:00:00', intervals beyond about 292,000 years. A multi-dimensional array is refused
+with an error.
 """
 
 from __future__ import annotations
@@ -69,7 +71,7 @@ def _py(values: Texts) -> list[Any]:
 
 def _cast(arrow_type: pa.DataType, fallback: Callable[[str], Any]) -> ColumnBuilder:
     """Arrow's cast on the whole column; if any value does not parse, value by value with
-    `fallback` (which returns None for what Arrow cannot hold)."""
+    `fallback` (which maps what Arrow's cast does not take: NaN, infinity, BC, ...)."""
 
     def build(values: Texts) -> pa.Array:
         text = _text(values)
@@ -90,19 +92,32 @@ def _decimal_or_none(text: str) -> Decimal | None:
     return value if value.is_finite() else None
 
 
-def _date_or_none(text: str) -> date | None:
-    try:
+def _past_9999(text: str) -> bool | None:
+    """Whether a date or timestamp text lies past 9999 (True: 'infinity', a year of five digits or
+    more) or before year 1 (False: '-infinity', BC); None: within 0001 .. 9999."""
+    if text in ("infinity", "-infinity"):
+        return text == "infinity"
+    if text.endswith(" BC"):
+        return False
+    year = text.split("-", 1)[0]
+    return True if year.isdigit() and len(year) > 4 else None
+
+
+def _date(text: str) -> date:
+    """A date; outside 0001-01-01 .. 9999-12-31 the nearest end of that range (README)."""
+    beyond = _past_9999(text)
+    if beyond is None:
         return date.fromisoformat(text)
-    except ValueError:
-        return None  # infinity, BC, years past 9999
+    return date.max if beyond else date.min
 
 
-def _timestamp_or_none(text: str) -> datetime | None:
-    try:
-        value = datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    return value
+def _timestamp(text: str) -> datetime:
+    """A timestamp (timestamptz: with its offset); outside 0001-01-01 .. 9999-12-31 23:59:59.999999
+    the nearest end of that range (README)."""
+    beyond = _past_9999(text)
+    if beyond is None:
+        return datetime.fromisoformat(text)
+    return datetime.max if beyond else datetime.min
 
 
 def _timestamptz(values: Texts) -> pa.Array:
@@ -112,8 +127,8 @@ def _timestamptz(values: Texts) -> pa.Array:
         if pc.all(pc.ends_with(text, "+00")).as_py() is not False:  # TimeZone=UTC: always '+00'
             return pc.utf8_slice_codeunits(text, 0, -3).cast(pa.timestamp("us")).cast(utc)
         return pc.replace_substring_regex(text, r"([+-]\d\d)$", r"\1:00").cast(utc)
-    except pa.ArrowInvalid:
-        return pa.array([None if v is None else _timestamp_or_none(v) for v in _py(values)], type=utc)
+    except pa.ArrowInvalid:  # naive ends of the range (`_timestamp`) are UTC's
+        return pa.array([None if v is None else _timestamp(v) for v in _py(values)], type=utc)
 
 
 def _bool(values: Texts) -> pa.Array:
@@ -240,8 +255,8 @@ _SIMPLE: dict[str, tuple[pa.DataType, ColumnBuilder | None]] = {
     "float8": (pa.float64(), None),
     "bool": (pa.bool_(), _bool),
     "bytea": (pa.binary(), _bytea),
-    "date": (pa.date32(), _cast(pa.date32(), _date_or_none)),
-    "timestamp": (pa.timestamp("us"), _cast(pa.timestamp("us"), _timestamp_or_none)),
+    "date": (pa.date32(), _cast(pa.date32(), _date)),
+    "timestamp": (pa.timestamp("us"), _cast(pa.timestamp("us"), _timestamp)),
     "timestamptz": (pa.timestamp("us", tz="UTC"), _timestamptz),
     "time": (pa.time64("us"), _time),
     "interval": (pa.duration("us"), _interval),

@@ -4,6 +4,7 @@ chunks reconcile to the table, for every kind of key."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 
 import pytest
 
@@ -196,3 +197,47 @@ def test_a_user_without_watermark_grants_is_told_which_grant(postgres, pg_databa
     finally:
         source.close()
         postgres.execute("DROP OWNED BY reader", database=pg_database)
+
+
+def test_progress_of_a_table_never_analysed_is_estimated(postgres, pg_database, make_pg_capture, caplog):
+    """pg_class.reltuples is -1 until a table is analysed: the estimate must not be 0 rows (which
+    said 100 % and ETA 0 s from the first chunk on); past an estimate, the percent is unknown."""
+    postgres.execute(
+        "CREATE TABLE fresh (id int PRIMARY KEY, v int, note text) WITH (autovacuum_enabled = false)",
+        "INSERT INTO fresh SELECT i, i, 'row ' || i FROM generate_series(1, 5000) i",
+        database=pg_database,
+    )
+    assert postgres.query("SELECT reltuples FROM pg_class WHERE relname = 'fresh'", database=pg_database) == [(-1,)]
+    caplog.set_level(logging.INFO, logger="capture")
+    engine, source = open_engine(make_pg_capture())
+    try:
+        engine.run(DumpRequest(tables=["public.fresh"], settings=DumpSettings(chunk_size=500)))
+    finally:
+        source.close()
+    lines = [r.fields for r in caplog.records if getattr(r, "event", None) == "dump.chunk"]
+    first, last = lines[0], lines[-1]
+    assert 2 <= first["percent"] <= 50 and first["eta_s"] > 0 and first["of_about"] >= 2, first
+    assert last["percent"] == 100.0 and last["eta_s"] == 0.0
+    assert all(line["percent"] is None or line["percent"] < 100 for line in lines[:-1])
+
+
+def test_a_key_whose_values_land_as_one_value_refuses_to_loop(postgres, pg_database, make_pg_capture):
+    """infinity and years past 9999 in a date key all land as 9999-12-31 (README): a full chunk of
+    them would end where the chunk before it ended, and the next would read them again."""
+    postgres.execute(
+        "CREATE TABLE far_keys (d date PRIMARY KEY, v int)",
+        "INSERT INTO far_keys VALUES ('9999-12-30', 1), ('infinity', 2), ('10000-01-01', 3), ('20000-01-01', 4)",
+        database=pg_database,
+    )
+    engine, source = open_engine(make_pg_capture())
+    try:
+        with pytest.raises(DumpInputError, match=r"public\.far_keys: chunk 2 ends at key .*9999-12-31.* key \(d\)"):
+            engine.run(DumpRequest(tables=["public.far_keys"], settings=DumpSettings(chunk_size=2)))
+        assert (
+            engine.run(DumpRequest(tables=["public.far_keys"], settings=DumpSettings(chunk_size=5)))["tables"][0][
+                "rows"
+            ]
+            == 4
+        )
+    finally:
+        source.close()
