@@ -1,0 +1,468 @@
+"""Capture of many small transactions (OLTP) against the raw decoder, one command per source.
+
+Run from the repository root::
+
+    .venv/bin/python -m benchmarks.oltp_capture postgresql                 # 20,000 transactions a shape
+    .venv/bin/python -m benchmarks.oltp_capture mariadb --transactions 5000 # quick smoke run
+
+Against one private server (tests/servers.py; never the system server), with a table of
+`--writers` x 1,000 rows, for each shape (single-row transactions, five-row transactions):
+
+1. Live: capture runs (a real ``python -m capture.cli capture`` process, default landing
+   settings: a commit every 0.5 s at most). `--writers` separate processes commit N UPDATE
+   transactions as fast as the server takes them. Reported: the writers' rate; transactions/s
+   captured, from the first commit to the checkpoint covering the last (landed events counted
+   from committed Parquet footers, polled every 10 ms); the lag at the end of the burst (last
+   commit to that checkpoint); capture CPU per 1,000 transactions (/proc, over the burst).
+2. Catch-up: capture is stopped, the writers commit N more transactions, then the raw decoder
+   reads them (below), then capture is started and timed from `running` (the
+   ``capture.resuming`` log line; its startup is printed too) to the checkpoint covering them.
+3. Baseline, on the catch-up's transactions: the raw decoder alone, in this process: for
+   MariaDB, mysql-replication iterating the same binlog events (every row decoded); for
+   PostgreSQL, a pgoutput slot created before the burst, its messages read with psycopg2 and
+   decoded message by message (`pgoutput.begin_fields`, `parse_change`, `commit_fields`), no
+   typing, no landing. Ratio: catch-up transactions/s over the raw decoder's.
+
+Floors (README, Benchmarks): single-row transactions captured >= 5,000/s, capture CPU
+<= 0.2 ms a transaction, catch-up >= 0.5 x the raw decoder. The machine's load average is
+printed with the results: other work on the machine moves the absolute figures, the ratio
+much less.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import select
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import yaml
+
+from benchmarks.capture_throughput import BenchmarkError, CaptureProcess
+from capture.landing import LandingZone
+from tests.servers import MariaDB, PostgreSQL
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCE = "bench"  # CaptureProcess runs this source
+IDS_PER_WRITER = 1_000
+POLL_S = 0.01
+CAPTURE_SERVER_ID, RAW_SERVER_ID = 911, 912
+RATE_FLOOR, CPU_FLOOR_MS, RATIO_FLOOR = 5_000.0, 0.2, 0.5
+COLUMNS = "id bigint PRIMARY KEY, name varchar(64) NOT NULL, balance numeric(12,2) NOT NULL, touched {ts} NOT NULL"
+
+
+def step(text: str) -> None:
+    print(f"-- {text}", flush=True)
+
+
+def load_average() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+@dataclass(frozen=True)
+class Burst:
+    first: float  # wall clock of the first commit
+    last: float  # ... and of the last
+
+    def rate(self, transactions: int) -> float:
+        return transactions / max(1e-9, self.last - self.first)
+
+
+@dataclass(frozen=True)
+class Measured:
+    transactions: int
+    seconds: float
+    cpu_s: float
+
+    @property
+    def rate(self) -> float:
+        return self.transactions / max(1e-9, self.seconds)
+
+    @property
+    def cpu_ms(self) -> float:
+        """CPU milliseconds a transaction."""
+        return 1000 * self.cpu_s / self.transactions
+
+
+@dataclass(frozen=True)
+class ShapeResult:
+    rows: int
+    write: Burst
+    live: Measured  # first commit to the checkpoint covering the last
+    lag_s: float  # last commit to that checkpoint
+    raw: Measured
+    catch_up: Measured
+    startup_s: float
+
+
+class Source:
+    """The server of one source kind, its table, and its raw decoder."""
+
+    kind: str
+    folder: str  # the table's landing folder
+
+    def start(self, work: Path) -> None: ...
+    def capture_config(self) -> dict[str, Any]: ...
+    def mark(self, name: str) -> Any:
+        """A position before the next burst, for `raw`."""
+
+    def raw(self, mark: Any, transactions: int) -> Measured:
+        """Read and decode the log from `mark` until `transactions` transactions are seen."""
+
+    def stop(self) -> None: ...
+
+
+class PostgresSource(Source):
+    kind, folder = "postgresql", "public.accounts"
+
+    def start(self, work: Path) -> None:
+        self.server = PostgreSQL(work / "pg")
+        self.server.start()
+        self.server.execute(f"CREATE TABLE accounts ({COLUMNS.format(ts='timestamptz')})")
+
+    def fill(self, ids: int) -> None:
+        self.server.execute(
+            f"INSERT INTO accounts SELECT i, 'name-' || i, i % 1000, now() FROM generate_series(0, {ids - 1}) i"
+        )
+
+    def capture_config(self) -> dict[str, Any]:
+        return {"kind": "postgresql", "port": self.server.port, "user": "postgres", "database": "postgres"}
+
+    def mark(self, name: str) -> str:
+        self.server.query("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (name,))
+        return name
+
+    def raw(self, mark: Any, transactions: int) -> Measured:
+        import psycopg2.extras
+
+        from capture.sources.postgres import pgoutput
+
+        conn = psycopg2.connect(
+            host="127.0.0.1",
+            port=self.server.port,
+            dbname="postgres",
+            user="postgres",
+            connection_factory=psycopg2.extras.LogicalReplicationConnection,
+        )
+        began, cpu = time.monotonic(), time.process_time()
+        cursor = conn.cursor()
+        cursor.start_replication(
+            slot_name=mark, decode=False, options={"proto_version": "1", "publication_names": f"logtide_{SOURCE}"}
+        )
+        seen, changed = 0, False
+        deadline = began + 600
+        while seen < transactions:
+            message = cursor.read_message()
+            if message is None:
+                if time.monotonic() > deadline:
+                    raise BenchmarkError(f"raw pgoutput read saw {seen} of {transactions} transactions")
+                select.select([cursor], [], [], 0.5)
+                continue
+            buf = message.payload
+            kind = buf[0]
+            if kind in (73, 85, 68):  # I U D
+                pgoutput.parse_change(buf)
+                changed = True
+            elif kind == 66:
+                pgoutput.begin_fields(buf)
+            elif kind == 67:
+                pgoutput.commit_fields(buf)
+                seen += changed
+                changed = False
+            elif kind == 82:
+                pgoutput.parse_relation(buf)
+        measured = Measured(transactions, time.monotonic() - began, time.process_time() - cpu)
+        conn.close()
+        self.server.query("SELECT pg_drop_replication_slot(%s)", (mark,))
+        return measured
+
+    def stop(self) -> None:
+        self.server.destroy()
+
+
+class MariaDBSource(Source):
+    kind, folder = "mariadb", "oltp.accounts"
+
+    def start(self, work: Path) -> None:
+        self.server = MariaDB(work / "mariadb")
+        self.server.start(timeout=60)
+        self.server.execute("CREATE DATABASE oltp")
+        self.server.execute(f"CREATE TABLE accounts ({COLUMNS.format(ts='datetime(6)')})", database="oltp")
+
+    def fill(self, ids: int) -> None:
+        self.server.execute(
+            f"INSERT INTO accounts SELECT seq, CONCAT('name-', seq), seq % 1000, NOW(6) FROM seq_0_to_{ids - 1}",
+            database="oltp",
+        )
+
+    def capture_config(self) -> dict[str, Any]:
+        return {"kind": "mariadb", "port": self.server.port, "user": "root", "server_id": CAPTURE_SERVER_ID}
+
+    def mark(self, name: str) -> str:
+        with self.server.connect() as conn, conn.cursor() as cursor:
+            cursor.execute("SHOW MASTER STATUS")
+            file, pos = cursor.fetchone()[:2]
+            cursor.execute("SELECT BINLOG_GTID_POS(%s, %s)", (file, pos))
+            return str(cursor.fetchone()[0])
+
+    def raw(self, mark: Any, transactions: int) -> Measured:
+        from pymysqlreplication import BinLogStreamReader
+        from pymysqlreplication.event import XidEvent
+        from pymysqlreplication.row_event import RowsEvent
+
+        from capture.sources.mysql.reader import EVENTS
+
+        began, cpu = time.monotonic(), time.process_time()
+        stream = BinLogStreamReader(
+            connection_settings={"host": "127.0.0.1", "port": self.server.port, "user": "root", "passwd": ""},
+            server_id=RAW_SERVER_ID,
+            is_mariadb=True,
+            auto_position=mark,
+            blocking=True,
+            only_events=EVENTS,  # as capture reads the binlog
+            enable_logging=False,
+        )
+        seen = 0
+        try:
+            for event in stream:
+                if isinstance(event, RowsEvent):
+                    for _row in event.rows:
+                        pass
+                elif isinstance(event, XidEvent):
+                    seen += 1
+                    if seen == transactions:
+                        break
+        finally:
+            stream.close()
+        return Measured(transactions, time.monotonic() - began, time.process_time() - cpu)
+
+    def stop(self) -> None:
+        self.server.destroy()
+
+
+SOURCES: dict[str, Callable[[], Source]] = {"postgresql": PostgresSource, "mariadb": MariaDBSource}
+
+
+class Counter:
+    """Events of the table below the checkpoint's frontier (Parquet footers, each file read once)."""
+
+    def __init__(self, zone: LandingZone, folder: str) -> None:
+        self.zone, self.folder = zone, folder
+        self._rows: dict[Path, int] = {}
+
+    def count(self) -> int:
+        total = 0
+        for path in self.zone.committed_files(self.folder):
+            rows = self._rows.get(path)
+            if rows is None:
+                rows = self._rows[path] = pq.read_metadata(path).num_rows
+            total += rows
+        return total
+
+    def wait(self, target: int, capture: CaptureProcess, timeout: float) -> float:
+        """Poll until `target` events are committed; the wall clock then."""
+        deadline = time.monotonic() + timeout
+        while (landed := self.count()) < target:
+            capture.check_alive()
+            if time.monotonic() > deadline:
+                raise BenchmarkError(f"{landed} of {target} events landed after {timeout:.0f} s:\n{capture.tail()}")
+            time.sleep(POLL_S)
+        if landed != target:
+            raise BenchmarkError(f"{landed} events landed, {target} expected")
+        return time.time()
+
+
+class Writers:
+    """`count` writer processes (benchmarks.oltp_writer), each on its own id range."""
+
+    def __init__(self, source: Source, port: int, count: int) -> None:
+        self.source, self.port, self.count = source, port, count
+
+    def start(self, transactions: int, rows: int) -> list[subprocess.Popen[str]]:
+        table = "accounts"
+        procs = []
+        for w in range(self.count):
+            share = transactions // self.count + (w < transactions % self.count)
+            args = [self.source.kind, self.port, table, w * IDS_PER_WRITER, IDS_PER_WRITER, share, rows]
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "benchmarks.oltp_writer", *map(str, args)],
+                    cwd=ROOT,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    text=True,
+                )
+            )
+        for proc in procs:
+            assert proc.stdout is not None
+            if proc.stdout.readline().strip() != "ready":
+                raise BenchmarkError("a writer process did not start")
+        for proc in procs:
+            assert proc.stdin is not None
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+        return procs
+
+    @staticmethod
+    def finish(procs: list[subprocess.Popen[str]]) -> Burst:
+        times = []
+        for proc in procs:
+            out, _ = proc.communicate(timeout=600)
+            if proc.returncode != 0:
+                raise BenchmarkError(f"a writer exited with {proc.returncode}")
+            times.append(json.loads(out.strip().splitlines()[-1]))
+        return Burst(min(t["first"] for t in times), max(t["last"] for t in times))
+
+    def write(self, transactions: int, rows: int) -> Burst:
+        return self.finish(self.start(transactions, rows))
+
+
+def write_config(work: Path, source: Source) -> Path:
+    settings = {**source.capture_config(), "include": [f"{source.folder.split('.')[0]}.*"], "heartbeat_s": 0.5}
+    settings["metrics"] = {"port": 0}
+    path = work / "logtide.yaml"
+    path.write_text(yaml.safe_dump({"landing": {"path": str(work / "landing")}, "sources": {SOURCE: settings}}))
+    return path
+
+
+def measure_shape(
+    source: Source,
+    writers: Writers,
+    capture: CaptureProcess,
+    counter: Counter,
+    transactions: int,
+    rows: int,
+    timeout: float,
+    profile_base: Path | None,
+) -> tuple[ShapeResult, CaptureProcess]:
+    events = transactions * rows
+    step(f"live: {transactions:,d} transactions of {rows} row(s), capture running")
+    landed, cpu = counter.count(), capture.cpu_s()
+    write = writers.write(transactions, rows)
+    landed_at = counter.wait(landed + events, capture, timeout)
+    live = Measured(transactions, landed_at - write.first, capture.cpu_s() - cpu)
+    lag = landed_at - write.last
+
+    step("catch-up: capture stopped, the same burst again")
+    capture.stop()
+    mark = source.mark(f"raw_{rows}")
+    landed = counter.count()
+    writers.write(transactions, rows)
+    step("raw decoder over the catch-up's transactions")
+    raw = source.raw(mark, transactions)
+    step("capture started: catching up")
+    profile = None if profile_base is None else profile_base.with_suffix(f".catch-up-{rows}.json")
+    capture = CaptureProcess(capture.config, capture.log_path, profile)
+    capture.start()
+    startup = capture.wait_log("capture.resuming", timeout=60)
+    running, cpu = time.time(), capture.cpu_s()
+    landed_at = counter.wait(landed + events, capture, timeout)
+    catch_up = Measured(transactions, landed_at - running, capture.cpu_s() - cpu)
+    return ShapeResult(rows, write, live, lag, raw, catch_up, startup), capture
+
+
+def report(kind: str, transactions: int, results: list[ShapeResult], load: list[str]) -> bool:
+    print(f"\n== {kind}: {transactions:,d} transactions a shape; load average {' -> '.join(load)}")
+    header = (
+        "rows/txn",
+        "written txn/s",
+        "captured txn/s",
+        "lag at end s",
+        "CPU ms/txn",
+        "raw txn/s",
+        "raw CPU ms/txn",
+        "catch-up txn/s",
+        "catch-up CPU ms/txn",
+        "catch-up/raw",
+        "startup s",
+    )
+    rows = [
+        (
+            str(r.rows),
+            f"{r.write.rate(transactions):,.0f}",
+            f"{r.live.rate:,.0f}",
+            f"{r.lag_s:.2f}",
+            f"{r.live.cpu_ms:.3f}",
+            f"{r.raw.rate:,.0f}",
+            f"{r.raw.cpu_ms:.3f}",
+            f"{r.catch_up.rate:,.0f}",
+            f"{r.catch_up.cpu_ms:.3f}",
+            f"{r.catch_up.rate / r.raw.rate:.2f}",
+            f"{r.startup_s:.2f}",
+        )
+        for r in results
+    ]
+    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(header)]
+    print("  ".join(h.rjust(w) for h, w in zip(header, widths, strict=True)))
+    for row in rows:
+        print("  ".join(v.rjust(w) for v, w in zip(row, widths, strict=True)))
+    single = results[0]
+    checks = [
+        (f"single-row captured >= {RATE_FLOOR:,.0f} txn/s", single.live.rate >= RATE_FLOOR),
+        (f"single-row catch-up >= {RATE_FLOOR:,.0f} txn/s", single.catch_up.rate >= RATE_FLOOR),
+        (f"capture CPU <= {CPU_FLOOR_MS} ms/txn", max(single.live.cpu_ms, single.catch_up.cpu_ms) <= CPU_FLOOR_MS),
+        (f"catch-up >= {RATIO_FLOOR} x raw decoder", single.catch_up.rate / single.raw.rate >= RATIO_FLOOR),
+    ]
+    print()
+    for label, ok in checks:
+        print(f"floor {label:<40} {'PASS' if ok else 'MISS'}")
+    return all(ok for _, ok in checks)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.oltp_capture", description=__doc__.split("\n")[0])
+    parser.add_argument("source", choices=sorted(SOURCES))
+    parser.add_argument("--transactions", type=int, default=20_000, help="transactions a shape (default 20,000)")
+    parser.add_argument("--writers", type=int, default=3, help="writer processes (connections), default 3")
+    parser.add_argument("--shapes", type=int, nargs="+", default=[1, 5], help="rows a transaction (default: 1 5)")
+    parser.add_argument("--profile", type=Path, help="py-spy the first capture process into FILE (speedscope)")
+    parser.add_argument("--strict", action="store_true", help="exit 1 when a floor is missed")
+    args = parser.parse_args(argv)
+    work = Path(tempfile.mkdtemp(prefix="logtide-oltp-"))
+    os.chmod(work, 0o755)
+    source = SOURCES[args.source]()
+    capture: CaptureProcess | None = None
+    load = [load_average()]
+    try:
+        step(f"starting a private {args.source} server in {work}")
+        source.start(work)
+        source.fill(args.writers * IDS_PER_WRITER)
+        config = write_config(work, source)
+        capture = CaptureProcess(config, work / "capture.log", args.profile)
+        capture.start()
+        capture.wait_log("capture.first_start", timeout=60)
+        counter = Counter(LandingZone(work / "landing", SOURCE), source.folder)
+        writers = Writers(source, source.server.port, args.writers)  # type: ignore[attr-defined]
+        timeout = max(120.0, args.transactions / 100)
+        results = []
+        for rows in args.shapes:
+            result, capture = measure_shape(
+                source, writers, capture, counter, args.transactions, rows, timeout, args.profile
+            )
+            results.append(result)
+        load.append(load_average())
+        capture.stop()
+        ok = report(args.source, args.transactions, results, load)
+    except BenchmarkError as exc:
+        print(f"benchmark failed: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        if capture is not None:
+            capture.kill()
+        source.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    return 1 if args.strict and not ok else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
