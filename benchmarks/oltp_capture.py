@@ -22,6 +22,9 @@ Against one private server (tests/servers.py; never the system server), with a t
    PostgreSQL, a pgoutput slot created before the burst, its messages read with psycopg2 and
    decoded message by message (`pgoutput.begin_fields`, `parse_change`, `commit_fields`), no
    typing, no landing. Ratio: catch-up transactions/s over the raw decoder's.
+4. Latency: a probe commits one row every 10 ms into ``pulse`` and sees each land
+   (`dump_throughput.Pulse`); p50/p99 commit-to-landed idle, then while the writers commit
+   2,000 single-row transactions/s for 10 s.
 
 Floors (README, Benchmarks): single-row transactions captured >= 5,000/s, capture CPU
 <= 0.2 ms a transaction, catch-up >= 0.5 x the raw decoder. The machine's load average is
@@ -32,13 +35,12 @@ much less.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import select
 import shutil
-import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -49,16 +51,19 @@ import pyarrow.parquet as pq
 import yaml
 
 from benchmarks.capture_throughput import BenchmarkError, CaptureProcess
+from benchmarks.dump_throughput import Pulse
+from benchmarks.oltp_writer import Burst, Writers
 from capture.landing import LandingZone
 from tests.servers import MariaDB, PostgreSQL
 
-ROOT = Path(__file__).resolve().parent.parent
 SOURCE = "bench"  # CaptureProcess runs this source
 IDS_PER_WRITER = 1_000
 POLL_S = 0.01
 CAPTURE_SERVER_ID, RAW_SERVER_ID = 911, 912
 RATE_FLOOR, CPU_FLOOR_MS, RATIO_FLOOR = 5_000.0, 0.2, 0.5
 COLUMNS = "id bigint PRIMARY KEY, name varchar(64) NOT NULL, balance numeric(12,2) NOT NULL, touched {ts} NOT NULL"
+PULSE_DDL = "CREATE TABLE pulse (id bigint PRIMARY KEY)"
+LATENCY_RATE, LATENCY_S = 2_000, 10  # the latency probe's load: single-row transactions/s, for seconds
 
 
 def step(text: str) -> None:
@@ -67,15 +72,6 @@ def step(text: str) -> None:
 
 def load_average() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
-
-
-@dataclass(frozen=True)
-class Burst:
-    first: float  # wall clock of the first commit
-    last: float  # ... and of the last
-
-    def rate(self, transactions: int) -> float:
-        return transactions / max(1e-9, self.last - self.first)
 
 
 @dataclass(frozen=True)
@@ -95,6 +91,15 @@ class Measured:
 
 
 @dataclass(frozen=True)
+class Latency:
+    """Commit-to-landed seconds of the pulse's commits: median, 99th percentile, how many."""
+
+    p50: float
+    p99: float
+    count: int
+
+
+@dataclass(frozen=True)
 class ShapeResult:
     rows: int
     write: Burst
@@ -106,37 +111,49 @@ class ShapeResult:
 
 
 class Source:
-    """The server of one source kind, its table, and its raw decoder."""
+    """The server of one source kind, its tables (`accounts` for the writers, `pulse` for the
+    latency probe), and its raw decoder."""
 
     kind: str
-    folder: str  # the table's landing folder
+    database: str  # where the writers connect
+    schema: str  # the tables' schema (landing folder `schema.table`)
+    server: Any
 
-    def start(self, work: Path) -> None: ...
+    def start(self, work: Path, ids: int) -> None:
+        """Start the server; create `accounts` with `ids` rows and an empty `pulse`."""
+
     def capture_config(self) -> dict[str, Any]: ...
+
+    def connect(self) -> Any:
+        """An autocommit connection to `database`."""
+
     def mark(self, name: str) -> Any:
         """A position before the next burst, for `raw`."""
 
     def raw(self, mark: Any, transactions: int) -> Measured:
         """Read and decode the log from `mark` until `transactions` transactions are seen."""
 
-    def stop(self) -> None: ...
+    def stop(self) -> None:
+        self.server.destroy()
 
 
 class PostgresSource(Source):
-    kind, folder = "postgresql", "public.accounts"
+    kind, database, schema = "postgresql", "postgres", "public"
 
-    def start(self, work: Path) -> None:
+    def start(self, work: Path, ids: int) -> None:
         self.server = PostgreSQL(work / "pg")
         self.server.start()
-        self.server.execute(f"CREATE TABLE accounts ({COLUMNS.format(ts='timestamptz')})")
-
-    def fill(self, ids: int) -> None:
         self.server.execute(
-            f"INSERT INTO accounts SELECT i, 'name-' || i, i % 1000, now() FROM generate_series(0, {ids - 1}) i"
+            f"CREATE TABLE accounts ({COLUMNS.format(ts='timestamptz')})",
+            f"INSERT INTO accounts SELECT i, 'name-' || i, i % 1000, now() FROM generate_series(0, {ids - 1}) i",
+            PULSE_DDL,
         )
 
     def capture_config(self) -> dict[str, Any]:
         return {"kind": "postgresql", "port": self.server.port, "user": "postgres", "database": "postgres"}
+
+    def connect(self) -> Any:
+        return self.server.connect()
 
     def mark(self, name: str) -> str:
         self.server.query("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (name,))
@@ -186,27 +203,26 @@ class PostgresSource(Source):
         self.server.query("SELECT pg_drop_replication_slot(%s)", (mark,))
         return measured
 
-    def stop(self) -> None:
-        self.server.destroy()
-
 
 class MariaDBSource(Source):
-    kind, folder = "mariadb", "oltp.accounts"
+    kind, database, schema = "mariadb", "oltp", "oltp"
 
-    def start(self, work: Path) -> None:
+    def start(self, work: Path, ids: int) -> None:
         self.server = MariaDB(work / "mariadb")
         self.server.start(timeout=60)
         self.server.execute("CREATE DATABASE oltp")
-        self.server.execute(f"CREATE TABLE accounts ({COLUMNS.format(ts='datetime(6)')})", database="oltp")
-
-    def fill(self, ids: int) -> None:
         self.server.execute(
+            f"CREATE TABLE accounts ({COLUMNS.format(ts='datetime(6)')})",
             f"INSERT INTO accounts SELECT seq, CONCAT('name-', seq), seq % 1000, NOW(6) FROM seq_0_to_{ids - 1}",
+            PULSE_DDL,
             database="oltp",
         )
 
     def capture_config(self) -> dict[str, Any]:
         return {"kind": "mariadb", "port": self.server.port, "user": "root", "server_id": CAPTURE_SERVER_ID}
+
+    def connect(self) -> Any:
+        return self.server.connect("oltp")
 
     def mark(self, name: str) -> str:
         with self.server.connect() as conn, conn.cursor() as cursor:
@@ -246,9 +262,6 @@ class MariaDBSource(Source):
             stream.close()
         return Measured(transactions, time.monotonic() - began, time.process_time() - cpu)
 
-    def stop(self) -> None:
-        self.server.destroy()
-
 
 SOURCES: dict[str, Callable[[], Source]] = {"postgresql": PostgresSource, "mariadb": MariaDBSource}
 
@@ -282,53 +295,8 @@ class Counter:
         return time.time()
 
 
-class Writers:
-    """`count` writer processes (benchmarks.oltp_writer), each on its own id range."""
-
-    def __init__(self, source: Source, port: int, count: int) -> None:
-        self.source, self.port, self.count = source, port, count
-
-    def start(self, transactions: int, rows: int) -> list[subprocess.Popen[str]]:
-        table = "accounts"
-        procs = []
-        for w in range(self.count):
-            share = transactions // self.count + (w < transactions % self.count)
-            args = [self.source.kind, self.port, table, w * IDS_PER_WRITER, IDS_PER_WRITER, share, rows]
-            procs.append(
-                subprocess.Popen(
-                    [sys.executable, "-m", "benchmarks.oltp_writer", *map(str, args)],
-                    cwd=ROOT,
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE,
-                    text=True,
-                )
-            )
-        for proc in procs:
-            assert proc.stdout is not None
-            if proc.stdout.readline().strip() != "ready":
-                raise BenchmarkError("a writer process did not start")
-        for proc in procs:
-            assert proc.stdin is not None
-            proc.stdin.write("go\n")
-            proc.stdin.flush()
-        return procs
-
-    @staticmethod
-    def finish(procs: list[subprocess.Popen[str]]) -> Burst:
-        times = []
-        for proc in procs:
-            out, _ = proc.communicate(timeout=600)
-            if proc.returncode != 0:
-                raise BenchmarkError(f"a writer exited with {proc.returncode}")
-            times.append(json.loads(out.strip().splitlines()[-1]))
-        return Burst(min(t["first"] for t in times), max(t["last"] for t in times))
-
-    def write(self, transactions: int, rows: int) -> Burst:
-        return self.finish(self.start(transactions, rows))
-
-
 def write_config(work: Path, source: Source) -> Path:
-    settings = {**source.capture_config(), "include": [f"{source.folder.split('.')[0]}.*"], "heartbeat_s": 0.5}
+    settings = {**source.capture_config(), "include": [f"{source.schema}.*"], "heartbeat_s": 0.5}
     settings["metrics"] = {"port": 0}
     path = work / "logtide.yaml"
     path.write_text(yaml.safe_dump({"landing": {"path": str(work / "landing")}, "sources": {SOURCE: settings}}))
@@ -371,7 +339,25 @@ def measure_shape(
     return ShapeResult(rows, write, live, lag, raw, catch_up, startup), capture
 
 
-def report(kind: str, transactions: int, results: list[ShapeResult], load: list[str]) -> bool:
+def measure_latency(source: Source, writers: Writers, zone: LandingZone) -> tuple[Latency, Latency]:
+    """Commit-to-landed latency of a commit every 10 ms (`dump_throughput.Pulse`): idle, then
+    while the writers commit LATENCY_RATE single-row transactions/s for LATENCY_S seconds."""
+    step(f"latency: idle, then at {LATENCY_RATE:,d} transactions/s")
+    pulse = Pulse(source.connect, zone, f"{source.schema}.pulse")
+    pulse.start()
+    try:
+        time.sleep(1)
+        idle = Latency(*pulse.measure(LATENCY_S))
+        load = threading.Thread(target=writers.write, args=(LATENCY_RATE * LATENCY_S, 1, LATENCY_RATE))
+        busy = Latency(*pulse.measure(None, load))
+    finally:
+        pulse.stop.set()
+    return idle, busy
+
+
+def report(
+    kind: str, transactions: int, results: list[ShapeResult], latency: tuple[Latency, Latency], load: list[str]
+) -> bool:
     print(f"\n== {kind}: {transactions:,d} transactions a shape; load average {' -> '.join(load)}")
     header = (
         "rows/txn",
@@ -406,6 +392,9 @@ def report(kind: str, transactions: int, results: list[ShapeResult], load: list[
     print("  ".join(h.rjust(w) for h, w in zip(header, widths, strict=True)))
     for row in rows:
         print("  ".join(v.rjust(w) for v, w in zip(row, widths, strict=True)))
+    for label, measured in zip(("idle", f"at {LATENCY_RATE:,d} txn/s"), latency, strict=True):
+        figures = f"p50 {measured.p50:.3f} s  p99 {measured.p99:.3f} s  ({measured.count} commits)"
+        print(f"commit -> landed {label:<16} {figures}")
     single = results[0]
     checks = [
         (f"single-row captured >= {RATE_FLOOR:,.0f} txn/s", single.live.rate >= RATE_FLOOR),
@@ -435,14 +424,15 @@ def main(argv: list[str] | None = None) -> int:
     load = [load_average()]
     try:
         step(f"starting a private {args.source} server in {work}")
-        source.start(work)
-        source.fill(args.writers * IDS_PER_WRITER)
+        source.start(work, args.writers * IDS_PER_WRITER)
         config = write_config(work, source)
         capture = CaptureProcess(config, work / "capture.log", args.profile)
         capture.start()
         capture.wait_log("capture.first_start", timeout=60)
-        counter = Counter(LandingZone(work / "landing", SOURCE), source.folder)
-        writers = Writers(source, source.server.port, args.writers)  # type: ignore[attr-defined]
+        zone = LandingZone(work / "landing", SOURCE)
+        counter = Counter(zone, f"{source.schema}.accounts")
+        port = source.server.port
+        writers = Writers(source.kind, port, source.database, "accounts", args.writers, IDS_PER_WRITER)
         timeout = max(120.0, args.transactions / 100)
         results = []
         for rows in args.shapes:
@@ -450,9 +440,10 @@ def main(argv: list[str] | None = None) -> int:
                 source, writers, capture, counter, args.transactions, rows, timeout, args.profile
             )
             results.append(result)
+        latency = measure_latency(source, writers, zone)
         load.append(load_average())
         capture.stop()
-        ok = report(args.source, args.transactions, results, load)
+        ok = report(args.source, args.transactions, results, latency, load)
     except BenchmarkError as exc:
         print(f"benchmark failed: {exc}", file=sys.stderr)
         return 2
