@@ -17,11 +17,13 @@ Against one private server (tests/servers.py; never the system server), with a t
 2. Catch-up: capture is stopped, the writers commit N more transactions, then the raw decoder
    reads them (below), then capture is started and timed from `running` (the
    ``capture.resuming`` log line; its startup is printed too) to the checkpoint covering them.
-3. Baseline, on the catch-up's transactions: the raw decoder alone, in this process: for
-   MariaDB, mysql-replication iterating the same binlog events (every row decoded); for
-   PostgreSQL, a pgoutput slot created before the burst, its messages read with psycopg2 and
-   decoded message by message (`pgoutput.begin_fields`, `parse_change`, `commit_fields`), no
-   typing, no landing. Ratio: catch-up transactions/s over the raw decoder's.
+3. Baseline, on the catch-up's transactions: the raw decoder alone, in this process, from
+   the position in capture's checkpoint: for MariaDB, mysql-replication iterating the same
+   binlog events (every row decoded); for PostgreSQL, a pgoutput slot created before the live
+   burst (so the server decodes as much WAL for it as for capture's slot, whose restart LSN
+   trails), its messages read with psycopg2 and decoded message by message
+   (`pgoutput.begin_fields`, `parse_change`, `commit_fields`), no typing, no landing.
+   Ratio: catch-up transactions/s over the raw decoder's.
 4. Latency: a probe commits one row every 10 ms into ``pulse`` and sees each land
    (`dump_throughput.Pulse`); p50/p99 commit-to-landed idle, then while the writers commit
    2,000 single-row transactions/s for 10 s.
@@ -128,10 +130,11 @@ class Source:
         """An autocommit connection to `database`."""
 
     def mark(self, name: str) -> Any:
-        """A position before the next burst, for `raw`."""
+        """What `raw` needs besides the resume position, made before the live burst."""
 
-    def raw(self, mark: Any, transactions: int) -> Measured:
-        """Read and decode the log from `mark` until `transactions` transactions are seen."""
+    def raw(self, mark: Any, resume: dict[str, Any], transactions: int) -> Measured:
+        """Read and decode the log from capture's checkpoint position `resume` until
+        `transactions` transactions are seen."""
 
     def stop(self) -> None:
         self.server.destroy()
@@ -156,13 +159,16 @@ class PostgresSource(Source):
         return self.server.connect()
 
     def mark(self, name: str) -> str:
+        """A slot made when capture's is as old: the server decodes the same WAL for both
+        (a slot restarts decoding at its restart LSN, which trails the confirmed position)."""
         self.server.query("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (name,))
         return name
 
-    def raw(self, mark: Any, transactions: int) -> Measured:
+    def raw(self, mark: Any, resume: dict[str, Any], transactions: int) -> Measured:
         import psycopg2.extras
 
         from capture.sources.postgres import pgoutput
+        from capture.sources.postgres.connection import parse_lsn
 
         conn = psycopg2.connect(
             host="127.0.0.1",
@@ -174,7 +180,10 @@ class PostgresSource(Source):
         began, cpu = time.monotonic(), time.process_time()
         cursor = conn.cursor()
         cursor.start_replication(
-            slot_name=mark, decode=False, options={"proto_version": "1", "publication_names": f"logtide_{SOURCE}"}
+            slot_name=mark,
+            decode=False,
+            start_lsn=parse_lsn(resume["lsn"]),
+            options={"proto_version": "1", "publication_names": f"logtide_{SOURCE}"},
         )
         seen, changed = 0, False
         deadline = began + 600
@@ -224,14 +233,10 @@ class MariaDBSource(Source):
     def connect(self) -> Any:
         return self.server.connect("oltp")
 
-    def mark(self, name: str) -> str:
-        with self.server.connect() as conn, conn.cursor() as cursor:
-            cursor.execute("SHOW MASTER STATUS")
-            file, pos = cursor.fetchone()[:2]
-            cursor.execute("SELECT BINLOG_GTID_POS(%s, %s)", (file, pos))
-            return str(cursor.fetchone()[0])
+    def mark(self, name: str) -> None:
+        """Nothing: the binlog is read from a GTID position alone."""
 
-    def raw(self, mark: Any, transactions: int) -> Measured:
+    def raw(self, mark: Any, resume: dict[str, Any], transactions: int) -> Measured:
         from pymysqlreplication import BinLogStreamReader
         from pymysqlreplication.event import XidEvent
         from pymysqlreplication.row_event import RowsEvent
@@ -243,7 +248,7 @@ class MariaDBSource(Source):
             connection_settings={"host": "127.0.0.1", "port": self.server.port, "user": "root", "passwd": ""},
             server_id=RAW_SERVER_ID,
             is_mariadb=True,
-            auto_position=mark,
+            auto_position=resume["gtid"],
             blocking=True,
             only_events=EVENTS,  # as capture reads the binlog
             enable_logging=False,
@@ -315,6 +320,7 @@ def measure_shape(
 ) -> tuple[ShapeResult, CaptureProcess]:
     events = transactions * rows
     step(f"live: {transactions:,d} transactions of {rows} row(s), capture running")
+    mark = source.mark(f"raw_{rows}")
     landed, cpu = counter.count(), capture.cpu_s()
     write = writers.write(transactions, rows)
     landed_at = counter.wait(landed + events, capture, timeout)
@@ -323,11 +329,12 @@ def measure_shape(
 
     step("catch-up: capture stopped, the same burst again")
     capture.stop()
-    mark = source.mark(f"raw_{rows}")
+    checkpoint = counter.zone.checkpoint()
+    assert checkpoint is not None
     landed = counter.count()
     writers.write(transactions, rows)
     step("raw decoder over the catch-up's transactions")
-    raw = source.raw(mark, transactions)
+    raw = source.raw(mark, checkpoint.resume, transactions)
     step("capture started: catching up")
     profile = None if profile_base is None else profile_base.with_suffix(f".catch-up-{rows}.json")
     capture = CaptureProcess(capture.config, capture.log_path, profile)

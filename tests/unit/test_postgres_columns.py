@@ -234,7 +234,7 @@ OID_A, OID_B = 16392, 16400
 def _feed(transactions: list[list[bytes]], tables: dict[int, TableInfo], hand_over) -> list:
     """The items a Group hands over for these messages; `hand_over(in_transaction)` says when
     to hand over besides at the end (after a commit, or in the middle of a transaction)."""
-    group, items = Group(), []
+    group, items = Group(10_000, 1 << 20), []
     for messages in transactions:
         for buf in messages:
             kind = buf[0]

@@ -24,13 +24,14 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from decimal import Decimal
 from itertools import accumulate
 from typing import NamedTuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from capture.events import LSN_ARROW_TYPE, Lsn, TableSchema, TransactionEnd
+from capture.events import LSN_ARROW_TYPE, MINOR_BITS, Lsn, TableSchema, TransactionEnd
 from capture.landing.log_writer import UTC_MICROS, ColumnBatch, column_batch
 from capture.sources.postgres import pgoutput
 from capture.sources.postgres.connection import format_lsn
@@ -39,7 +40,8 @@ from capture.sources.postgres.types import ColumnBuilder
 INSERT, UPDATE, DELETE = 73, 85, 68  # I U D
 OLD_KEY, OLD_ROW, NEW = 75, 79, 78  # K O N
 _MISSING = pa.list_(pa.string())
-_MAJOR_TYPE = pa.decimal128(37, 0)  # a commit LSN << 32; + a decimal128(19, 0) index gives LSN_ARROW_TYPE
+_MAJOR_TYPE = pa.decimal128(20, 0)  # a commit LSN; x 2^32, + an index: LSN_ARROW_TYPE's range
+_MINOR_SPAN = pa.scalar(Decimal(1 << MINOR_BITS), pa.decimal128(11, 0))
 _INDEX_TYPE = pa.decimal128(19, 0)
 _UNIX_FROM_PG_US = int((pgoutput.PG_EPOCH.timestamp()) * 1_000_000)
 
@@ -82,17 +84,16 @@ class _Run:
 class Group:
     """Transactions read and not yet handed over (see the module docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_changes: int, max_bytes: int) -> None:
+        self.max_changes, self.max_bytes = max_changes, max_bytes
         self._reset()
         self.open = False  # inside a transaction (Begin read, Commit not yet)
         self.place = 0  # changes of the open transaction so far
         self.since = 0.0  # monotonic time the group's first transaction began
 
     def _reset(self) -> None:
-        self.majors: list[int] = []  # per transaction of the group: commit LSN, xid, commit time (µs, PG epoch)
-        self.xids: list[int] = []
-        self.micros: list[int] = []
-        self.extra: list[int] = []  # per transaction: events added by key-change splits before the group
+        self.transactions: list[tuple[int, int, int]] = []  # commit LSN, commit time (µs, PG epoch), xid
+        self.carried = 0  # events that splits added to the first transaction before the group (it was open)
         self.runs: dict[int, _Run] = {}  # relation oid -> its run, in the order of their first change
         self.held = 0  # change messages held
         self.bytes = 0
@@ -105,14 +106,17 @@ class Group:
         """Something to hand over: changes, or finished transactions (their commit moves the frontier)."""
         return bool(self.runs) or self.end is not None
 
+    @property
+    def full(self) -> bool:
+        """Holding max_changes changes or transactions, or max_bytes of messages: memory is bounded."""
+        return (
+            self.held >= self.max_changes or self.bytes >= self.max_bytes or len(self.transactions) >= self.max_changes
+        )
+
     def begin(self, buf: bytes) -> None:
-        lsn, micros, xid = pgoutput.begin_fields(buf)
-        if not self.pending:
+        if not self.runs and self.end is None:
             self.since = time.monotonic()
-        self.majors.append(lsn)
-        self.micros.append(micros)
-        self.xids.append(xid)
-        self.extra.append(0)
+        self.transactions.append(pgoutput.begin_fields(buf))
         self.open, self.place = True, 0
 
     def run(self, oid: int, table: TableInfo) -> _Run:
@@ -123,7 +127,7 @@ class Group:
 
     def add(self, run: _Run, buf: bytes) -> None:
         run.messages.append(buf)
-        run.txns.append(len(self.majors) - 1)
+        run.txns.append(len(self.transactions) - 1)
         run.places.append(self.place)
         self.place += 1
         self.held += 1
@@ -140,41 +144,41 @@ class Group:
         """The held changes as one ColumnBatch per table, then the last finished transaction's
         end, unless the open transaction's changes went with them (its own end covers them)."""
         runs = [(run, decode(run.table, run.messages)) for run in self.runs.values()]
-        minors, extra = self._minors(runs) if self.splits else (None, self.extra)
+        minors, extra = self._minors(runs) if self.splits else (None, self.carried)
         if runs:
-            bases = pa.array([major << 32 for major in self.majors], _MAJOR_TYPE)
-            xids = pa.array(self.xids, pa.int64()).cast(pa.string())
-            times = pc.add(pa.array(self.micros, pa.int64()), _UNIX_FROM_PG_US).cast(UTC_MICROS)
+            lsns, micros, xids = zip(*self.transactions, strict=True)
+            bases = pc.multiply(pa.array(lsns, pa.uint64()).cast(_MAJOR_TYPE), _MINOR_SPAN)
+            txids = pa.array(xids, pa.int64()).cast(pa.string())
+            times = pc.add(pa.array(micros, pa.int64()), _UNIX_FROM_PG_US).cast(UTC_MICROS)
         for i, (run, decoded) in enumerate(runs):
             txns = run.txns if decoded.origin is None else [run.txns[o] for o in decoded.origin]
             places = run.places if minors is None else minors[i]
             picked = pa.array(txns, pa.int32())
             lsn = pc.add(pc.take(bases, picked), pa.array(places, pa.int64()).cast(_INDEX_TYPE))
-            first = txns[0]
+            _, first_micros, first_xid = self.transactions[txns[0]]
             yield column_batch(
                 run.table.schema,
-                str(self.xids[first]),
-                pgoutput.timestamp(self.micros[first]),
+                str(first_xid),
+                pgoutput.timestamp(first_micros),
                 run.table.watermark,
                 lsn.cast(LSN_ARROW_TYPE),
-                pc.take(xids, picked),
+                pc.take(txids, picked),
                 pc.take(times, picked),
                 *decoded[:4],
             )
         end = None if self.open_held else self.end
-        carried = (self.majors[-1], self.micros[-1], self.xids[-1], extra[-1]) if self.open else None
+        carried = self.transactions[-1] if self.open else None
         self._reset()
         if carried is not None:  # the open transaction stays, as the group's first
-            self.majors, self.micros, self.xids, self.extra = [carried[0]], [carried[1]], [carried[2]], [carried[3]]
-            self.splits = carried[3] > 0
+            self.transactions, self.carried, self.splits = [carried], extra, extra > 0
         if end is not None:
             yield TransactionEnd(Lsn(end[0]), {"lsn": format_lsn(end[0])}, pgoutput.timestamp(end[1]), self.since)
         self.since = time.monotonic()
 
-    def _minors(self, runs: list[tuple[_Run, Decoded]]) -> tuple[list[list[int]], list[int]]:
+    def _minors(self, runs: list[tuple[_Run, Decoded]]) -> tuple[list[list[int]], int]:
         """Per run, each event's index inside its transaction, counting both events of a key
-        change (the messages walked in their order: transaction, place); and per transaction,
-        the events splits added in all (for an open transaction that stays)."""
+        change (the messages walked in their order: transaction, place); and the events that
+        splits added to the last transaction in all (kept if it is open)."""
         counts = []
         for run, decoded in runs:
             per_message = [1] * len(run.messages)
@@ -186,7 +190,8 @@ class Group:
         order = sorted(
             (run.txns[p], run.places[p], r, p) for r, (run, _) in enumerate(runs) for p in range(len(run.txns))
         )
-        extra = list(self.extra)
+        extra = [0] * len(self.transactions)
+        extra[0] = self.carried
         first_index = [[0] * len(run.messages) for run, _ in runs]
         for txn, place, r, p in order:
             first_index[r][p] = place + extra[txn]
@@ -201,7 +206,7 @@ class Group:
                 events.append(first_index[r][o] + (o == previous))
                 previous = o
             minors.append(events)
-        return minors, extra
+        return minors, extra[-1]
 
 
 def decode(table: TableInfo, messages: list[bytes]) -> Decoded:

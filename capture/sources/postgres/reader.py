@@ -24,7 +24,7 @@ Transactions are held, their change messages kept as they came, and handed over 
 for the group's last transaction. A group is handed over when its first transaction was
 read `hold_s` ago (the landing writer's flush interval: it would wait that long anyway, and
 counts from `TransactionEnd.read_at`, so a change lands no later than before), when it holds
-BATCH_ROWS changes or BATCH_BYTES of messages, before a Relation message redescribes a
+BATCH_ROWS changes or transactions or BATCH_BYTES of messages, before a Relation message redescribes a
 table it holds changes of, before a heartbeat and on stop.
 
 The slot's confirmed position is moved by `feedback`, which the service calls only after the
@@ -58,7 +58,7 @@ from capture.sources.postgres.types import builder, column_type, is_text
 log = get_logger(__name__)
 _U32 = Struct(">I")
 
-BATCH_ROWS = 10_000  # changes held at most: split, typed (column by column) and handed over at once
+BATCH_ROWS = 10_000  # changes (or transactions) held at most: split, typed and handed over at once
 BATCH_BYTES = 32 << 20  # ... or fewer, when their messages hold more (wide rows: bounded memory)
 PROTO_VERSION = "1"
 
@@ -133,7 +133,7 @@ class PgOutputReader:
     def _items(self, cursor: Any) -> Iterator[LogItem]:
         heartbeat, hold = self.config.heartbeat_s, self.hold_s
         next_heartbeat = time.monotonic() + heartbeat
-        group = Group()
+        group = Group(BATCH_ROWS, BATCH_BYTES)
         run: Any = None  # the run of the last change's table
         run_oid = b""  # ... and its relation oid as the messages carry it (b"": none)
         while True:
@@ -168,14 +168,14 @@ class PgOutputReader:
                         continue
                     run, run_oid = group.run(oid, target), buf[1:5]
                 group.add(run, buf)
-                if group.held >= BATCH_ROWS or group.bytes >= BATCH_BYTES:
+                if group.full:
                     yield from group.hand_over()
                     run_oid = b""
             elif kind == 66:  # B
                 group.begin(buf)
             elif kind == 67:  # C
                 group.commit(buf)
-                if group.held >= BATCH_ROWS or group.bytes >= BATCH_BYTES or time.monotonic() - group.since >= hold:
+                if group.full or time.monotonic() - group.since >= hold:
                     yield from group.hand_over()
                     run_oid = b""
                 if self.stop.is_set():
@@ -194,7 +194,7 @@ class PgOutputReader:
                     "capture.truncate_skipped",
                     source=self.name,
                     tables=",".join(names),
-                    xid=group.xids[-1] if group.xids else "",
+                    xid=group.transactions[-1][2] if group.transactions else "",
                     action="TRUNCATE is not a row change and is not landed; dump these tables to repair targets",
                 )
             # Y (type), O (origin), M (message): nothing to land
