@@ -24,8 +24,8 @@ Transactions are held, their change messages kept as they came, and handed over 
 for the group's last transaction. A group is handed over when its first transaction was
 read `hold_s` ago (the landing writer's flush interval: it would wait that long anyway, and
 counts from `TransactionEnd.read_at`, so a change lands no later than before), when it holds
-BATCH_ROWS changes or transactions or BATCH_BYTES of messages, before a Relation message redescribes a
-table it holds changes of, before a heartbeat and on stop.
+BATCH_ROWS changes or transactions or BATCH_BYTES of messages, before a Relation message
+redescribes a table it holds changes of, before a heartbeat and on stop.
 
 The slot's confirmed position is moved by `feedback`, which the service calls only after the
 landing zone's checkpoint covering it is written (forced, STACK.md: psycopg2 is lazy).
