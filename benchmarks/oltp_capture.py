@@ -2,36 +2,39 @@
 
 Run from the repository root::
 
-    .venv/bin/python -m benchmarks.oltp_capture postgresql                 # 20,000 transactions a shape
-    .venv/bin/python -m benchmarks.oltp_capture mariadb --transactions 5000 # quick smoke run
+    .venv/bin/python -m benchmarks.oltp_capture postgresql                  # 20,000 transactions a shape
+    .venv/bin/python -m benchmarks.oltp_capture mariadb --transactions 5000  # quick smoke run
 
 Against one private server (tests/servers.py; never the system server), with a table of
-`--writers` x 1,000 rows, for each shape (single-row transactions, five-row transactions):
+`--writers` x 1,000 rows, for each shape (single-row transactions, five-row transactions),
+each burst being N UPDATE transactions committed by `--writers` separate processes
+(`benchmarks.oltp_writer`) as fast as the server takes them:
 
 1. Live: capture runs (a real ``python -m capture.cli capture`` process, default landing
-   settings: a commit every 0.5 s at most). `--writers` separate processes commit N UPDATE
-   transactions as fast as the server takes them. Reported: the writers' rate; transactions/s
-   captured, from the first commit to the checkpoint covering the last (landed events counted
-   from committed Parquet footers, polled every 10 ms); the lag at the end of the burst (last
-   commit to that checkpoint); capture CPU per 1,000 transactions (/proc, over the burst).
-2. Catch-up: capture is stopped, the writers commit N more transactions, then the raw decoder
-   reads them (below), then capture is started and timed from `running` (the
-   ``capture.resuming`` log line; its startup is printed too) to the checkpoint covering them.
-3. Baseline, on the catch-up's transactions: the raw decoder alone, in this process, from
-   the position in capture's checkpoint: for MariaDB, mysql-replication iterating the same
-   binlog events (every row decoded); for PostgreSQL, a pgoutput slot created before the live
-   burst (so the server decodes as much WAL for it as for capture's slot, whose restart LSN
-   trails), its messages read with psycopg2 and decoded message by message
-   (`pgoutput.begin_fields`, `parse_change`, `commit_fields`), no typing, no landing.
-   Ratio: catch-up transactions/s over the raw decoder's.
-4. Latency: a probe commits one row every 10 ms into ``pulse`` and sees each land
+   settings: a commit every 0.5 s at most) during burst A. Reported: the writers' rate;
+   transactions/s captured, from the first commit to the checkpoint covering the last (landed
+   events counted from committed Parquet footers, polled every 10 ms); the lag at the end of
+   the burst (last commit to that checkpoint); capture CPU per transaction (/proc).
+2. Raw decoder, live: capture is stopped; the raw decoder (below) runs in this process during
+   burst B, from the position in capture's checkpoint: first commit to the last transaction
+   read. Live ratio: captured transactions/s (A) over the raw decoder's (B).
+3. Raw decoder, backlog: the raw decoder reads burst B again, now written.
+4. Catch-up: capture is started and timed from `running` (the ``capture.resuming`` log line;
+   its startup is printed too) to the checkpoint covering burst B. Catch-up ratio: over (3).
+5. Latency: a probe commits one row every 10 ms into ``pulse`` and sees each land
    (`dump_throughput.Pulse`); p50/p99 commit-to-landed idle, then while the writers commit
    2,000 single-row transactions/s for 10 s.
 
-Floors (README, Benchmarks): single-row transactions captured >= 5,000/s, capture CPU
-<= 0.2 ms a transaction, catch-up >= 0.5 x the raw decoder. The machine's load average is
-printed with the results: other work on the machine moves the absolute figures, the ratio
-much less.
+The raw decoder: for MariaDB, mysql-replication iterating the binlog events as capture reads
+them (every row decoded); for PostgreSQL, pgoutput slots created before burst A (so the
+server decodes as much WAL for them as for capture's slot, whose restart LSN trails), their
+messages read with psycopg2 and decoded message by message (`pgoutput.begin_fields`,
+`parse_change`, `commit_fields`): no typing, no landing.
+
+Floors (README, Benchmarks): single-row transactions captured >= 5,000/s (live, as far as the
+writers reach it, and catch-up), capture CPU <= 0.2 ms a transaction, >= 0.5 x the raw
+decoder (live and catch-up). The machine's load average is printed with the results: other
+work on the machine moves the absolute figures, the ratios much less.
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ from tests.servers import MariaDB, PostgreSQL
 SOURCE = "bench"  # CaptureProcess runs this source
 IDS_PER_WRITER = 1_000
 POLL_S = 0.01
+RAW_TIMEOUT_S = 300
 CAPTURE_SERVER_ID, RAW_SERVER_ID = 911, 912
 RATE_FLOOR, CPU_FLOOR_MS, RATIO_FLOOR = 5_000.0, 0.2, 0.5
 COLUMNS = "id bigint PRIMARY KEY, name varchar(64) NOT NULL, balance numeric(12,2) NOT NULL, touched {ts} NOT NULL"
@@ -93,6 +97,16 @@ class Measured:
 
 
 @dataclass(frozen=True)
+class RawRead:
+    """One read of the raw decoder: wall clock when it began and when it had read the last
+    transaction, and the CPU seconds of its thread."""
+
+    began: float
+    done: float
+    cpu_s: float
+
+
+@dataclass(frozen=True)
 class Latency:
     """Commit-to-landed seconds of the pulse's commits: median, 99th percentile, how many."""
 
@@ -104,10 +118,11 @@ class Latency:
 @dataclass(frozen=True)
 class ShapeResult:
     rows: int
-    write: Burst
+    write: Burst  # burst A
     live: Measured  # first commit to the checkpoint covering the last
     lag_s: float  # last commit to that checkpoint
-    raw: Measured
+    raw_live: Measured  # burst B: first commit to the raw decoder's last transaction
+    raw_backlog: Measured
     catch_up: Measured
     startup_s: float
 
@@ -130,11 +145,11 @@ class Source:
         """An autocommit connection to `database`."""
 
     def mark(self, name: str) -> Any:
-        """What `raw` needs besides the resume position, made before the live burst."""
+        """What one `raw` read needs besides the resume position, made before burst A."""
 
-    def raw(self, mark: Any, resume: dict[str, Any], transactions: int) -> Measured:
+    def raw(self, mark: Any, resume: dict[str, Any], transactions: int, ready: threading.Event) -> RawRead:
         """Read and decode the log from capture's checkpoint position `resume` until
-        `transactions` transactions are seen."""
+        `transactions` transactions are seen; `ready` is set once the stream is open."""
 
     def stop(self) -> None:
         self.server.destroy()
@@ -164,12 +179,13 @@ class PostgresSource(Source):
         self.server.query("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (name,))
         return name
 
-    def raw(self, mark: Any, resume: dict[str, Any], transactions: int) -> Measured:
+    def raw(self, mark: Any, resume: dict[str, Any], transactions: int, ready: threading.Event) -> RawRead:
         import psycopg2.extras
 
         from capture.sources.postgres import pgoutput
         from capture.sources.postgres.connection import parse_lsn
 
+        began, cpu = time.time(), time.thread_time()
         conn = psycopg2.connect(
             host="127.0.0.1",
             port=self.server.port,
@@ -177,7 +193,6 @@ class PostgresSource(Source):
             user="postgres",
             connection_factory=psycopg2.extras.LogicalReplicationConnection,
         )
-        began, cpu = time.monotonic(), time.process_time()
         cursor = conn.cursor()
         cursor.start_replication(
             slot_name=mark,
@@ -185,8 +200,9 @@ class PostgresSource(Source):
             start_lsn=parse_lsn(resume["lsn"]),
             options={"proto_version": "1", "publication_names": f"logtide_{SOURCE}"},
         )
+        ready.set()
         seen, changed = 0, False
-        deadline = began + 600
+        deadline = time.monotonic() + RAW_TIMEOUT_S
         while seen < transactions:
             message = cursor.read_message()
             if message is None:
@@ -207,10 +223,10 @@ class PostgresSource(Source):
                 changed = False
             elif kind == 82:
                 pgoutput.parse_relation(buf)
-        measured = Measured(transactions, time.monotonic() - began, time.process_time() - cpu)
+        read = RawRead(began, time.time(), time.thread_time() - cpu)
         conn.close()
         self.server.query("SELECT pg_drop_replication_slot(%s)", (mark,))
-        return measured
+        return read
 
 
 class MariaDBSource(Source):
@@ -236,14 +252,14 @@ class MariaDBSource(Source):
     def mark(self, name: str) -> None:
         """Nothing: the binlog is read from a GTID position alone."""
 
-    def raw(self, mark: Any, resume: dict[str, Any], transactions: int) -> Measured:
+    def raw(self, mark: Any, resume: dict[str, Any], transactions: int, ready: threading.Event) -> RawRead:
         from pymysqlreplication import BinLogStreamReader
         from pymysqlreplication.event import XidEvent
         from pymysqlreplication.row_event import RowsEvent
 
         from capture.sources.mysql.reader import EVENTS
 
-        began, cpu = time.monotonic(), time.process_time()
+        began, cpu = time.time(), time.thread_time()
         stream = BinLogStreamReader(
             connection_settings={"host": "127.0.0.1", "port": self.server.port, "user": "root", "passwd": ""},
             server_id=RAW_SERVER_ID,
@@ -253,6 +269,7 @@ class MariaDBSource(Source):
             only_events=EVENTS,  # as capture reads the binlog
             enable_logging=False,
         )
+        ready.set()
         seen = 0
         try:
             for event in stream:
@@ -265,7 +282,7 @@ class MariaDBSource(Source):
                         break
         finally:
             stream.close()
-        return Measured(transactions, time.monotonic() - began, time.process_time() - cpu)
+        return RawRead(began, time.time(), time.thread_time() - cpu)
 
 
 SOURCES: dict[str, Callable[[], Source]] = {"postgresql": PostgresSource, "mariadb": MariaDBSource}
@@ -308,6 +325,26 @@ def write_config(work: Path, source: Source) -> Path:
     return path
 
 
+def raw_during(
+    source: Source, mark: Any, resume: dict[str, Any], writers: Writers, transactions: int, rows: int
+) -> tuple[Burst, RawRead]:
+    """The raw decoder reading (in a thread) while the writers commit a burst: (burst, read)."""
+    ready, result = threading.Event(), []
+
+    def read() -> None:
+        result.append(source.raw(mark, resume, transactions, ready))
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    if not ready.wait(60):
+        raise BenchmarkError("the raw decoder did not start")
+    burst = writers.write(transactions, rows)
+    reader.join(RAW_TIMEOUT_S)
+    if not result:
+        raise BenchmarkError("the raw decoder did not finish (see its error above)")
+    return burst, result[0]
+
+
 def measure_shape(
     source: Source,
     writers: Writers,
@@ -319,23 +356,26 @@ def measure_shape(
     profile_base: Path | None,
 ) -> tuple[ShapeResult, CaptureProcess]:
     events = transactions * rows
-    step(f"live: {transactions:,d} transactions of {rows} row(s), capture running")
-    mark = source.mark(f"raw_{rows}")
+    marks = source.mark(f"raw_live_{rows}"), source.mark(f"raw_backlog_{rows}")
+    step(f"A: {transactions:,d} transactions of {rows} row(s), capture running")
     landed, cpu = counter.count(), capture.cpu_s()
     write = writers.write(transactions, rows)
     landed_at = counter.wait(landed + events, capture, timeout)
     live = Measured(transactions, landed_at - write.first, capture.cpu_s() - cpu)
     lag = landed_at - write.last
 
-    step("catch-up: capture stopped, the same burst again")
+    step("B: capture stopped, the raw decoder reading during the same burst")
     capture.stop()
     checkpoint = counter.zone.checkpoint()
     assert checkpoint is not None
     landed = counter.count()
-    writers.write(transactions, rows)
-    step("raw decoder over the catch-up's transactions")
-    raw = source.raw(mark, checkpoint.resume, transactions)
-    step("capture started: catching up")
+    burst, read = raw_during(source, marks[0], checkpoint.resume, writers, transactions, rows)
+    raw_live = Measured(transactions, read.done - burst.first, read.cpu_s)
+    step("the raw decoder reading burst B again, as a backlog")
+    read = source.raw(marks[1], checkpoint.resume, transactions, threading.Event())
+    raw_backlog = Measured(transactions, read.done - read.began, read.cpu_s)
+
+    step("capture started: catching up with burst B")
     profile = None if profile_base is None else profile_base.with_suffix(f".catch-up-{rows}.json")
     capture = CaptureProcess(capture.config, capture.log_path, profile)
     capture.start()
@@ -343,71 +383,82 @@ def measure_shape(
     running, cpu = time.time(), capture.cpu_s()
     landed_at = counter.wait(landed + events, capture, timeout)
     catch_up = Measured(transactions, landed_at - running, capture.cpu_s() - cpu)
-    return ShapeResult(rows, write, live, lag, raw, catch_up, startup), capture
+    return ShapeResult(rows, write, live, lag, raw_live, raw_backlog, catch_up, startup), capture
 
 
-def measure_latency(source: Source, writers: Writers, zone: LandingZone) -> tuple[Latency, Latency]:
+def measure_latency(source: Source, writers: Writers, zone: LandingZone) -> tuple[Latency, Latency, float]:
     """Commit-to-landed latency of a commit every 10 ms (`dump_throughput.Pulse`): idle, then
-    while the writers commit LATENCY_RATE single-row transactions/s for LATENCY_S seconds."""
+    while the writers commit LATENCY_RATE single-row transactions/s for LATENCY_S seconds; and
+    the rate they reached."""
     step(f"latency: idle, then at {LATENCY_RATE:,d} transactions/s")
     pulse = Pulse(source.connect, zone, f"{source.schema}.pulse")
     pulse.start()
+    transactions, bursts = LATENCY_RATE * LATENCY_S, []
     try:
         time.sleep(1)
         idle = Latency(*pulse.measure(LATENCY_S))
-        load = threading.Thread(target=writers.write, args=(LATENCY_RATE * LATENCY_S, 1, LATENCY_RATE))
+        load = threading.Thread(target=lambda: bursts.append(writers.write(transactions, 1, LATENCY_RATE)))
         busy = Latency(*pulse.measure(None, load))
     finally:
         pulse.stop.set()
-    return idle, busy
+    return idle, busy, bursts[0].rate(transactions) if bursts else float("nan")
 
 
-def report(
-    kind: str, transactions: int, results: list[ShapeResult], latency: tuple[Latency, Latency], load: list[str]
-) -> bool:
-    print(f"\n== {kind}: {transactions:,d} transactions a shape; load average {' -> '.join(load)}")
-    header = (
-        "rows/txn",
-        "written txn/s",
-        "captured txn/s",
-        "lag at end s",
-        "CPU ms/txn",
-        "raw txn/s",
-        "raw CPU ms/txn",
-        "catch-up txn/s",
-        "catch-up CPU ms/txn",
-        "catch-up/raw",
-        "startup s",
-    )
-    rows = [
-        (
-            str(r.rows),
-            f"{r.write.rate(transactions):,.0f}",
-            f"{r.live.rate:,.0f}",
-            f"{r.lag_s:.2f}",
-            f"{r.live.cpu_ms:.3f}",
-            f"{r.raw.rate:,.0f}",
-            f"{r.raw.cpu_ms:.3f}",
-            f"{r.catch_up.rate:,.0f}",
-            f"{r.catch_up.cpu_ms:.3f}",
-            f"{r.catch_up.rate / r.raw.rate:.2f}",
-            f"{r.startup_s:.2f}",
-        )
-        for r in results
-    ]
+def print_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
     widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(header)]
     print("  ".join(h.rjust(w) for h, w in zip(header, widths, strict=True)))
     for row in rows:
         print("  ".join(v.rjust(w) for v, w in zip(row, widths, strict=True)))
-    for label, measured in zip(("idle", f"at {LATENCY_RATE:,d} txn/s"), latency, strict=True):
+
+
+def report(
+    kind: str, transactions: int, results: list[ShapeResult], latency: tuple[Latency, Latency, float], load: list[str]
+) -> bool:
+    print(f"\n== {kind}: {transactions:,d} transactions a shape; load average {' -> '.join(load)}")
+    print_table(
+        ("rows/txn", "written txn/s", "captured txn/s", "lag at end s", "CPU ms/txn", "raw live txn/s", "ratio"),
+        [
+            (
+                str(r.rows),
+                f"{r.write.rate(transactions):,.0f}",
+                f"{r.live.rate:,.0f}",
+                f"{r.lag_s:.2f}",
+                f"{r.live.cpu_ms:.3f}",
+                f"{r.raw_live.rate:,.0f}",
+                f"{r.live.rate / r.raw_live.rate:.2f}",
+            )
+            for r in results
+        ],
+    )
+    print()
+    print_table(
+        ("rows/txn", "catch-up txn/s", "CPU ms/txn", "raw backlog txn/s", "raw CPU ms/txn", "ratio", "startup s"),
+        [
+            (
+                str(r.rows),
+                f"{r.catch_up.rate:,.0f}",
+                f"{r.catch_up.cpu_ms:.3f}",
+                f"{r.raw_backlog.rate:,.0f}",
+                f"{r.raw_backlog.cpu_ms:.3f}",
+                f"{r.catch_up.rate / r.raw_backlog.rate:.2f}",
+                f"{r.startup_s:.2f}",
+            )
+            for r in results
+        ],
+    )
+    print()
+    idle, busy, reached = latency
+    for label, measured in (("idle", idle), (f"at {LATENCY_RATE:,d} txn/s", busy)):
         figures = f"p50 {measured.p50:.3f} s  p99 {measured.p99:.3f} s  ({measured.count} commits)"
         print(f"commit -> landed {label:<16} {figures}")
+    print(f"(the writers reached {reached:,.0f} transactions/s)")
     single = results[0]
     checks = [
         (f"single-row captured >= {RATE_FLOOR:,.0f} txn/s", single.live.rate >= RATE_FLOOR),
         (f"single-row catch-up >= {RATE_FLOOR:,.0f} txn/s", single.catch_up.rate >= RATE_FLOOR),
         (f"capture CPU <= {CPU_FLOOR_MS} ms/txn", max(single.live.cpu_ms, single.catch_up.cpu_ms) <= CPU_FLOOR_MS),
-        (f"catch-up >= {RATIO_FLOOR} x raw decoder", single.catch_up.rate / single.raw.rate >= RATIO_FLOOR),
+        (f"live >= {RATIO_FLOOR} x raw decoder", single.live.rate / single.raw_live.rate >= RATIO_FLOOR),
+        (f"catch-up >= {RATIO_FLOOR} x raw decoder", single.catch_up.rate / single.raw_backlog.rate >= RATIO_FLOOR),
     ]
     print()
     for label, ok in checks:
@@ -421,11 +472,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--transactions", type=int, default=20_000, help="transactions a shape (default 20,000)")
     parser.add_argument("--writers", type=int, default=3, help="writer processes (connections), default 3")
     parser.add_argument("--shapes", type=int, nargs="+", default=[1, 5], help="rows a transaction (default: 1 5)")
-    parser.add_argument("--profile", type=Path, help="py-spy the first capture process into FILE (speedscope)")
+    parser.add_argument("--profile", type=Path, help="py-spy the capture processes into FILE (speedscope)")
     parser.add_argument("--strict", action="store_true", help="exit 1 when a floor is missed")
     args = parser.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="logtide-oltp-"))
-    os.chmod(work, 0o755)
+    os.chmod(work, 0o755)  # the PostgreSQL server runs as its own user
     source = SOURCES[args.source]()
     capture: CaptureProcess | None = None
     load = [load_average()]
@@ -438,8 +489,7 @@ def main(argv: list[str] | None = None) -> int:
         capture.wait_log("capture.first_start", timeout=60)
         zone = LandingZone(work / "landing", SOURCE)
         counter = Counter(zone, f"{source.schema}.accounts")
-        port = source.server.port
-        writers = Writers(source.kind, port, source.database, "accounts", args.writers, IDS_PER_WRITER)
+        writers = Writers(source.kind, source.server.port, source.database, "accounts", args.writers, IDS_PER_WRITER)
         timeout = max(120.0, args.transactions / 100)
         results = []
         for rows in args.shapes:
