@@ -152,12 +152,15 @@ class TransactionEnd:
     """A commit: every event before it belongs to a finished transaction.
 
     `frontier` is the position just past the commit; `resume` is what the source needs to
-    continue from here (stored verbatim in the checkpoint).
+    continue from here (stored verbatim in the checkpoint). `read_at` (time.monotonic()): when
+    the source began reading the oldest transaction this end closes, if it held transactions
+    before handing them over; the landing writer's flush interval counts from there.
     """
 
     frontier: Lsn
     resume: dict[str, Any]
     commit_ts: datetime
+    read_at: float | None = None
 
 
 @dataclass(slots=True)

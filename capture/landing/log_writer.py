@@ -20,17 +20,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from decimal import Decimal
 from itertools import chain
 from operator import itemgetter
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from capture.events import (
     LSN_ARROW_TYPE,
-    MINOR_BITS,
     Change,
     ChangeBatch,
     Lsn,
@@ -131,30 +128,12 @@ def _file_metadata(table: TableSchema) -> dict[str, str]:
     }
 
 
-_INDEX_TYPE = pa.decimal128(19, 0)  # a minor index; + a decimal128(37, 0) base gives LSN_ARROW_TYPE
-_indexes: list[pa.Array] = [pa.array([], _INDEX_TYPE)]
-
-
-def _index_range(count: int) -> pa.Array:
-    """0..count-1 as decimals, sliced from a cached array (building it per batch would cost more
-    than everything else the LSN column needs)."""
-    if len(_indexes[0]) < count:
-        _indexes[0] = pa.array(range(max(count, 2 * len(_indexes[0]))), pa.int64()).cast(_INDEX_TYPE)
-    return _indexes[0].slice(0, count)
-
-
-def lsn_column(major: int, first_minor: int, count: int) -> pa.Array:
-    """The encoded LSNs (major, first_minor + i) for i < count, as `_lsn` stores them."""
-    if first_minor < 0 or first_minor + count > 1 << MINOR_BITS:
-        raise ValueError(f"LSN minor {first_minor + count - 1} out of range")
-    base = pa.scalar(Decimal(major << MINOR_BITS | first_minor), pa.decimal128(37, 0))
-    return pc.add(_index_range(count), base).cast(LSN_ARROW_TYPE)
-
-
 class ColumnBatch(ChangeBatch):
     """A ChangeBatch whose changes are already Arrow columns laid out as the event files store
-    them (`events`: _lsn, _op, before, after, and _missing when some change has missing columns).
-    The writer appends them as they are; `changes` rebuilds `Change` rows for anyone else."""
+    them (`events`: _lsn, _op, _txid, _commit_ts, before, after, and _missing when some change
+    has missing columns). Its changes may belong to several transactions, each row carrying
+    its own; `txid` and `commit_ts` are the first row's. The writer appends the columns as
+    they are; `changes` rebuilds `Change` rows for anyone else."""
 
     __slots__ = ("events",)
 
@@ -190,35 +169,34 @@ def column_batch(
     txid: str,
     commit_ts: datetime,
     watermark: bool,
-    lsn_major: int,
-    first_minor: int,
+    lsn: pa.Array,
+    txids: pa.Array,
+    commit_times: pa.Array,
     ops: pa.Array,
     before: pa.Array,
     after: pa.Array,
     missing: pa.Array | None = None,
 ) -> ColumnBatch:
-    """A ColumnBatch of len(ops) changes numbered (lsn_major, first_minor + i); `before`/`after`
-    are StructArrays of `table.row_type` (null rows where an operation has no image), `missing`
-    a list<string> array or None when no change misses a column."""
-    count = len(ops)
-    arrays = [lsn_column(lsn_major, first_minor, count), ops, before, after]
-    names = ["_lsn", "_op", "before", "after"]
+    """A ColumnBatch of len(ops) changes: `lsn` as `_lsn` stores it (LSN_ARROW_TYPE), each
+    change's transaction id (string) and commit time (UTC_MICROS), `txid` and `commit_ts` the
+    first change's; `before`/`after` StructArrays of `table.row_type` (null rows where an
+    operation has no image), `missing` a list<string> array or None when no change misses a column."""
+    arrays = [lsn, ops, txids, commit_times, before, after]
+    names = ["_lsn", "_op", "_txid", "_commit_ts", "before", "after"]
     if missing is not None:
         arrays.append(missing)
         names.append("_missing")
     return ColumnBatch(table, txid, commit_ts, watermark, pa.Table.from_arrays(arrays, names=names))
 
 
-def _envelope(piece: pa.Table, txid: str, commit_ts: datetime, watermark: bool) -> pa.Table:
-    """A ColumnBatch's columns completed with the per-batch constants, in the file layout."""
-    count = len(piece)
-    micros = None if commit_ts is None else (commit_ts - _EPOCH) // _MICROSECOND
+def _envelope(piece: pa.Table, watermark: bool) -> pa.Table:
+    """A ColumnBatch's columns completed with the watermark flag, in the file layout."""
     arrays = [
         piece["_lsn"],
         piece["_op"],
-        pa.repeat(pa.scalar(txid, pa.string()), count),
-        pa.repeat(pa.scalar(micros, UTC_MICROS), count),
-        pa.repeat(pa.scalar(watermark, pa.bool_()), count),
+        piece["_txid"],
+        piece["_commit_ts"],
+        pa.repeat(pa.scalar(watermark, pa.bool_()), len(piece)),
         piece["before"],
         piece["after"],
     ]
@@ -355,9 +333,7 @@ class LogWriter:
                 return
             lsns = batch.events["_lsn"]
             first, last = int(lsns[0].as_py()), int(lsns[-1].as_py())
-            piece = _Piece(
-                count, first, last, columns=_envelope(batch.events, batch.txid, batch.commit_ts, batch.watermark)
-            )
+            piece = _Piece(count, first, last, columns=_envelope(batch.events, batch.watermark))
         else:
             if not batch.changes:
                 return
@@ -403,7 +379,7 @@ class LogWriter:
         self._finished_events += self._open_events
         self._open_events = 0
         if self._pending is None:
-            self._pending_since = time.monotonic()
+            self._pending_since = time.monotonic() if end.read_at is None else end.read_at
         self._pending = end
 
     def due(self) -> bool:

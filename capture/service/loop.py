@@ -179,7 +179,7 @@ class CaptureService:
         metrics = self.metrics
         while not stop.is_set():
             try:
-                for item in source.read(writer.checkpoint.resume, stop):
+                for item in source.read(writer.checkpoint.resume, stop, landing.flush_interval_s):
                     if reconnecting:  # the source answers again: the next outage starts from 1 s
                         reconnecting, backoff = False, 1.0
                         metrics.source_back()

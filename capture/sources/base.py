@@ -43,9 +43,10 @@ class LogSource(Protocol):
     def check_resumable(self, frontier: Lsn, resume: dict[str, Any]) -> None:
         """Raise CheckpointPurgedError / PositionWentBackwardsError if the log cannot continue there."""
 
-    def read(self, resume: dict[str, Any], stop: Event) -> Iterator[LogItem]:
+    def read(self, resume: dict[str, Any], stop: Event, hold_s: float = 0.0) -> Iterator[LogItem]:
         """Yield the log from `resume` in commit order, a Heartbeat at least every heartbeat
-        interval while idle; raise SourceConnectionError when the connection is lost."""
+        interval while idle; raise SourceConnectionError when the connection is lost. A source
+        may hold transactions up to `hold_s` to hand them over together (TransactionEnd.read_at)."""
 
     def acknowledge(self, resume: dict[str, Any]) -> None:
         """Called right after each checkpoint write with its resume token: the source may now

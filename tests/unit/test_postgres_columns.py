@@ -1,7 +1,9 @@
 """The column-wise pgoutput path (split_tuples -> typed images -> ColumnBatch -> landing file)
 against the message-by-message rules it replaced: same changes, same images, same missing
 columns, for random mixes of inserts, updates (old key, old row, none), deletes, key changes
-and unchanged TOASTed values. No server: messages are built as pgoutput sends them."""
+and unchanged TOASTed values; and transactions held in a group and handed over together
+against the same transactions handed over one by one. No server: messages are built as
+pgoutput sends them."""
 
 from __future__ import annotations
 
@@ -14,11 +16,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from capture.events import Change, ChangeBatch, Column, Lsn, Op, TableSchema, TransactionEnd
+from capture.events import LSN_ARROW_TYPE, Change, ChangeBatch, Column, Lsn, Op, TableSchema, TransactionEnd
 from capture.landing import Checkpoint, LandingZone
-from capture.landing.log_writer import ColumnBatch, LogWriter, column_batch
+from capture.landing.log_writer import UTC_MICROS, ColumnBatch, LogWriter, column_batch
 from capture.sources.postgres import pgoutput
-from capture.sources.postgres.reader import _changes, _Table
+from capture.sources.postgres.batches import Decoded, Group, TableInfo, decode
 from capture.sources.postgres.types import TypeInfo, builder, column_type, is_text
 
 pytestmark = pytest.mark.unit
@@ -34,12 +36,12 @@ INFOS = {
 NAMES = tuple(INFOS)
 
 
-def _table(identity: tuple[str, ...] = ("id",)) -> _Table:
+def _table(identity: tuple[str, ...] = ("id",)) -> TableInfo:
     columns = tuple(Column(n, column_type(i)[0], i.name) for n, i in INFOS.items())
     schema = TableSchema("public", "t", columns, ("id",))
     builders = [None if is_text(c.arrow_type) else builder(INFOS[c.name]) for c in columns]
     missing = tuple(n for n in NAMES if n not in identity)
-    return _Table(schema, builders, schema.key_indexes, identity, missing, True, False)
+    return TableInfo(schema, builders, schema.key_indexes, identity, missing, True, False)
 
 
 def _tuple(values: list) -> bytes:
@@ -55,8 +57,8 @@ def _tuple(values: list) -> bytes:
     return out
 
 
-def _message(kind: str, old_kind: str | None, old: list | None, new: list | None) -> bytes:
-    out = kind.encode() + struct.pack(">I", 16392)
+def _message(kind: str, old_kind: str | None, old: list | None, new: list | None, oid: int = 16392) -> bytes:
+    out = kind.encode() + struct.pack(">I", oid)
     if old is not None:
         out += old_kind.encode() + _tuple(old)
     if new is not None:
@@ -64,7 +66,7 @@ def _message(kind: str, old_kind: str | None, old: list | None, new: list | None
     return out
 
 
-def _reference(table: _Table, change: pgoutput.RowChange) -> list[tuple[Op, list | None, list | None, tuple]]:
+def _reference(table: TableInfo, change: pgoutput.RowChange) -> list[tuple[Op, list | None, list | None, tuple]]:
     """The message-by-message rules of the previous reader (`_pend`). One addition: should an old
     row image carry an "unchanged" marker (PostgreSQL inlines a FULL old row's TOASTed values, so
     it does not today), a delete names that column as missing; the previous reader failed there."""
@@ -94,7 +96,15 @@ def _typed(image: list | None) -> tuple | None:
     return (None if ident is None else int(ident), name, None if amount is None else Decimal(amount), doc)
 
 
-def _random_messages(rng: random.Random, count: int) -> list[bytes]:
+def _batch(table: TableInfo, txid: str, watermark: bool, major: int, first_minor: int, decoded: Decoded) -> ColumnBatch:
+    """The decoded changes as one transaction's batch."""
+    count = len(decoded.ops)
+    lsn = pa.array([Lsn(major, first_minor + i).encode() for i in range(count)], LSN_ARROW_TYPE)
+    txids, times = pa.repeat(pa.scalar(txid), count), pa.repeat(pa.scalar(NOW, UTC_MICROS), count)
+    return column_batch(table.schema, txid, NOW, watermark, lsn, txids, times, *decoded[:4])
+
+
+def _random_messages(rng: random.Random, count: int, old_images: bool = True, oid: int = 16392) -> list[bytes]:
     def row(key: int, toast: bool) -> list:
         doc = U if toast and rng.random() < 0.5 else rng.choice([None, "", "d" * rng.randint(1, 40), "é🎉"])
         return [str(key), rng.choice([None, "", 'n,"x"\n', "name"]), rng.choice([None, "1.50", "-0.01"]), doc]
@@ -102,32 +112,33 @@ def _random_messages(rng: random.Random, count: int) -> list[bytes]:
     messages = []
     for _ in range(count):
         key = rng.randint(1, 50)
-        choice = rng.random()
+        choice = rng.random() if old_images else rng.choice([rng.random() * 0.3, 0.55 + rng.random() * 0.15])
         if choice < 0.3:
-            messages.append(_message("I", None, None, row(key, False)))
+            messages.append(_message("I", None, None, row(key, False), oid))
         elif choice < 0.45:
-            messages.append(_message("D", "K", [str(key), None, None, None], None))
+            messages.append(_message("D", "K", [str(key), None, None, None], None, oid))
         elif choice < 0.55:
-            messages.append(_message("D", "O", row(key, False), None))
+            messages.append(_message("D", "O", row(key, False), None, oid))
         elif choice < 0.7:
-            messages.append(_message("U", None, None, row(key, True)))
+            messages.append(_message("U", None, None, row(key, True), oid))
         elif choice < 0.85:
             new_key = key if rng.random() < 0.6 else key + 100
-            messages.append(_message("U", "K", [str(key), None, None, None], row(new_key, True)))
+            messages.append(_message("U", "K", [str(key), None, None, None], row(new_key, True), oid))
         else:
             new_key = key if rng.random() < 0.6 else key + 100
-            messages.append(_message("U", "O", row(key, True), row(new_key, True)))
+            messages.append(_message("U", "O", row(key, True), row(new_key, True), oid))
     return messages
 
 
+@pytest.mark.parametrize("old_images", [True, False], ids=["any", "inserts-and-updates-without-old-images"])
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_column_wise_changes_equal_the_message_by_message_rules(seed):
+def test_column_wise_changes_equal_the_message_by_message_rules(seed, old_images):
     rng = random.Random(seed)
     table = _table()
     for size in (1, 7, 300):
-        messages = _random_messages(rng, size)
+        messages = _random_messages(rng, size, old_images)
         expected = [e for m in messages for e in _reference(table, pgoutput.parse_change(m))]
-        batch = column_batch(table.schema, "745", NOW, False, 0x1_0000_0010, 3, *_changes(table, messages))
+        batch = _batch(table, "745", False, 0x1_0000_0010, 3, decode(table, messages))
         got = batch.changes
         assert [c.lsn for c in got] == [Lsn(0x1_0000_0010, 3 + i) for i in range(len(expected))]
         assert [(c.op, c.before, c.after, c.missing) for c in got] == [
@@ -138,8 +149,8 @@ def test_column_wise_changes_equal_the_message_by_message_rules(seed):
 def test_inserts_only_take_the_bulk_path_and_keep_types():
     table = _table()
     messages = [_message("I", None, None, [str(i), f"n{i}", "12.30", None]) for i in range(5)]
-    ops, before, after, missing = _changes(table, messages)
-    assert ops.to_pylist() == ["c"] * 5 and before.null_count == 5 and missing is None
+    ops, before, after, missing, origin = decode(table, messages)
+    assert ops.to_pylist() == ["c"] * 5 and before.null_count == 5 and missing is None and origin is None
     assert after.type == table.schema.row_type
     assert after.to_pylist()[2] == {"id": 2, "name": "n2", "amount": Decimal("12.30"), "doc": None}
 
@@ -167,7 +178,7 @@ def test_a_column_batch_lands_exactly_as_the_same_change_rows(tmp_path):
         zone.write_checkpoint(start)
         writer = LogWriter(zone, start, flush_interval_s=60, max_buffer_rows=10_000)
         for major in (10, 20):
-            batch = column_batch(table.schema, str(major), NOW, major == 20, major, 0, *_changes(table, messages))
+            batch = _batch(table, str(major), major == 20, major, 0, decode(table, messages))
             if kind == "rows":
                 batch = ChangeBatch(batch.table, batch.txid, batch.commit_ts, batch.watermark, list(batch.changes))
             else:
@@ -191,11 +202,100 @@ def test_column_batch_changes_round_trip():
         "1",
         NOW,
         False,
-        9,
-        2,
+        pa.array([Lsn(9, 2).encode()], LSN_ARROW_TYPE),
+        pa.array(["1"]),
+        pa.array([NOW], UTC_MICROS),
         pa.array(["u"]),
         pa.nulls(1, table.schema.row_type),
         pa.array([{"id": 1, "name": "a", "amount": Decimal("1.00"), "doc": None}], table.schema.row_type),
         pa.array([["doc"]], pa.list_(pa.string())),
     )
     assert batch.changes == [change] and batch.events.num_rows == 1
+
+
+def _transactions(rng: random.Random, count: int) -> list[list[bytes]]:
+    """Messages of `count` transactions (Begin, changes of two relations interleaved, Commit):
+    commit LSNs 0x1_0000_1000, 0x1_0000_2000, ..., each ending 0x10 past its commit LSN."""
+    transactions = []
+    for t in range(count):
+        lsn, micros, xid = 0x1_0000_0000 + 0x1000 * (t + 1), 86_400_000_000 + t, 700 + t
+        changes = []
+        for _ in range(rng.choice([0, 1, 1, 2, 5])):
+            changes += _random_messages(rng, rng.randint(1, 3), oid=rng.choice([OID_A, OID_B]))
+        begin = b"B" + struct.pack(">qqI", lsn, micros, xid)
+        commit = b"C" + struct.pack(">bqqq", 0, lsn, lsn + 0x10, micros)
+        transactions.append([begin, *changes, commit])
+    return transactions
+
+
+OID_A, OID_B = 16392, 16400
+
+
+def _feed(transactions: list[list[bytes]], tables: dict[int, TableInfo], hand_over) -> list:
+    """The items a Group hands over for these messages; `hand_over(in_transaction)` says when
+    to hand over besides at the end (after a commit, or in the middle of a transaction)."""
+    group, items = Group(10_000, 1 << 20), []
+    for messages in transactions:
+        for buf in messages:
+            kind = buf[0]
+            if kind == 66:
+                group.begin(buf)
+            elif kind == 67:
+                group.commit(buf)
+            else:
+                oid = struct.unpack_from(">I", buf, 1)[0]
+                group.add(group.run(oid, tables[oid]), buf)
+            if hand_over(group.open):
+                items += group.hand_over()
+    items += group.hand_over()
+    return items
+
+
+def _landed(items: list) -> tuple[list[tuple], list[Lsn]]:
+    """(every change with its txid and commit time, ordered by LSN; the frontiers handed over),
+    checking that no change comes before the end of an earlier transaction."""
+    changes, ends = [], []
+    for item in items:
+        if isinstance(item, TransactionEnd):
+            assert all(c[0].major < item.frontier.major for c in changes)
+            ends.append(item.frontier)
+            continue
+        txids, times = item.events["_txid"].to_pylist(), item.events["_commit_ts"].to_pylist()
+        assert (item.txid, item.commit_ts) == (txids[0], times[0])
+        for change, txid, ts in zip(item.changes, txids, times, strict=True):
+            assert not ends or change.lsn.major > ends[-1].major
+            changes.append(
+                (change.lsn, item.table.table, txid, ts, change.op, change.before, change.after, change.missing)
+            )
+    return sorted(changes, key=lambda c: c[0]), ends
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_transactions_handed_over_together_land_as_one_by_one(seed):
+    """A group of many transactions gives every change the LSN, txid and commit time it gets
+    when each transaction is handed over alone (key changes count two indexes, across the
+    relations of a transaction), also when the group is handed over inside a transaction."""
+    rng = random.Random(seed)
+    table_a = _table()
+    table_b = TableInfo(TableSchema("public", "b", table_a.schema.columns, ("id",)), *list(vars(table_a).values())[1:])
+    tables = {OID_A: table_a, OID_B: table_b}
+    transactions = _transactions(rng, 60)
+    expected = []
+    for messages in transactions:
+        lsn, micros, xid = pgoutput.begin_fields(messages[0])
+        index = 0
+        for buf in messages[1:-1]:
+            table = tables[struct.unpack_from(">I", buf, 1)[0]]
+            for op, before, after, missing in _reference(table, pgoutput.parse_change(buf)):
+                when = pgoutput.timestamp(micros)
+                expected.append(
+                    (Lsn(lsn, index), table.schema.table, str(xid), when, op, _typed(before), _typed(after), missing)
+                )
+                index += 1
+    assert sum(c[0].minor > 0 for c in expected) > 50 and any(c[1] == "b" for c in expected)
+    alone = _landed(_feed(transactions, tables, lambda in_transaction: not in_transaction))
+    together = _landed(_feed(transactions, tables, lambda in_transaction: False))
+    at_random = _landed(_feed(transactions, tables, lambda in_transaction: rng.random() < 0.1))
+    assert alone[0] == expected and together[0] == expected and at_random[0] == expected
+    assert alone[1] == [Lsn(0x1_0000_0000 + 0x1000 * (t + 1) + 0x10) for t in range(60)]
+    assert together[1] == alone[1][-1:] and at_random[1][-1] == alone[1][-1]

@@ -31,10 +31,9 @@ def _tuple(*values) -> bytes:
 
 
 def test_pgoutput_messages():
-    begin = pgoutput.parse_begin(b"B" + struct.pack(">qqI", 0x1_0000_0010, 86_400_000_000, 745))
-    assert begin == pgoutput.Begin(0x1_0000_0010, datetime(2000, 1, 2, tzinfo=UTC), 745)
-    commit = pgoutput.parse_commit(b"C" + struct.pack(">bqqq", 0, 0x10, 0x40, 0))
-    assert (commit.commit_lsn, commit.end_lsn, commit.commit_ts) == (0x10, 0x40, pgoutput.PG_EPOCH)
+    lsn, micros, xid = pgoutput.begin_fields(b"B" + struct.pack(">qqI", 0x1_0000_0010, 86_400_000_000, 745))
+    assert (lsn, pgoutput.timestamp(micros), xid) == (0x1_0000_0010, datetime(2000, 1, 2, tzinfo=UTC), 745)
+    assert pgoutput.commit_fields(b"C" + struct.pack(">bqqq", 0, 0x10, 0x40, 0)) == (0x40, 0)
     relation = pgoutput.parse_relation(
         b"R"
         + struct.pack(">I", 16392)

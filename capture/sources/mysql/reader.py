@@ -69,6 +69,8 @@ class _RaisingConnection(pymysql.connections.Connection):
 
 
 MARIADB_FL_STANDALONE = 0x01
+BODY_START = 20  # in a binlog packet: the OK byte and the 19-byte event header come first
+TABLE_ID_BYTES = 6
 _FILE_NUMBER = re.compile(r"\.(\d+)$")
 EVENTS = [
     RotateEvent,
@@ -116,7 +118,7 @@ class BinlogReader:
         self.file: str = resume["file"]
         self.gtids = parse_gtid_state(resume.get("gtid", ""))
         self.resume = resume
-        self._schemas: dict[tuple[Any, ...], tuple[TableSchema, RowConverter]] = {}
+        self._schemas: dict[bytes, tuple[TableSchema, RowConverter]] = {}
         self._captured: dict[tuple[str, str], bool] = {}
 
     def _stream(self) -> BinLogStreamReader:
@@ -238,6 +240,8 @@ class BinlogReader:
                     standalone = False
                     yield self._end(event, file_seq, pending_gtid, commit_ts)
                     pending_gtid = None
+            elif isinstance(event, TableMapEvent):
+                self._describe(event)
             elif isinstance(event, RotateEvent):
                 self.file = event.next_binlog
                 file_seq = file_number(self.file) << 32
@@ -256,18 +260,28 @@ class BinlogReader:
         return TransactionEnd(Lsn(file_seq | pos), resume, commit_ts)
 
     def _table(self, event: Any) -> tuple[TableSchema, RowConverter]:
-        """Schema and converter of the rows event's table, built once per table map.
+        """Schema and converter of the rows event's table, built once per table description.
 
-        The pair is kept on mysql-replication's Table object (it makes a new one per table
-        map) and shared between equal table maps, so a schema is a new version only when
-        the columns really changed.
+        mysql-replication makes a new Table object per table map (one per transaction); the
+        pair is kept on it, and shared between table maps whose bytes after the table id are
+        equal (`_describe`), so a schema is a new version only when the columns really changed.
         """
         table = event.table_map[event.table_id]
         cached = getattr(table, "_logtide", None)
         if cached is None:
-            signature = repr((event.schema, event.table, [c.data for c in table.columns], table.primary_key))
-            cached = self._schemas.get(signature)
+            key = getattr(table, "_logtide_key", None)
+            cached = self._schemas.get(key) if key is not None else None
             if cached is None:
-                cached = self._schemas[signature] = table_schema(event.schema, event.table, table)
+                cached = table_schema(event.schema, event.table, table)
+                if key is not None:
+                    self._schemas[key] = cached
             table._logtide = cached
         return cached
+
+    @staticmethod
+    def _describe(event: TableMapEvent) -> None:
+        """Mark the table map's Table with the event's body past the table id (schema, table,
+        column types and metadata, with binlog_row_metadata=FULL names and keys): the key
+        under which `_table` shares schemas. `event_size` excludes the header and checksum."""
+        body = event.packet.packet.get_all_data()[BODY_START : BODY_START + event.event_size]
+        event.table_obj._logtide_key = body[TABLE_ID_BYTES:]

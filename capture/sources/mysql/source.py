@@ -72,7 +72,7 @@ class MySqlSource:
                 "Move the landing zone aside, start capture with --reset, then run a full dump."
             )
 
-    def read(self, resume: dict[str, Any], stop: Event) -> Iterator[LogItem]:
+    def read(self, resume: dict[str, Any], stop: Event, hold_s: float = 0.0) -> Iterator[LogItem]:
         return iter(BinlogReader(self.name, self.config, resume, stop))
 
     def acknowledge(self, resume: dict[str, Any]) -> None:

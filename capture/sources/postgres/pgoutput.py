@@ -45,20 +45,6 @@ Tuple = list[Any]
 
 
 @dataclass(frozen=True, slots=True)
-class Begin:
-    commit_lsn: int
-    commit_ts: datetime
-    xid: int
-
-
-@dataclass(frozen=True, slots=True)
-class Commit:
-    commit_lsn: int
-    end_lsn: int
-    commit_ts: datetime
-
-
-@dataclass(frozen=True, slots=True)
 class RelationColumn:
     name: str
     type_oid: int
@@ -155,14 +141,16 @@ def parse_change(buf: bytes) -> RowChange:
     return RowChange(kind, relation, old_kind, old, new)
 
 
-def parse_begin(buf: bytes) -> Begin:
-    lsn, micros, xid = _BEGIN.unpack_from(buf, 1)
-    return Begin(lsn, timestamp(micros), xid)
+def begin_fields(buf: bytes) -> tuple[int, int, int]:
+    """(commit LSN, commit time in µs since PG_EPOCH, xid) of a Begin: plain integers, no
+    objects, since the reader pays this once per transaction (`timestamp` makes the time)."""
+    return _BEGIN.unpack_from(buf, 1)
 
 
-def parse_commit(buf: bytes) -> Commit:
-    _flags, lsn, end, micros = _COMMIT.unpack_from(buf, 1)
-    return Commit(lsn, end, timestamp(micros))
+def commit_fields(buf: bytes) -> tuple[int, int]:
+    """(end LSN, commit time in µs since PG_EPOCH) of a Commit, as `begin_fields`."""
+    _flags, _lsn, end, micros = _COMMIT.unpack_from(buf, 1)
+    return end, micros
 
 
 def parse_truncate(buf: bytes) -> Truncate:

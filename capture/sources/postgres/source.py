@@ -121,11 +121,11 @@ class PostgresSource:
             )
         self._acknowledged = parse_lsn(resume["lsn"])
 
-    def read(self, resume: dict[str, Any], stop: Event) -> Iterator[LogItem]:
+    def read(self, resume: dict[str, Any], stop: Event, hold_s: float = 0.0) -> Iterator[LogItem]:
         start = parse_lsn(resume["lsn"])
         self._acknowledged = max(self._acknowledged, start)
         self._reader = PgOutputReader(
-            self.name, self.config, self.slot, self.publication, start, stop, self._acknowledged
+            self.name, self.config, self.slot, self.publication, start, stop, self._acknowledged, hold_s
         )
         return iter(self._reader)
 
