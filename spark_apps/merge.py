@@ -17,7 +17,9 @@ For every table of the source with landed log events or chunks, one run:
   4. Repair: keys the target holds among the keys a key-list chunk asked for, or inside the key
      range of a chunk whose key orders in the database as in Spark (`ChunkMeta.exact_order`),
      that no chunk of the run returned, that no log event in the window touched (nor one hidden
-     from the chunk's snapshot) and whose stored LSN is below HIGH become deletes at HIGH.
+     from the chunk's snapshot) and whose stored LSN is below HIGH become deletes at HIGH. Under
+     any key order: when the run merges the last chunk of a full dump, the keys none of the
+     dump's chunks returned and no event touched during the dump (`_completed_dump_repairs`).
      PostgreSQL: a key change's create that leaves TOASTed columns out gets them from the old
      key's state (target row, the run's events and chunk rows; spark_apps/key_changes.py); a
      value nothing held is NULL, warned and counted (`logtide.unknown-values`, shown by status).
@@ -345,6 +347,55 @@ def _chunks(zone: LandingZone, marks: Watermarks, schema: str, table: str, since
         row_type = file_schema.field("after").type
         chunks.append(Chunk(len(chunks), path, meta, low.lsn, mark.lsn, mark.commit_ts, row_type))
     return chunks, stale
+
+
+@dataclass
+class CompletedDump:
+    """A full dump of the table (one key range, no start or stop, chunks 1..N) whose last chunk
+    the run merges, with every chunk's LOW and HIGH: together its chunks covered the whole key
+    space in the database's own order, whatever the collation (`_completed_dump_repairs`)."""
+
+    dump_id: str
+    chunks: list[Chunk]
+
+    @property
+    def first_low(self) -> int:
+        return min(c.low for c in self.chunks)
+
+    @property
+    def last(self) -> Chunk:
+        return max(self.chunks, key=lambda c: c.high)
+
+
+def _completed_dumps(
+    zone: LandingZone, marks: Watermarks, schema: str, table: str, run: list[Chunk]
+) -> list[CompletedDump]:
+    """The full dumps whose last chunk is among the run's chunks and that need the completed-dump
+    repair: some chunk's order is not exact (exact ones are repaired range by range). A dump
+    whose chunk files or watermarks are not all there (a chunk redone after the frontier) is left out."""
+    found = []
+    for final in run:
+        meta = final.meta
+        if not meta.last or meta.keys is not None or meta.start is not None or meta.stop is not None:
+            continue
+        folder = zone.root / "chunks" / meta.dump_id / table_folder(schema, table)
+        paths = sorted(folder.glob("[0-9]*.parquet"))
+        metas = [ChunkMeta.from_json(pq.read_schema(p).metadata[META_KEY]) for p in paths]
+        if [m.chunk for m in metas] != list(range(1, meta.chunk + 1)) or metas[-1].high_id != meta.high_id:
+            continue
+        if all(m.exact_order for m in metas) or metas[0].after is not None:
+            continue
+        if any(m.keys is not None or m.start is not None or m.stop is not None for m in metas):
+            continue
+        chunks = []
+        for path, m in zip(paths, metas, strict=True):
+            low, high = marks.find(m.low_id), marks.find(m.high_id)
+            if low is None or high is None:
+                break
+            chunks.append(Chunk(len(chunks), path, m, low.lsn, high.lsn, high.commit_ts, final.row_type))
+        if len(chunks) == len(metas):
+            found.append(CompletedDump(meta.dump_id, chunks))
+    return found
 
 
 def _unify(row_types: Iterable[tuple[pa.StructType, str]], table: str) -> dict[str, pa.DataType]:
@@ -692,7 +743,9 @@ class TableMerge:
                 self.report["skipped"] = "up to date"
                 return
             chunks, stale = _chunks(ctx.zone, ctx.marks, self.schema, self.table, a)
-            start = min([a, *(c.low for c in chunks), *(int(v["before_low"]) for c in chunks if (v := _view(c)))])
+            completed = _completed_dumps(ctx.zone, ctx.marks, self.schema, self.table, chunks)
+            read = chunks + [c for d in completed for c in d.chunks]  # the log is read back to every LOW
+            start = min([a, *(c.low for c in read), *(int(v["before_low"]) for c in read if (v := _view(c)))])
             folder = ctx.zone.log_dir / table_folder(self.schema, self.table)
             log_files = [s for s in _segments(folder, F) if s[1] >= start]
             if not chunks and not any(s[1] >= a for s in log_files):
@@ -749,17 +802,20 @@ class TableMerge:
                 with self._step("repair"):
                     chunk_keys = chunk_rows.select(*keys, "_cid", "_row").persist(StorageLevel.MEMORY_AND_DISK)
                     cached.append(chunk_keys)
-                    repaired = self._repairs(chunks, chunk_keys, window, hidden, a_target)
-                    if repaired is not None:
-                        stream = stream.unionByName(repaired)
+                    found = [
+                        self._repairs(chunks, chunk_keys, window, hidden, completed, a_target),
+                        *(self._completed_dump_repairs(d, events, row_struct, a_target) for d in completed),
+                    ]
+                    if any(f is not None for f in found):
+                        stream = stream.unionByName(self._repair_deletes([f for f in found if f is not None]))
             moved = created_lsns(schemas, a, F) if self.has_missing else []
             if moved:
                 with self._step("key_changes"):
                     stream = stream.persist(StorageLevel.MEMORY_AND_DISK)  # collected from, then appended
                     cached.append(stream)
                     completion = KeyChanges(spark, self.target, keys, self.types)
-                    stream, completed, unknown = completion.complete(stream, events, moved, chunk_rows, hidden)
-                    self._report_unknown(completed, [u for u in unknown if u.lsn >= a_target])
+                    stream, filled, unknown = completion.complete(stream, events, moved, chunk_rows, hidden)
+                    self._report_unknown(filled, [u for u in unknown if u.lsn >= a_target])
             # The changelog is the stream, materialized once: the MERGE reads its rows back
             # (all of [A, F), also those a run killed before its MERGE had appended already).
             if a_changelog < F:
@@ -1053,7 +1109,13 @@ class TableMerge:
         return self._chunk_stream(based, sf.col("_carried"))
 
     def _repairs(
-        self, chunks: list[Chunk], chunk_rows: Any, window: Any, hidden: Any | None, a_target: int
+        self,
+        chunks: list[Chunk],
+        chunk_rows: Any,
+        window: Any,
+        hidden: Any | None,
+        completed: list[CompletedDump],
+        a_target: int,
     ) -> Any | None:
         """Deletes at HIGH for target keys a chunk covers that no chunk of the run returned: the
         keys a key-list chunk asked for (compared by equality, the same in Spark as in the
@@ -1063,24 +1125,27 @@ class TableMerge:
         collation Spark's order cannot tell which keys lie in the range, and none are deleted.
         Keys a log event in the window touched, or one the chunk's snapshot could not see
         (`hidden`), are left alone. `chunk_rows`: the key columns, _cid and _row of every chunk
-        row of the run."""
+        row of the run. Returns the keys to delete with the chunk's _high, _high_ts, _dump_id and
+        _chunk (`_repair_deletes`)."""
         from pyspark.sql import functions as sf
         from pyspark.sql import types as T
 
         spark, keys = self.ctx.spark, self.keys
         key_struct = T.StructType([T.StructField(k, self.types[k]) for k in keys])
         relevant = [c for c in chunks if c.high >= a_target]
+        covered = {d.dump_id for d in completed}
         inexact = [c for c in relevant if c.meta.keys is None and not c.meta.exact_order]
-        if inexact:
+        if any(c.meta.dump_id not in covered for c in inexact):
             log.warning(
                 "merge.repair_skipped",
                 table=self.name,
-                chunks=len(inexact),
-                dumps=",".join(sorted({c.meta.dump_id for c in inexact})),
+                chunks=sum(c.meta.dump_id not in covered for c in inexact),
+                dumps=",".join(sorted({c.meta.dump_id for c in inexact} - covered)),
                 reason="the database does not order this table's key as Spark orders its values (a collation "
                 "that is not byte order and NO PAD, a float key, or chunks dumped before Logtide recorded the "
-                "order): rows the source deleted behind the capture's back are not deleted from the target",
-                action="to remove such rows, drop the target and its changelog and run a full dump",
+                "order): Spark cannot tell which target keys lie in these chunks' ranges, and deletes none",
+                action="a full dump (no --from/--to) deletes the rows the source no longer has when its last "
+                "chunk is merged; key-range dumps never do",
             )
         relevant = [c for c in relevant if c.meta.keys is not None or c.meta.exact_order]
         if not relevant:
@@ -1159,7 +1224,60 @@ class TableMerge:
             + [window["_lsn"] > candidates["_low"], window["_lsn"] < candidates["_high"]],
             "left_anti",
         )
-        return untouched.select(
+        return untouched.select(*keys, "_high", "_high_ts", "_dump_id", "_chunk")
+
+    def _completed_dump_repairs(self, dump: CompletedDump, events: Any, row_struct: Any, a_target: int) -> Any | None:
+        """Deletes at a completed full dump's last HIGH, under any collation: target keys that none
+        of its chunks returned, whose stored LSN is below its first LOW, and that no log event
+        touched from its first LOW to its last HIGH (nor one hidden from a chunk's PostgreSQL
+        snapshot). Why that is sound: each chunk read the keys after the previous chunk's last key,
+        in the database's order, so the chunks together covered every key; a row the database held
+        with key k from the first LOW to the last HIGH was in some chunk's range at its SELECT and
+        came back with its key as stored. A key no chunk returned was therefore not in the source
+        at some moment of the dump, and with no event on it from the first LOW on, not at the
+        last HIGH either. The dump's chunks may have been merged over several runs: all of its
+        chunk files are read again here. Returns what `_repairs` returns."""
+        from pyspark.sql import functions as sf
+        from pyspark.sql import types as T
+
+        last = dump.last
+        if last.high < a_target:
+            return None
+        spark, keys = self.ctx.spark, self.keys
+        first_low = _lsn(dump.first_low)
+        key_struct = T.StructType([f for f in row_struct.fields if f.name in keys])
+        paths = [str(c.path.resolve()) for c in dump.chunks]
+        returned = (
+            spark.read.schema(T.StructType([T.StructField("after", key_struct)]))
+            .parquet(*paths)
+            .select(*(sf.col("after").getField(k).cast(self.types[k]).alias(k) for k in keys))
+        )
+        target = spark.table(self.target).select(*keys, sf.col("_lsn").alias("_tlsn"))
+        candidates = target.where(
+            _all([sf.col(k).isNotNull() for k in keys]) & (sf.col("_tlsn").isNull() | (sf.col("_tlsn") < first_low))
+        ).join(returned, keys, "left_anti")
+        touched = events.where((events["_lsn"] >= first_low) & (events["_lsn"] <= _lsn(last.high))).select(*keys)
+        candidates = candidates.join(touched, keys, "left_anti")
+        hidden = self._hidden(dump.chunks, events)
+        if hidden is not None:
+            candidates = candidates.join(hidden.select(*keys), keys, "left_anti")
+        return candidates.select(
+            *keys,
+            _lsn(last.high).alias("_high"),
+            sf.lit(last.high_ts).cast("timestamp").alias("_high_ts"),
+            sf.lit(dump.dump_id).alias("_dump_id"),
+            sf.lit(last.meta.chunk).alias("_chunk"),
+        )
+
+    def _repair_deletes(self, found: list[Any]) -> Any:
+        """The stream's delete events for the keys the repairs found (each key once per HIGH)."""
+        from pyspark.sql import functions as sf
+
+        keys = self.keys
+        deletes = found[0]
+        for more in found[1:]:
+            deletes = deletes.unionByName(more)
+        return deletes.dropDuplicates([*keys, "_high"]).select(
             *(sf.col(k) if k in keys else sf.lit(None).cast(self.types[k]).alias(k) for k in self.columns),
             sf.col("_high").alias("_lsn"),
             sf.lit(0).cast("bigint").alias("_order"),
@@ -1167,8 +1285,8 @@ class TableMerge:
             sf.lit("repair").alias("_source"),
             sf.lit(None).cast("string").alias("_txid"),
             sf.col("_high_ts").alias("_commit_ts"),
-            "_dump_id",
-            "_chunk",
+            sf.col("_dump_id"),
+            sf.col("_chunk").cast("int"),
             sf.lit(None).cast("array<string>").alias("_missing"),
         )
 

@@ -24,7 +24,9 @@ For one table, given the landed log (up to the committed frontier) and the chunk
      `ReconcileStats.unknown_values`. That is the output stream.
 
 Keys from the log and from chunks are tuples of the same typed values (both come through
-the source's one type mapping), so they compare as the database stored them.
+the source's one type mapping), so they compare as the database stored them. The merge's
+repair deletes (spark_apps/merge.py, step 4) have no counterpart here: this reference builds a
+table from nothing, where a dump finds nothing to delete.
 """
 
 from __future__ import annotations

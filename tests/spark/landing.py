@@ -67,15 +67,24 @@ class Landing:
         self._writer.end_transaction(TransactionEnd(Lsn(major + 1), {}, self.now))
         self._writer.commit()
 
-    def mark(self, major: int, kind: str, mark_id: str, xid: int | None = None) -> None:
-        """The LOW or HIGH watermark `mark_id` of dump d1, chunk 1 of db.docs."""
-        row = ("d1/db.docs", "d1", "db.docs", 1, kind, mark_id, self.now)
+    def mark(self, major: int, kind: str, mark_id: str, xid: int | None = None, chunk: int = 1) -> None:
+        """The LOW or HIGH watermark `mark_id` of dump d1, `chunk` of db.docs."""
+        row = ("d1/db.docs", "d1", "db.docs", chunk, kind, mark_id, self.now)
         self.commit(major, WATERMARKS, Change(Lsn(major), Op.UPDATE, row, row), xid=xid, watermark=True)
 
-    def chunk(self, rows: list[tuple], read_view: dict[str, Any] | None = None) -> None:
-        """Chunk 1 of dump d1 of db.docs (all of its keys: an int key orders exactly), bracketed by
-        watermarks `low-1` and `high-1`."""
-        meta = ChunkMeta("d1", "db.docs", 1, "low-1", "high-1", ("id",), None, None, None, True, None, len(rows),
-                         read_view, exact_order=True)  # fmt: skip
+    def chunk(
+        self,
+        rows: list[tuple],
+        read_view: dict[str, Any] | None = None,
+        number: int = 1,
+        after: tuple | None = None,
+        last: bool = True,
+        exact_order: bool = True,
+    ) -> None:
+        """Chunk `number` of the full dump d1 of db.docs (keys after `after`; `last`: to the end),
+        bracketed by watermarks `low-<number>` and `high-<number>`. `exact_order`: as a dump
+        records an int key (False: as under a linguistic collation)."""
+        meta = ChunkMeta("d1", "db.docs", number, f"low-{number}", f"high-{number}", ("id",), after, None, None, last,
+                         None, len(rows), read_view, exact_order=exact_order)  # fmt: skip
         data = pa.array([dict(zip(DOCS.names, r, strict=True)) for r in rows], DOCS.row_type)
         write_chunk(self.zone, DOCS, meta, data)

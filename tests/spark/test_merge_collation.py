@@ -4,7 +4,8 @@ PostgreSQL ICU collations, deterministic or not) a key-range dump must not delet
 rows outside the database's range that Spark's order puts inside it; under a byte-order NO PAD
 collation it still deletes what the source does not hold. Key-list dumps compare by equality,
 which the database decides: asking 'C' where the source holds 'c' removes a stray target 'C',
-and asking 'b' where it holds 'B' keeps the target's 'B'."""
+and asking 'b' where it holds 'B' keeps the target's 'B'. A completed full dump deletes the keys
+none of its chunks returned, under any collation."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ import pytest
 from capture.dump.control import DumpSettings
 from capture.dump.engine import DumpRequest
 from capture.landing.chunks import chunk_files, read_chunk_meta
-from spark_apps.merge import run_merge
+from capture.landing.zone import table_folder
+from spark_apps.merge import Watermarks, run_merge
 from tests.integration.dumping import wait_until_landed
 from tests.integration.postgres import dumping as pg
 from tests.integration.postgres.conftest import make_pg_capture, pg_database  # noqa: F401 - fixtures
@@ -39,7 +41,8 @@ def _repair_scenario(
     A full dump, a merge; then a row 'bb' the source never had is put into every target (a delete
     the capture missed) and each table gets a key-range dump from "B" to "c": where the order is
     exact the merge deletes 'bb' and nothing else, elsewhere it deletes nothing. The
-    case-insensitive table also gets a stray 'C' and a key-list dump of 'b' and 'C'."""
+    case-insensitive table also gets a stray 'C' and a key-list dump of 'b' and 'C'. Then a full
+    dump, merged over two runs, deletes 'bb' everywhere."""
     names = [f"{schema}.{t}" for t in exact]
     _dump(capture, DumpRequest(tables=names, settings=DumpSettings(chunk_size=2)))
     wait()
@@ -66,6 +69,23 @@ def _repair_scenario(
         else:  # the row the source never had stays: Spark's order cannot place it (README, Merge)
             assert got == {**ROWS, "bb": 0}, t
             assert reports[f"{schema}.{t}"]["repair_deletes"] == (t == case_insensitive), t
+
+    # A full dump covers every key in the database's own order: once all its chunks are merged, the
+    # rows it did not return go, under any collation. The case-insensitive table's first chunk is
+    # merged by a run of its own (as of that chunk's HIGH), the rest by the next run.
+    _dump(capture, DumpRequest(dump_id="again", tables=names, settings=DumpSettings(chunk_size=2)))
+    wait()
+    folder = capture.zone.root / "chunks" / "again" / table_folder(schema, case_insensitive)
+    first = read_chunk_meta(folder / "00000001.parquet")
+    high = Watermarks(capture.zone, capture.zone.checkpoint().frontier.encode()).find(first.high_id)
+    assert high is not None
+    (partial,) = run_merge(spark, config, "src", [f"{schema}.{case_insensitive}"], frontier=high.lsn + 1)["tables"]
+    assert (partial["chunks"], partial["repair_deletes"]) == (1, 0)
+    assert "bb" in _keys_and_values(spark, targets[case_insensitive])
+    reports = {r["table"]: r for r in run_merge(spark, config, "src")["tables"]}
+    for t, target in targets.items():
+        assert _keys_and_values(spark, target) == ROWS, t
+        assert reports[f"{schema}.{t}"]["repair_deletes"] == (not exact[t]), t
 
 
 def test_key_range_repairs_delete_only_under_an_exact_order_on_mariadb(

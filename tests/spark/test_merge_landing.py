@@ -91,3 +91,31 @@ def test_a_key_a_postgres_snapshot_could_not_see_created_is_not_deleted_by_the_r
 
     assert report["chunks"] == 1 and report["repair_deletes"] == 0
     assert set(iceberg_state(spark, "logtide.hidden_repair.db__docs")) == {(1,), (7,)}
+
+
+def test_a_completed_full_dump_deletes_what_none_of_its_chunks_returned_under_any_order(spark, catalogs, tmp_path):
+    """Chunks whose key order is not Spark's make no range deletes; the run that merges the dump's
+    last chunk deletes the target keys none of its chunks returned (7, which the source lost
+    behind the capture's back), but not a key created during the dump behind a chunk already
+    read (0), nor one the log touched during the dump (5 is returned; 9 is deleted by the log).
+    The dump's chunks are merged by two runs."""
+    landing = Landing(tmp_path, catalogs, "completed")
+    c, d = Op.CREATE, Op.DELETE
+    landing.commit(100, DOCS, *(Change(Lsn(100, i), c, None, (k, f"t{k}", "x")) for i, k in enumerate((1, 5, 7, 9))))
+    run_merge(spark, landing.config, "src")
+    landing.mark(110, "LOW", "low-1")
+    landing.chunk([(1, "t1", "x")], number=1, last=False, exact_order=False)
+    landing.mark(120, "HIGH", "high-1")
+    first = run_merge(spark, landing.config, "src", frontier=Lsn(121).encode())["tables"][0]
+    landing.commit(125, DOCS, Change(Lsn(125), c, None, (0, "t0", "new")))  # behind chunk 1: no chunk returns it
+    landing.commit(126, DOCS, Change(Lsn(126), d, (9, "t9", "x"), None))
+    landing.mark(130, "LOW", "low-2", chunk=2)
+    landing.chunk([(5, "t5", "x")], number=2, after=(1,), exact_order=False)
+    landing.mark(140, "HIGH", "high-2", chunk=2)
+    second = run_merge(spark, landing.config, "src")["tables"][0]
+
+    assert (first["chunks"], first["repair_deletes"]) == (1, 0)
+    assert (second["chunks"], second["repair_deletes"]) == (1, 1)
+    target = iceberg_state(spark, "logtide.completed.db__docs")
+    assert set(target) == {(0,), (1,), (5,)}
+    assert changelog_replay(spark, "logtide.completed.db__docs__changelog") == target
