@@ -10,9 +10,23 @@ from typing import Any
 
 import pytest
 
+from capture.config import LogtideConfig
 from tests.airflow.conftest import DAGS
 from tests.integration import dumping as maria
 from tests.integration.postgres import dumping as pg
+
+
+@contextmanager
+def iceberg(config: LogtideConfig) -> Iterator[Any]:
+    """A local Spark session on the config's catalog, to read the targets as a user would."""
+    from spark_apps.merge import build_session, session_conf
+
+    spark = build_session(session_conf(config.merge), "local[1]", "logtide-airflow-tests")
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        yield spark
+    finally:
+        spark.stop()
 
 
 def load_dag(dag_id: str) -> Any:

@@ -23,11 +23,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.airflow.live import AIRFLOW
 from tests.conftest import ROOT
 
 PLUGINS = ROOT / "plugins"
 DAGS = ROOT / "dags"
-AIRFLOW = Path(sys.executable).with_name("airflow")
 
 if str(PLUGINS) not in sys.path:  # as Airflow does for its plugins folder
     sys.path.insert(0, str(PLUGINS))

@@ -6,8 +6,6 @@ capture runs; each merge is a real spark-submit (local[2])."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +13,16 @@ import pytest
 import yaml
 
 from capture.config import LogtideConfig, load_config
-from tests.airflow.airflow_helpers import TABLES, load_dag, populate, recorded_events, set_variable, task_states, xcoms
+from tests.airflow.airflow_helpers import (
+    TABLES,
+    iceberg,
+    load_dag,
+    populate,
+    recorded_events,
+    set_variable,
+    task_states,
+    xcoms,
+)
 from tests.conftest import ROOT
 from tests.integration.dumping import Workload, table_state, wait_until_landed
 from tests.servers import wait_for
@@ -35,19 +42,6 @@ def with_merge(capture, tmp_path: Path, **merge: Any) -> LogtideConfig:
     }
     capture.config_path.write_text(yaml.safe_dump(data))
     return load_config(capture.config_path, require_env=False)
-
-
-@contextmanager
-def iceberg(config: LogtideConfig) -> Iterator[Any]:
-    """A local Spark session on the config's catalog, to read the targets as a user would."""
-    from spark_apps.merge import build_session, session_conf
-
-    spark = build_session(session_conf(config.merge), "local[1]", "logtide-airflow-tests")
-    spark.sparkContext.setLogLevel("ERROR")
-    try:
-        yield spark
-    finally:
-        spark.stop()
 
 
 def target_state(spark: Any, config: LogtideConfig, database: str, table: str) -> dict:
