@@ -1,16 +1,18 @@
-"""Run the whole pipeline on local defaults, end to end: capture, a dump through Airflow that
-ends with the Spark merge into Apache Iceberg, and a check of every target table against its source.
+"""Run the whole pipeline on local defaults, end to end: capture, a dump through a running Airflow
+that ends with the Spark merge into Apache Iceberg, and a check of every target table against its source.
 
 Everything lives under var/quickstart/ (wiped at start): a private MariaDB on a free port
 (never the system one), the database `shop`, a capture user `logtide`, the configuration
 logtide.yaml, the capture service's log, the landing zone, Airflow's home (SQLite metadata
-database, no server: `airflow dags test` runs the DAG in one process) and the Iceberg warehouse.
+database; api-server, scheduler with the LocalExecutor and dag-processor, as users run it; the
+dump is triggered through the REST API as the UI's trigger form does) and the Iceberg warehouse.
 The password of `logtide` comes from $LOGTIDE_QUICKSTART_PASSWORD or is generated; it reaches
 capture and Airflow only as $LOGTIDE_SHOP_PASSWORD and is never written to a file or printed.
+The Airflow UI's admin password is generated and printed (like `airflow standalone` does).
 
-    scripts/quickstart.sh                  # set up, run, check, stop; landing zone and tables stay
-    scripts/quickstart.sh --keep-running   # leave MariaDB and capture running
-    scripts/quickstart.sh --stop           # stop what --keep-running left running
+    scripts/quickstart.sh           # set up, run, check, stop; landing zone and tables stay
+    scripts/quickstart.sh --keep    # leave MariaDB, capture and Airflow running to look at
+    scripts/quickstart.sh --stop    # stop what --keep left running
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import traceback
 import urllib.error
@@ -38,6 +41,7 @@ import pymysql  # noqa: E402
 
 from capture.config import load_config  # noqa: E402
 from capture.landing import LandingZone  # noqa: E402
+from tests.airflow.live import SUCCESS, USER, LiveAirflow, server_env  # noqa: E402
 from tests.servers import MariaDB, environment_without_secrets, free_port, wait_for  # noqa: E402
 
 WORK = Path("var/quickstart")  # relative to ROOT: the config's landing path is relative too
@@ -54,6 +58,7 @@ START_TIMEOUT_S = 60.0
 LAND_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 60.0
 DAG_TIMEOUT_S = 900.0
+DAG_ID = "logtide_dump"
 TABLE_KEYS = {"customers": "id", "orders": "id", "products": "sku"}
 
 SCHEMA = [
@@ -311,43 +316,87 @@ def set_up_airflow(password: str) -> None:
             raise QuickstartError(f"`airflow {' '.join(args)}` failed; {AIRFLOW_LOG} ends:\n{tail(airflow_log())}")
 
 
-def dag_run_report(dag_id: str) -> tuple[str, str, list[tuple[str, int, str]], dict[str, Any] | None]:
-    """The last run of `dag_id` in the SQLite metadata database: run id, state, task states, merge report."""
-    import sqlite3
-
-    with sqlite3.connect(ROOT / AIRFLOW_HOME / "airflow.db") as db:
-        run_id, state = db.execute(
-            "SELECT run_id, state FROM dag_run WHERE dag_id = ? ORDER BY id DESC LIMIT 1", (dag_id,)
-        ).fetchone()
-        tasks = db.execute(
-            "SELECT task_id, map_index, state FROM task_instance WHERE dag_id = ? AND run_id = ? "
-            "ORDER BY start_date, task_id, map_index",
-            (dag_id, run_id),
-        ).fetchall()
-        value = db.execute(
-            "SELECT value FROM xcom WHERE dag_id = ? AND run_id = ? AND task_id = ? AND key = 'return_value'",
-            (dag_id, run_id, f"merge_{SOURCE}"),
-        ).fetchone()
-    report = None
-    if value is not None:
-        report = json.loads(value[0]) if isinstance(value[0], str | bytes) else value[0]
-        if isinstance(report, str):  # stored as a JSON text holding JSON
-            report = json.loads(report)
-    return run_id, state, [(t, m, s or "none") for t, m, s in tasks], report
+def start_airflow(password: str) -> LiveAirflow:
+    """api-server, scheduler and dag-processor on the migrated home, logged in through the REST API."""
+    home = ROOT / AIRFLOW_HOME
+    ui_password = secrets.token_urlsafe(12)
+    port = free_port()
+    env = server_env(home, port, ui_password, airflow_env(password), base=cli_env(password))
+    airflow = LiveAirflow(home, env, port, ui_password)
+    airflow.start()
+    try:
+        airflow.login()
+        airflow.wait_dag(DAG_ID)
+    except (RuntimeError, TimeoutError) as exc:
+        airflow.stop()
+        raise QuickstartError(f"Airflow did not come up: {exc}; logs: {AIRFLOW_HOME}/*.log") from None
+    return airflow
 
 
-def dump_through_airflow(password: str) -> dict[str, Any] | None:
+class BackgroundAirflow(threading.Thread):
+    """`set_up_airflow` and `start_airflow` beside the rest of the quickstart (a minute saved)."""
+
+    def __init__(self, password: str) -> None:
+        super().__init__(daemon=True)
+        self.password = password
+        self.airflow: LiveAirflow | None = None
+        self.error: BaseException | None = None
+        self.abandoned = False
+
+    def run(self) -> None:
+        try:
+            set_up_airflow(self.password)
+            self.airflow = start_airflow(self.password)
+            if self.abandoned:
+                self.airflow.stop()
+        except BaseException as exc:
+            self.error = exc
+
+    def result(self) -> LiveAirflow:
+        self.join()
+        if self.error is not None:
+            raise self.error
+        assert self.airflow is not None
+        return self.airflow
+
+    def abandon(self) -> None:
+        """The quickstart failed: stop Airflow once (or if) it is up."""
+        self.abandoned = True
+        self.join(timeout=STOP_TIMEOUT_S)
+        if self.airflow is not None:
+            self.airflow.stop()
+
+
+def dump_through_airflow(airflow: LiveAirflow) -> tuple[str, dict[str, Any] | None]:
+    """Trigger logtide_dump through the REST API, follow its tasks until it ends; the run id and the merge's report."""
     conf = {"source": SOURCE, "chunk_size": 7}
-    say(f"airflow dags test logtide_dump --conf '{json.dumps(conf)}'   (log: {AIRFLOW_LOG})")
     began = time.monotonic()
-    code = run_airflow(password, "dags", "test", "logtide_dump", "--conf", json.dumps(conf), timeout=DAG_TIMEOUT_S)
-    run_id, state, tasks, report = dag_run_report("logtide_dump")
+    run_id = airflow.trigger(DAG_ID, conf)
+    say(f"POST /api/v2/dags/{DAG_ID}/dagRuns conf={json.dumps(conf)}  ->  run {run_id}")
+    say(f"follow it in the UI: {airflow.url}/dags/{DAG_ID}/runs/{run_id}")
+    seen: dict[tuple[str, int], str | None] = {}
+
+    def report_tasks() -> None:
+        for (task_id, map_index), state in sorted(airflow.task_states(DAG_ID, run_id).items()):
+            if state in ("success", "failed", "skipped", "upstream_failed") and seen.get((task_id, map_index)) != state:
+                seen[(task_id, map_index)] = state
+                name = task_id + ("" if map_index < 0 else f"[{map_index}]")
+                say(f"  {time.monotonic() - began:6.1f}s  {name:20s} {state}")
+
+    def finished() -> str | None:
+        report_tasks()
+        state = airflow.get(airflow.run_url(DAG_ID, run_id))["state"]
+        return state if state in ("success", "failed") else None
+
+    try:
+        state = wait_for(finished, DAG_TIMEOUT_S, interval=1.0, what=f"the {DAG_ID} run to finish")
+    except TimeoutError as exc:
+        raise QuickstartError(f"{exc}; see the UI and {AIRFLOW_HOME}/*.log") from None
+    report_tasks()
     say(f"run {run_id}: {state} in {time.monotonic() - began:.1f}s")
-    for task_id, map_index, task_state in tasks:
-        say(f"  {task_id + ('' if map_index < 0 else f'[{map_index}]'):20s} {task_state}")
-    if code != 0 or state != "success":
-        raise QuickstartError(f"the logtide_dump run {state} (exit {code}); {AIRFLOW_LOG} ends:\n{tail(airflow_log())}")
-    return report
+    if state != SUCCESS:
+        raise QuickstartError(f"the {DAG_ID} run {state}: see {airflow.url}/dags/{DAG_ID}/runs/{run_id}")
+    return run_id, airflow.xcom(DAG_ID, run_id, f"merge_{SOURCE}")
 
 
 def naive_utc(value: Any) -> Any:
@@ -390,12 +439,13 @@ def check_iceberg(server: MariaDB) -> bool:
 
 
 def check_no_secret(password: str) -> None:
-    for path in (CONFIG, CAPTURE_LOG, AIRFLOW_LOG):
+    airflow_logs = [p.relative_to(ROOT) for p in (ROOT / AIRFLOW_HOME).glob("*.log")]
+    for path in (CONFIG, CAPTURE_LOG, AIRFLOW_LOG, *airflow_logs):
         if (ROOT / path).exists() and password in (ROOT / path).read_text(errors="replace"):
             raise QuickstartError(f"the password appears in {path}: it must only be passed by {PASSWORD_ENV}")
 
 
-# -- --keep-running / --stop ---------------------------------------------------------------------
+# -- --keep / --stop -----------------------------------------------------------------------------
 
 
 def _alive(pid: int, marker: str) -> bool:
@@ -416,18 +466,24 @@ def _running() -> dict[str, Any] | None:
     return alive or None
 
 
+STOP_ORDER = ("api-server", "scheduler", "dag-processor", "capture", "mariadb")  # capture commits, then MariaDB goes
+
+
 def stop_running() -> int:
     state = _running()
     if state is None:
-        say("nothing from a quickstart --keep-running is running")
+        say("nothing from a quickstart --keep is running")
         (ROOT / RUNNING).unlink(missing_ok=True)
         return 0
-    for name in ("capture", "mariadb"):  # capture first: it commits, then MariaDB may go
+    for name in STOP_ORDER:
         entry = state.get(name)
         if entry is None:
             continue
         say(f"stopping {name} (pid {entry['pid']}) with SIGTERM")
-        os.kill(entry["pid"], signal.SIGTERM)
+        if entry.get("group"):  # an Airflow process leads its own group, with its task processes
+            os.killpg(entry["pid"], signal.SIGTERM)
+        else:
+            os.kill(entry["pid"], signal.SIGTERM)
         try:
             wait_for(
                 lambda e=entry: not _alive(e["pid"], e["marker"]),
@@ -446,11 +502,10 @@ def stop_running() -> int:
 # -- the run -------------------------------------------------------------------------------------
 
 
-def quickstart(keep_running: bool) -> int:
+def quickstart(keep: bool) -> int:
     if _running() is not None:
         raise QuickstartError(
-            "a quickstart started with --keep-running is still running; stop it first with "
-            "`scripts/quickstart.sh --stop`"
+            "a quickstart started with --keep is still running; stop it first with `scripts/quickstart.sh --stop`"
         )
     if shutil.which("mariadbd") is None and not Path("/usr/sbin/mariadbd").exists():
         raise QuickstartError("mariadbd is not installed; run scripts/setup.sh (installs mariadb-server)")
@@ -461,7 +516,9 @@ def quickstart(keep_running: bool) -> int:
     password = os.environ.get("LOGTIDE_QUICKSTART_PASSWORD") or secrets.token_urlsafe(18)
     server = MariaDB(ROOT / WORK / "mariadb")
     capture: subprocess.Popen[bytes] | None = None
-    handed_over = False  # --keep-running: the processes outlive this script
+    booting: BackgroundAirflow | None = None
+    airflow: LiveAirflow | None = None
+    handed_over = False  # --keep: the processes outlive this script
     started = time.monotonic()
     try:
         heading("private MariaDB")
@@ -477,6 +534,8 @@ def quickstart(keep_running: bool) -> int:
         metrics_port = free_port()
         write_config(metrics_port, server.port)
         say(f"config {CONFIG}; password passed only as ${PASSWORD_ENV}")
+        booting = BackgroundAirflow(password)  # migrates and starts while capture runs and the writes land
+        booting.start()
         capture = start_capture(password)
         wait_capture_started(capture)
         say(f"capture pid {capture.pid} started (capture.first_start), log {CAPTURE_LOG}")
@@ -503,27 +562,16 @@ def quickstart(keep_running: bool) -> int:
         say(f"/health: {fetch_health(metrics_port)}")
         check_no_secret(password)
 
-        if keep_running:
-            state = {
-                "capture": {"pid": capture.pid, "marker": "capture.cli"},
-                "mariadb": {"pid": server.process.pid, "marker": "mariadbd"},
-            }
-            (ROOT / RUNNING).write_text(json.dumps(state, indent=2) + "\n")
-            handed_over = True
-            heading("left running")
-            say(f"MariaDB  127.0.0.1:{server.port} (pid {server.process.pid}); as root with no password:")
-            say(f"         mariadb -h 127.0.0.1 -P {server.port} -u root shop")
-            say(f"capture  pid {capture.pid}, log {CAPTURE_LOG}")
-            say(f"metrics  http://127.0.0.1:{metrics_port}/metrics and /health")
-            say(f"inspect  cd {ROOT} && .venv/bin/logtide --config {CONFIG} status")
-            say("stop     scripts/quickstart.sh --stop   (SIGTERM to capture, then to MariaDB)")
-            return 0
-
-        heading("Airflow: logtide_dump (every captured table, chunks of 7 rows), then the Spark merge")
-        server.execute("UPDATE shop.products SET price = price + 1 WHERE sku = 'SKU-0003'")  # a change the log has
-        set_up_airflow(password)
+        heading("Airflow: api-server, scheduler (LocalExecutor), dag-processor")
+        airflow = booting.result()
+        booting = None
         say(f"AIRFLOW_HOME {AIRFLOW_HOME} (SQLite), pool logtide_{SOURCE}, LOGTIDE_CONFIG {CONFIG}")
-        report = dump_through_airflow(password)
+        say(f"processes {', '.join(f'{n} pid {p}' for n, p in airflow.pids().items())}; logs {AIRFLOW_HOME}/*.log")
+        say(f"UI        {airflow.url}   log in as {USER} / {airflow.password}")
+
+        heading(f"{DAG_ID} through the REST API (every captured table, chunks of 7 rows), then the Spark merge")
+        server.execute("UPDATE shop.products SET price = price + 1 WHERE sku = 'SKU-0003'")  # a change the log has
+        run_id, report = dump_through_airflow(airflow)
         for table in (report or {}).get("tables", []):
             say(
                 f"  merged {table['table']:16s} frontier {table.get('frontier')}  log events {table.get('log_events')}"
@@ -536,7 +584,30 @@ def quickstart(keep_running: bool) -> int:
         if not check_iceberg(server):
             raise QuickstartError("an Iceberg table differs from its source table (above)")
 
+        if keep:
+            state = {
+                **{name: {"pid": pid, "marker": "airflow", "group": True} for name, pid in airflow.pids().items()},
+                "capture": {"pid": capture.pid, "marker": "capture.cli"},
+                "mariadb": {"pid": server.process.pid, "marker": "mariadbd"},
+            }
+            (ROOT / RUNNING).write_text(json.dumps(state, indent=2) + "\n")
+            handed_over = True
+            heading("left running")
+            say(f"finished in {time.monotonic() - started:.1f}s")
+            say(f"Airflow  {airflow.url}   log in as {USER} / {airflow.password}")
+            say(f"         the dump run: {airflow.url}/dags/{DAG_ID}/runs/{run_id}")
+            say(f"MariaDB  127.0.0.1:{server.port} (pid {server.process.pid}); as root with no password:")
+            say(f"         mariadb -h 127.0.0.1 -P {server.port} -u root shop")
+            say(f"capture  pid {capture.pid}, log {CAPTURE_LOG}")
+            say(f"metrics  http://127.0.0.1:{metrics_port}/metrics and /health")
+            say(f"inspect  cd {ROOT} && .venv/bin/logtide --config {CONFIG} status")
+            say("stop     scripts/quickstart.sh --stop   (SIGTERM to Airflow, capture, then MariaDB)")
+            return 0
+
         heading("stop")
+        airflow.stop()
+        airflow = None
+        say("Airflow stopped")
         code = stop_process(capture)
         if code != 0:
             raise QuickstartError(
@@ -565,6 +636,10 @@ def quickstart(keep_running: bool) -> int:
         return 0
     finally:
         if not handed_over:
+            if booting is not None:
+                booting.abandon()
+            if airflow is not None:
+                airflow.stop()
             if capture is not None and capture.poll() is None:
                 capture.kill()
                 capture.wait()
@@ -579,17 +654,17 @@ def quickstart(keep_running: bool) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
-        "--keep-running",
+        "--keep",
         action="store_true",
-        help="leave MariaDB and capture running at the end (stop with --stop)",
+        help="leave MariaDB, capture and Airflow (its UI) running at the end (stop with --stop)",
     )
-    parser.add_argument("--stop", action="store_true", help="stop what --keep-running left running")
+    parser.add_argument("--stop", action="store_true", help="stop what --keep left running")
     args = parser.parse_args(argv)
     os.chdir(ROOT)
     # a SIGTERM to the quickstart still cleans up its children (the finally blocks)
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     try:
-        return stop_running() if args.stop else quickstart(args.keep_running)
+        return stop_running() if args.stop else quickstart(args.keep)
     except QuickstartError as exc:
         print(f"\nquickstart failed: {exc}", file=sys.stderr)
         return 1

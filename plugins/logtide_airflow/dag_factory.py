@@ -128,13 +128,24 @@ def dump_params(sources: Sequence[str], source_default: str | None = None, table
             description="Key range end, inclusive, written as key_from; it must not come before key_from",
         ),
         "chunk_size": Param(
-            None, type=["null", "integer"], minimum=1, maximum=1_000_000, description="Rows per chunk; null: config"
+            None,
+            type=["null", "integer"],
+            minimum=1,
+            maximum=1_000_000,
+            description="Rows per chunk; empty: the source's dump.chunk_size",
         ),
         "delay_s": Param(
-            None, type=["null", "number"], minimum=0, maximum=3600, description="Seconds between chunks; null: config"
+            None,
+            type=["null", "number"],
+            minimum=0,
+            maximum=3600,
+            description="Seconds to wait between chunks; empty: the source's dump.delay_s",
         ),
         "max_rows_per_s": Param(
-            None, type=["null", "number"], exclusiveMinimum=0, description="Rows/s ceiling; null: config"
+            None,
+            type=["null", "number"],
+            exclusiveMinimum=0,
+            description="Rows/s ceiling; empty: the source's dump.max_rows_per_s (none by default)",
         ),
         "merge": Param(
             True,

@@ -16,11 +16,11 @@ import httpx
 from tests.servers import free_port, wait_for
 
 CHROMIUM = "/usr/bin/chromium"
-ELEMENT = "element-6066-11e4-a52e-4f735466cecc"  # the W3C key of an element reference
+ELEMENT = "element-6066-11e4-a52e-4f735466cecf"  # the W3C key of an element reference
 
 
 class Browser:
-    """One headless Chromium window of `width` x `height` CSS pixels."""
+    """One headless Chromium window, `width` x `height` CSS pixels to start with."""
 
     def __init__(self, workdir: Path, width: int = 1400, height: int = 1000) -> None:
         port = free_port()
@@ -59,6 +59,10 @@ class Browser:
 
     def _do(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         return self._call(method, f"{self._session}{path}", body)
+
+    def resize(self, width: int, height: int) -> None:
+        """The window's outer size (the page gets a little less height: headless has no toolbar, but a frame)."""
+        self._do("POST", "/window/rect", {"width": width, "height": height})
 
     def get(self, url: str) -> None:
         self._do("POST", "/url", {"url": url})
