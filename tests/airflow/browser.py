@@ -71,14 +71,13 @@ class Browser:
         """A cookie for the current page's host (open a page of the host first)."""
         self._do("POST", "/cookie", {"cookie": {"name": name, "value": value, "path": "/"}})
 
+    def elements(self, xpath: str) -> list[str]:
+        """The elements matching `xpath` now."""
+        return [e[ELEMENT] for e in self._do("POST", "/elements", {"using": "xpath", "value": xpath})]
+
     def find(self, xpath: str, timeout: float = 60) -> str:
         """The first element matching `xpath`, waiting for it to appear."""
-
-        def found() -> str | None:
-            elements = self._do("POST", "/elements", {"using": "xpath", "value": xpath})
-            return elements[0][ELEMENT] if elements else None
-
-        return wait_for(found, timeout, interval=0.3, what=f"an element {xpath}")
+        return wait_for(lambda: next(iter(self.elements(xpath)), None), timeout, 0.3, f"an element {xpath}")
 
     def click(self, xpath: str, timeout: float = 60) -> None:
         self._do("POST", f"/element/{self.find(xpath, timeout)}/click", {})
