@@ -42,6 +42,7 @@ from capture.events import (
     TransactionEnd,
 )
 from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE
+from capture.sources.mysql import table_maps
 from capture.sources.mysql.connection import (
     ER_SPECIFIC_ACCESS_DENIED,
     LOST_CONNECTION,
@@ -56,8 +57,13 @@ class _RaisingConnection(pymysql.connections.Connection):
 
     mysql-replication silently reconnects on errors 2006/2013 and, with a MariaDB GTID start,
     replays from where the *session* began. Logtide reconnects itself, from its checkpoint,
-    so the library must see an error it does not catch.
+    so the library must see an error it does not catch. As a stream's control connection it
+    also holds the stream's parsed table maps (`table_maps`).
     """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.table_maps: dict[bytes, dict[str, Any]] = {}
+        super().__init__(*args, **kwargs)
 
     def _read_packet(self, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -68,9 +74,9 @@ class _RaisingConnection(pymysql.connections.Connection):
             raise
 
 
+table_maps.install()
+
 MARIADB_FL_STANDALONE = 0x01
-BODY_START = 20  # in a binlog packet: the OK byte and the 19-byte event header come first
-TABLE_ID_BYTES = 6
 _FILE_NUMBER = re.compile(r"\.(\d+)$")
 EVENTS = [
     RotateEvent,
@@ -118,7 +124,6 @@ class BinlogReader:
         self.file: str = resume["file"]
         self.gtids = parse_gtid_state(resume.get("gtid", ""))
         self.resume = resume
-        self._schemas: dict[bytes, tuple[TableSchema, RowConverter]] = {}
         self._captured: dict[tuple[str, str], bool] = {}
 
     def _stream(self) -> BinLogStreamReader:
@@ -240,8 +245,6 @@ class BinlogReader:
                     standalone = False
                     yield self._end(event, file_seq, pending_gtid, commit_ts)
                     pending_gtid = None
-            elif isinstance(event, TableMapEvent):
-                self._describe(event)
             elif isinstance(event, RotateEvent):
                 self.file = event.next_binlog
                 file_seq = file_number(self.file) << 32
@@ -260,28 +263,10 @@ class BinlogReader:
         return TransactionEnd(Lsn(file_seq | pos), resume, commit_ts)
 
     def _table(self, event: Any) -> tuple[TableSchema, RowConverter]:
-        """Schema and converter of the rows event's table, built once per table description.
-
-        mysql-replication makes a new Table object per table map (one per transaction); the
-        pair is kept on it, and shared between table maps whose bytes after the table id are
-        equal (`_describe`), so a schema is a new version only when the columns really changed.
-        """
+        """Schema and converter of the rows event's table, built once per table map: kept on
+        mysql-replication's Table object, which identical table maps share (`table_maps`)."""
         table = event.table_map[event.table_id]
         cached = getattr(table, "_logtide", None)
         if cached is None:
-            key = getattr(table, "_logtide_key", None)
-            cached = self._schemas.get(key) if key is not None else None
-            if cached is None:
-                cached = table_schema(event.schema, event.table, table)
-                if key is not None:
-                    self._schemas[key] = cached
-            table._logtide = cached
+            cached = table._logtide = table_schema(event.schema, event.table, table)
         return cached
-
-    @staticmethod
-    def _describe(event: TableMapEvent) -> None:
-        """Mark the table map's Table with the event's body past the table id (schema, table,
-        column types and metadata, with binlog_row_metadata=FULL names and keys): the key
-        under which `_table` shares schemas. `event_size` excludes the header and checksum."""
-        body = event.packet.packet.get_all_data()[BODY_START : BODY_START + event.event_size]
-        event.table_obj._logtide_key = body[TABLE_ID_BYTES:]
