@@ -48,14 +48,20 @@ def random_transactions(
     return transactions
 
 
-def kill_repeatedly(capture: Any, seconds: float, seed: int = 11) -> int:
-    """SIGKILL the capture process every 0.2-1.2 s for `seconds`, restarting it each time;
-    returns how many times it was killed."""
+def kill_repeatedly(
+    capture: Any,
+    seconds: float,
+    seed: int = 11,
+    pause_s: tuple[float, float] = (0.2, 1.2),
+    stop: threading.Event | None = None,
+) -> int:
+    """SIGKILL the capture process after a random pause in `pause_s` (0.2-1.2 s), restart it, again for
+    `seconds` or until `stop` is set; returns how many times it was killed."""
     rng = random.Random(seed)
+    stop = stop or threading.Event()
     kills = 0
     deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        time.sleep(rng.uniform(0.2, 1.2))
+    while time.monotonic() < deadline and not stop.wait(rng.uniform(*pause_s)):
         capture.kill()
         kills += 1
         capture.start()

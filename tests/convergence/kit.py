@@ -1,0 +1,61 @@
+"""What the harness needs from a source database: one subclass per database (mariadb.py,
+postgres.py) holds its DDL, type declarations, connections and how to tell that capture caught up."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.convergence.schema import SqlType, Table
+
+
+class Kit:
+    """A database of the harness on a private server (tests/servers.py)."""
+
+    kind: str  # the harness's name for it: mariadb | postgres
+    types: dict[str, SqlType]  # every kind this database declares (schema.COMMON_KINDS and its own)
+    type_kinds: tuple[str, ...]  # the kinds of the `types` table's columns
+
+    def __init__(self, server: Any, database: str) -> None:
+        self.server = server
+        self.database = database
+
+    @property
+    def schema(self) -> str:
+        """The first part of `db.table` in the landing zone and the commands."""
+        raise NotImplementedError
+
+    def quote(self, name: str) -> str:
+        raise NotImplementedError
+
+    def create(self, tables: list[Table]) -> None:
+        """A fresh database holding `tables` (empty)."""
+        raise NotImplementedError
+
+    def drop(self) -> None:
+        raise NotImplementedError
+
+    def connect(self) -> Any:
+        """A DB-API connection, not autocommit, in UTC, with `%s` parameters."""
+        raise NotImplementedError
+
+    def source_config(self, tables: list[Table]) -> dict[str, Any]:
+        """The config's `sources.<name>` entry: connection, include/exclude (no `keys`)."""
+        raise NotImplementedError
+
+    def is_duplicate(self, error: BaseException) -> bool:
+        """The database refused a row because its key exists (under the column's collation)."""
+        raise NotImplementedError
+
+    def wait_until_landed(self, capture: Any, timeout: float = 120) -> None:
+        """Until capture has landed everything committed so far."""
+        raise NotImplementedError
+
+    def insert_many(self, conn: Any, insert: str, rows: list[tuple[Any, ...]]) -> None:
+        """`insert` ("INSERT INTO t (a, b) VALUES ") for every row, in few round trips."""
+        with conn.cursor() as cur:
+            cur.executemany(insert + "(" + ", ".join(["%s"] * len(rows[0])) + ")", rows)
+
+    def select_sql(self, table: Table) -> str:
+        """SELECT of every column as the comparison reads it."""
+        exprs = [self.types[c.kind].select.format(self.quote(c.name)) for c in table.columns]
+        return f"SELECT {', '.join(exprs)} FROM {self.quote(table.name)}"

@@ -1,0 +1,235 @@
+"""The seeded random workload: the tables' first rows, then a thread with its own connection that
+writes at a steady rate while dumps, merges and capture kills happen.
+
+Operations: inserts, updates (some leave the large values alone: PostgreSQL then logs them as
+missing), deletes, key changes (to a new key, or to the same key spelt otherwise: a case-only change
+under a case-insensitive collation), delete and re-insert of the same key, inserts of an existing
+key spelt otherwise (the database refuses most: the transaction rolls back), transactions of one to
+twelve operations across tables, one in ten rolled back on purpose. The workload remembers which
+keys exist, so it never needs a SELECT; what the database refused is undone in that memory too.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections import Counter
+from typing import Any
+
+from tests.convergence.kit import Kit
+from tests.convergence.schema import BIG_KINDS, Table, fresh_ident, value, variant
+
+Ident = tuple[Any, ...]
+
+
+class KeySet:
+    """The keys of a table the workload knows to exist: add, remove and random choice in O(1)."""
+
+    def __init__(self) -> None:
+        self._items: list[Ident] = []
+        self._index: dict[Ident, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def add(self, key: Ident) -> bool:
+        if key in self._index:
+            return False
+        self._index[key] = len(self._items)
+        self._items.append(key)
+        return True
+
+    def remove(self, key: Ident) -> bool:
+        at = self._index.pop(key, None)
+        if at is None:
+            return False
+        last = self._items.pop()
+        if at < len(self._items):
+            self._items[at] = last
+            self._index[last] = at
+        return True
+
+    def choice(self, rng: random.Random) -> Ident:
+        return self._items[rng.randrange(len(self._items))]
+
+
+def row_values(kit: Kit, table: Table, rng: random.Random, extreme: int | None = None) -> list[Any]:
+    """Values of `table.values`: row `extreme` of the extremes of each kind where it has one, else random."""
+    out = []
+    for column in table.values:
+        kind = kit.types[column.kind]
+        if extreme is not None and extreme < len(kind.extremes):
+            out.append(kind.extremes[extreme])
+        elif column.kind in BIG_KINDS:
+            out.append(kind.random(rng))
+        else:
+            out.append(value(kind, rng))
+    return out
+
+
+def _insert_sql(kit: Kit, table: Table) -> str:
+    names = [*table.ident, *(c.name for c in table.values)]
+    return f"INSERT INTO {kit.quote(table.name)} ({', '.join(kit.quote(n) for n in names)}) VALUES "
+
+
+def populate(kit: Kit, tables: list[Table], rows: int, seed: int) -> tuple[dict[str, KeySet], int]:
+    """The tables' rows before capture starts (history only a dump has): first the extremes of each
+    kind row by row, one row of NULLs, then random rows. Returns the keys and the next free counter."""
+    rng = random.Random(seed)
+    live = {t.name: KeySet() for t in tables}
+    n = 1
+    conn = kit.connect()
+    try:
+        for table in tables:
+            extremes = max(len(kit.types[c.kind].extremes) for c in table.values)
+            batch = []
+            for i in range(table.initial_rows(rows)):
+                ident = fresh_ident(table, kit.types, n, rng)
+                n += 1
+                if i == extremes:
+                    values = [None if c.nullable else kit.types[c.kind].random(rng) for c in table.values]
+                else:
+                    values = row_values(kit, table, rng, i if i < extremes else None)
+                batch.append((*ident, *values))
+                live[table.name].add(ident)
+            kit.insert_many(conn, _insert_sql(kit, table), batch)
+            conn.commit()
+    finally:
+        conn.close()
+    return live, n
+
+
+class Workload(threading.Thread):
+    """Random transactions on every table at about `ops_per_s` statements a second, until stop()."""
+
+    OPS = (("insert", 28), ("update", 30), ("delete", 14), ("key_change", 12), ("reinsert", 8), ("collide", 8))
+
+    def __init__(
+        self, kit: Kit, tables: list[Table], live: dict[str, KeySet], next_n: int, seed: int, ops_per_s: float
+    ) -> None:
+        super().__init__(daemon=True, name=f"workload-{kit.kind}")
+        self.kit, self.tables, self.live, self.n = kit, tables, live, next_n
+        self.rng = random.Random(seed)
+        self.interval = 1.0 / ops_per_s
+        self.stop_event = threading.Event()
+        self.counts: Counter[str] = Counter()  # statements, commits, rollbacks, refused, per operation
+        self.errors: Counter[str] = Counter()  # unexpected errors: "table: first line of the error"
+        self.failure: BaseException | None = None
+        self._names, self._weights = zip(*self.OPS, strict=True)
+
+    def run(self) -> None:
+        try:
+            conn = self.kit.connect()
+            try:
+                self._loop(conn)
+            finally:
+                conn.close()
+        except BaseException as exc:  # reported by the harness
+            self.failure = exc
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.join(timeout=60)
+
+    def _loop(self, conn: Any) -> None:
+        due = time.monotonic()
+        while not self.stop_event.is_set():
+            undo: list[tuple[str, str, Ident]] = []
+            table = None
+            try:
+                with conn.cursor() as cur:
+                    for _ in range(self.rng.choice((1, 1, 1, 1, 2, 3, 4, 5, 8, 12))):
+                        table = self.rng.choice(self.tables)
+                        self._operation(cur, table, undo)
+                        due = max(due + self.interval, time.monotonic() - 1.0)
+                        time.sleep(max(0.0, due - time.monotonic()))
+                if self.rng.random() < 0.1:
+                    conn.rollback()
+                    self._undo(undo)
+                    self.counts["rollbacks"] += 1
+                else:
+                    conn.commit()
+                    self.counts["commits"] += 1
+            except Exception as exc:
+                conn.rollback()
+                self._undo(undo)
+                if self.kit.is_duplicate(exc):
+                    self.counts["refused"] += 1
+                else:
+                    first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                    self.errors[f"{table.name if table else '?'}: {first_line}"] += 1
+
+    def _undo(self, undo: list[tuple[str, str, Ident]]) -> None:
+        for action, table, key in reversed(undo):
+            if action == "add":
+                self.live[table].remove(key)
+            else:
+                self.live[table].add(key)
+
+    def _add(self, table: Table, key: Ident, undo: list) -> None:
+        if self.live[table.name].add(key):
+            undo.append(("add", table.name, key))
+
+    def _remove(self, table: Table, key: Ident, undo: list) -> None:
+        if self.live[table.name].remove(key):
+            undo.append(("remove", table.name, key))
+
+    def _fresh(self, table: Table) -> Ident:
+        self.n += 1
+        return fresh_ident(table, self.kit.types, self.n, self.rng)
+
+    def _where(self, table: Table) -> str:
+        return " AND ".join(f"{self.kit.quote(c)} = %s" for c in table.ident)
+
+    def _execute(self, cur: Any, sql: str, args: list[Any]) -> None:
+        cur.execute(sql, args)
+        self.counts["statements"] += 1
+
+    def _insert(self, cur: Any, table: Table, key: Ident) -> None:
+        values = row_values(self.kit, table, self.rng)
+        self._execute(cur, _insert_sql(self.kit, table) + f"({', '.join(['%s'] * (len(key) + len(values)))})",
+                      [*key, *values])  # fmt: skip
+
+    def _operation(self, cur: Any, table: Table, undo: list) -> None:
+        keys, rng, name = self.live[table.name], self.rng, self.kit.quote(table.name)
+        op = rng.choices(self._names, self._weights)[0] if len(keys) > 10 else "insert"
+        if op == "collide" and table.key in ("config", "none"):
+            op = "insert"  # nothing in the database keeps such a key unique: the workload must
+        self.counts[op] += 1
+        if op == "insert":
+            key = self._fresh(table)
+            self._insert(cur, table, key)
+            self._add(table, key, undo)
+        elif op == "collide":
+            key = variant(keys.choice(rng), table, rng)
+            self._insert(cur, table, key)  # mostly refused: equal under the key's collation
+            self._add(table, key, undo)
+        elif op == "update":
+            columns = [c for c in table.values if c.kind not in BIG_KINDS or rng.random() < 0.5]
+            columns = rng.sample(columns, min(len(columns), rng.randint(1, 3)))
+            sets = ", ".join(f"{self.kit.quote(c.name)} = %s" for c in columns)
+            values = [value(self.kit.types[c.kind], rng) for c in columns]
+            self._execute(cur, f"UPDATE {name} SET {sets} WHERE {self._where(table)}", [*values, *keys.choice(rng)])
+        elif op == "delete":
+            key = keys.choice(rng)
+            self._execute(cur, f"DELETE FROM {name} WHERE {self._where(table)}", list(key))
+            self._remove(table, key, undo)
+        elif op == "key_change":
+            old = keys.choice(rng)
+            if any(table.column(c).kind == "text_ci" for c in table.ident) and rng.random() < 0.5:
+                new = variant(old, table, rng)  # mostly a case-only change
+                self.counts["key_respelt"] += 1
+            else:
+                new = self._fresh(table)
+            sets = ", ".join(f"{self.kit.quote(c)} = %s" for c in table.ident)
+            self._execute(cur, f"UPDATE {name} SET {sets} WHERE {self._where(table)}", [*new, *old])
+            self._remove(table, old, undo)
+            self._add(table, new, undo)
+        else:  # reinsert: the same key deleted and inserted again, now and then spelt otherwise
+            old = keys.choice(rng)
+            self._execute(cur, f"DELETE FROM {name} WHERE {self._where(table)}", list(old))
+            self._remove(table, old, undo)
+            new = variant(old, table, rng) if rng.random() < 0.3 else old
+            self._insert(cur, table, new)
+            self._add(table, new, undo)
