@@ -11,6 +11,7 @@ rotation the file number grows, so the order is total and replays give the same 
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -42,6 +43,7 @@ from capture.events import (
     TransactionEnd,
 )
 from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE
+from capture.sources.mysql.catalog import table_keys
 from capture.sources.mysql.connection import (
     ER_SPECIFIC_ACCESS_DENIED,
     LOST_CONNECTION,
@@ -49,6 +51,7 @@ from capture.sources.mysql.connection import (
     translate,
 )
 from capture.sources.mysql.types import RowConverter, table_schema
+from capture.sources.table_keys import log_key
 
 
 class _RaisingConnection(pymysql.connections.Connection):
@@ -118,6 +121,7 @@ class BinlogReader:
         self.resume = resume
         self._schemas: dict[tuple[Any, ...], tuple[TableSchema, RowConverter]] = {}
         self._captured: dict[tuple[str, str], bool] = {}
+        self._catalog: pymysql.connections.Connection | None = None  # key lookups (`_key`), opened once needed
 
     def _stream(self) -> BinLogStreamReader:
         heartbeat = self.config.heartbeat_s
@@ -164,6 +168,9 @@ class BinlogReader:
             raise SourceConnectionError(f"source {self.name!r}: {exc}") from None
         finally:
             stream.close()
+            if self._catalog is not None:
+                self._catalog.close()
+                self._catalog = None
 
     def _items(self, stream: BinLogStreamReader) -> Iterator[LogItem]:
         file_seq = file_number(self.file) << 32
@@ -268,6 +275,17 @@ class BinlogReader:
             signature = repr((event.schema, event.table, [c.data for c in table.columns], table.primary_key))
             cached = self._schemas.get(signature)
             if cached is None:
-                cached = self._schemas[signature] = table_schema(event.schema, event.table, table)
+                described, convert = table_schema(event.schema, event.table, table)
+                if not described.key:
+                    described = dataclasses.replace(described, key=self._key(described))
+                cached = self._schemas[signature] = (described, convert)
             table._logtide = cached
         return cached
+
+    def _key(self, table: TableSchema) -> tuple[str, ...]:
+        """The key of a table whose table map names no primary key, as the dump finds it: a UNIQUE
+        index on NOT NULL columns (read from the catalog now), else the key the configuration names."""
+        if self._catalog is None:
+            self._catalog = pymysql.connect(**connection_settings(self.config), autocommit=True)
+        keys = table_keys(self._catalog, table.schema, table.table)
+        return log_key(keys.own if keys else (), self.config.named_key(table.schema, table.table), table.names)
