@@ -65,6 +65,11 @@ class SourceConfig(_Strict):
     )
     include: list[str] = Field(default_factory=lambda: ["*.*"], description="`db.table` patterns (fnmatch) to capture")
     exclude: list[str] = Field(default_factory=list)
+    keys: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="`db.table` -> key columns, for captured tables without a primary key or usable UNIQUE "
+        "index (as Debezium's message.key.columns): unique, NOT NULL columns",
+    )
     heartbeat_s: float = Field(0.5, gt=0, le=60)
     metrics: MetricsConfig = MetricsConfig()
     dump: DumpConfig = DumpConfig()
@@ -76,6 +81,18 @@ class SourceConfig(_Strict):
             if pattern.count(".") != 1:
                 raise ValueError(f"pattern {pattern!r} must look like 'database.table' (wildcards allowed)")
         return patterns
+
+    @field_validator("keys")
+    @classmethod
+    def _named_keys(cls, keys: dict[str, list[str]]) -> dict[str, list[str]]:
+        for table, columns in keys.items():
+            if table.count(".") != 1 or any(c in table for c in "*?["):
+                raise ValueError(f"{table!r} must be a table named 'database.table' (no wildcards)")
+            if not columns:
+                raise ValueError(f"{table}: name at least one key column")
+            if len(set(columns)) != len(columns):
+                raise ValueError(f"{table}: a key column is named twice: {columns}")
+        return keys
 
     @model_validator(mode="before")
     @classmethod
@@ -111,6 +128,11 @@ class SourceConfig(_Strict):
 
     def publication_name(self, source: str) -> str:
         return self.publication or "logtide_" + re.sub(r"[^a-z0-9_]", "_", source.lower())[:54]
+
+    def named_key(self, schema: str, table: str) -> tuple[str, ...] | None:
+        """The key `keys` names for `schema.table`, if any."""
+        columns = self.keys.get(f"{schema}.{table}")
+        return tuple(columns) if columns else None
 
     def captures(self, schema: str, table: str) -> bool:
         """True when `schema.table` is selected by include and not by exclude."""

@@ -66,3 +66,17 @@ class CoordinationError(LogtideError):
 class DumpClaimedError(LogtideError):
     """Another dump holds a table this dump asks for (or this dump lost its claim on it); two
     dumps of one table never run at once. Nothing was written."""
+
+
+class UnusableTableError(DumpInputError):
+    """A captured table that a dump or a merge cannot handle: no usable key (no primary key, no
+    UNIQUE index on NOT NULL columns, none named in `keys`), a named key that rows share, or
+    (PostgreSQL) no replica identity to publish its updates with. A command over all tables skips
+    it, says so once with `reason` and `fix`, and goes on; a command that names it refuses."""
+
+    def __init__(self, table: str, reason: str, fix: str) -> None:
+        super().__init__(f"table {table} {reason}: {fix}")
+        self.table, self.reason, self.fix = table, reason, fix
+
+    def as_dict(self) -> dict[str, str]:
+        return {"table": self.table, "reason": self.reason, "fix": self.fix}

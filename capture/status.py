@@ -11,7 +11,8 @@ Per source:
   table's metadata JSON: Hadoop catalog via version-hint.text, JDBC catalog via its
   `iceberg_tables` row) and how many landed events of the table lie past it; and the values
   PostgreSQL key changes left out that the merge could not complete (`logtide.unknown-values`,
-  NULL in the target until a dump repairs them).
+  NULL in the target until a dump repairs them); a landed table the merge skips (no key landed,
+  none named in `keys`) with the reason and the fix.
 
 Frontiers (`frontier`, `applied`, `landed`) are decimal text in the report, as everywhere an LSN
 leaves a process (`capture.events.lsn_text`).
@@ -39,11 +40,14 @@ from capture.config import LogtideConfig, MergeConfig, SourceConfig
 from capture.coordination.claims import LocalClaims
 from capture.dump.progress import dump_dir
 from capture.dump.record import RECORD, read_record
+from capture.errors import UnusableTableError
 from capture.events import lsn_text
 from capture.landing import LandingZone
 from capture.landing.checkpoint import Checkpoint
+from capture.landing.chunks import chunk_files
 from capture.landing.files import parse_segment_name
 from capture.landing.zone import folder_table, table_folder
+from capture.sources.table_keys import no_key
 
 FRONTIER = "logtide.frontier"  # as spark_apps/merge.py writes it
 UNKNOWN_VALUES, UNKNOWN_SAMPLE = "logtide.unknown-values", "logtide.unknown-sample"
@@ -71,7 +75,7 @@ def source_status(config: LogtideConfig, name: str) -> dict[str, Any]:
     }
     report["lag"] = lag_status(name, source, zone, checkpoint)
     report["dumps"] = dumps_status(zone)
-    report["targets"] = targets_status(config.merge, name, zone, checkpoint)
+    report["targets"] = targets_status(config.merge, name, source, zone, checkpoint)
     return report
 
 
@@ -253,6 +257,8 @@ def _dump_status(zone: LandingZone, claims: LocalClaims, dump_id: str) -> dict[s
             entry[key] = record[key]
     if record.get("error") and "error" not in entry:
         entry["error"] = record["error"]
+    if record.get("skipped"):
+        entry["skipped"] = record["skipped"]
     entry["rows"] = sum(int(v.get("rows") or 0) for v in tables.values())
     entry["tables_done"] = sum(1 for v in tables.values() if v.get("done"))
     return entry
@@ -262,7 +268,7 @@ def _dump_status(zone: LandingZone, claims: LocalClaims, dump_id: str) -> dict[s
 
 
 def targets_status(
-    merge: MergeConfig, source: str, zone: LandingZone, checkpoint: Checkpoint | None
+    merge: MergeConfig, source: str, source_config: SourceConfig, zone: LandingZone, checkpoint: Checkpoint | None
 ) -> list[dict[str, Any]]:
     namespace = merge.namespace or source
     landed = checkpoint.frontier.encode() if checkpoint else None
@@ -271,6 +277,9 @@ def targets_status(
         schema, _, table = name.partition(".")
         target = f"{schema}__{table}"
         entry: dict[str, Any] = {"table": name, "target": f"{merge.catalog_name}.{namespace}.{target}"}
+        unusable = unmergeable(zone, source, source_config, schema, table)
+        if unusable is not None:
+            entry.update(skipped=unusable.reason, fix=unusable.fix)
         try:
             metadata = read_table_metadata(merge, namespace, target)
         except Exception as exc:
@@ -291,6 +300,19 @@ def targets_status(
                 entry["events_behind"] = events_past(zone, schema, table, applied)
         found.append(entry)
     return found
+
+
+def unmergeable(
+    zone: LandingZone, source: str, config: SourceConfig, schema: str, table: str
+) -> UnusableTableError | None:
+    """Why the merge skips this table (as spark_apps.merge.TableMerge._key decides it): its newest
+    landed file records no key, no chunk of it has one, and the configuration names none."""
+    files = zone.committed_files(table_folder(schema, table))
+    if files and (pq.read_schema(files[-1]).metadata or {}).get(b"logtide.key"):
+        return None
+    if chunk_files(zone, schema, table) or config.named_key(schema, table) is not None:
+        return None
+    return no_key(source, f"{schema}.{table}")
 
 
 def recorded(metadata: dict[str, Any], key: str) -> str | None:
@@ -471,6 +493,8 @@ def _render_dump(dump: dict[str, Any]) -> list[str]:
     lines = [head]
     if dump.get("error"):
         lines.append(f"      {dump['error']}")
+    for skipped in dump.get("skipped", ()):
+        lines.append(f"      {skipped['table']:36s} skipped: {skipped['reason']}; {skipped['fix']}")
     for table, t in dump["tables"].items():
         line = f"      {table:36s} chunk {t.get('chunks', 0)}"
         if t.get("of_about"):
@@ -490,6 +514,8 @@ def _render_target(target: dict[str, Any]) -> str:
     text = f"{target['table']:36s} -> {target['target']}"
     if target.get("error"):
         return text + f"  [{target['error']}]"
+    if target.get("skipped"):
+        return text + f"  skipped by the merge: {target['skipped']}; {target['fix']}"
     if target.get("applied") is None:
         return text + "  not merged yet"
     text += f"  applied frontier {target['applied']}"

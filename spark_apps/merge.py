@@ -33,6 +33,11 @@ For every table of the source with landed log events or chunks, one run:
      written range-clustered by key in small files, and the MERGE's ON clause bounds the key by
      ranges around the run's keys, so it reads only the files that can hold them (`key_filter`).
 
+One table never stops the others (`run_merge`): a table without a key (none landed, none named in
+the configuration's `keys`) is skipped with `merge.table_skipped` (reason and fix), a table whose
+merge fails is logged with `merge.table_failed`, and the other tables are merged; the summary
+lists both, and `main` exits 1 when a table failed.
+
 capture/dump/reconcile.py is the same algorithm in plain Python (the reference the tests check
 this against). Keys from the log and from chunks have the same types (one type mapping), and
 are compared by Spark as values; key *ranges* (repair only) use Spark's ordering, and only where
@@ -65,7 +70,7 @@ if str(ROOT) not in sys.path:  # spark-submit runs this file from a checkout: ma
 from capture.config import LogtideConfig, MergeConfig, load_config  # noqa: E402
 from capture.dump.key_changes import Unknown  # noqa: E402
 from capture.dump.keys import encode_key  # noqa: E402
-from capture.errors import LogtideError, WatermarkError  # noqa: E402
+from capture.errors import LogtideError, UnusableTableError, WatermarkError  # noqa: E402
 from capture.events import lsn_text  # noqa: E402
 from capture.landing import LandingZone  # noqa: E402
 from capture.landing.chunks import META_KEY, ChunkMeta  # noqa: E402
@@ -73,6 +78,7 @@ from capture.landing.files import parse_segment_name  # noqa: E402
 from capture.landing.zone import table_folder  # noqa: E402
 from capture.log import get_logger, setup_logging  # noqa: E402
 from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE  # noqa: E402
+from capture.sources.table_keys import no_key  # noqa: E402
 from spark_apps.key_changes import KeyChanges, created_lsns  # noqa: E402
 
 log = get_logger("logtide.merge")
@@ -760,7 +766,7 @@ class TableMerge:
             clash = RESERVED & set(columns)
             if clash:
                 raise MergeError(f"{self.name}: column(s) {sorted(clash)} clash with the merge's bookkeeping columns")
-            keys = self._key(schemas, chunks)
+            keys = self._key(schemas, chunks, columns)
             self.columns, self.keys = list(columns), keys
             self.types = {c: target_type(t) for c, t in columns.items()}
             row_struct = spark_type(pa.struct([pa.field(c, t) for c, t in columns.items()]))
@@ -886,14 +892,21 @@ class TableMerge:
             UNKNOWN_SAMPLE: json.dumps([*sample, *earlier][:SAMPLE_SIZE]),
         }
 
-    def _key(self, schemas: list[tuple[pa.Schema, Path]], chunks: list[Chunk]) -> list[str]:
+    def _key(self, schemas: list[tuple[pa.Schema, Path]], chunks: list[Chunk], columns: dict[str, Any]) -> list[str]:
+        """The key the newest landed file records (`logtide.key`), else the last chunk's, else the
+        one the configuration names (files landed before it was named); UnusableTableError (the
+        run skips the table) when there is none."""
         for schema, _ in reversed(schemas):
             text = (schema.metadata or {}).get(b"logtide.key", b"").decode()
             if text:
                 return text.split(",")
         if chunks:
             return list(chunks[-1].meta.key)
-        raise MergeError(f"{self.name}: the landed files do not say which columns are the key")
+        source = self.ctx.config.source(self.ctx.source)
+        named = source.named_key(self.schema, self.table)
+        if named is not None and all(k in columns for k in named):
+            return list(named)
+        raise no_key(self.ctx.source, self.name)
 
     def _ensure_tables(self) -> None:
         spark, cfg = self.ctx.spark, self.ctx.config.merge
@@ -1447,14 +1460,19 @@ def run_merge(
     spark: Any, config: LogtideConfig, source: str, tables: list[str] | None = None, frontier: int | None = None
 ) -> dict[str, Any]:
     """Merge what the source's landing zone holds up to its committed frontier (or up to an
-    earlier `frontier`, as a merge that ran then would have) into Iceberg."""
+    earlier `frontier`, as a merge that ran then would have) into Iceberg.
+
+    One table never stops the others: a table the merge cannot handle (no key:
+    UnusableTableError) is skipped, a table whose merge fails is reported as failed, and the
+    rest are merged; the summary's `skipped` and `failed` list them (`main` exits non-zero when
+    one failed)."""
     config.source(source)
     zone = LandingZone(config.landing.path, source)
     checkpoint = zone.checkpoint()
     began = time.monotonic()
     if checkpoint is None:
         log.info("merge.nothing_landed", source=source, landing=str(zone.root))
-        return {"source": source, "frontier": None, "tables": []}
+        return {"source": source, "frontier": None, "tables": [], "skipped": [], "failed": []}
     committed = checkpoint.frontier.encode()
     if frontier is None or frontier > committed:
         frontier = committed
@@ -1471,10 +1489,48 @@ def run_merge(
         if name not in known:
             reports.append({"table": name, "skipped": "nothing landed"})
             continue
-        reports.append(TableMerge(ctx, schema, table).run())
+        reports.append(_merge_table(ctx, schema, table))
     seconds = round(time.monotonic() - began, 3)
-    log.info("merge.finished", source=source, frontier=frontier, tables=len(reports), seconds=seconds)
-    return {"source": source, "frontier": lsn_text(frontier), "seconds": seconds, "tables": reports}
+    skipped = [r for r in reports if "fix" in r]
+    failed = [r for r in reports if "failed" in r]
+    log.info(
+        "merge.finished",
+        source=source,
+        frontier=frontier,
+        tables=len(reports),
+        seconds=seconds,
+        skipped=",".join(r["table"] for r in skipped) or "none",
+        failed=",".join(r["table"] for r in failed) or "none",
+    )
+    return {
+        "source": source,
+        "frontier": lsn_text(frontier),
+        "seconds": seconds,
+        "tables": reports,
+        "skipped": [{"table": r["table"], "reason": r["skipped"], "fix": r["fix"]} for r in skipped],
+        "failed": [{k: r[k] for k in ("table", "error_type", "failed")} for r in failed],
+    }
+
+
+def _merge_table(ctx: Context, schema: str, table: str) -> dict[str, Any]:
+    """One table's report: merged, skipped (with reason and fix) or failed (with the error)."""
+    merge = TableMerge(ctx, schema, table)
+    try:
+        return merge.run()
+    except UnusableTableError as exc:
+        log.warning("merge.table_skipped", table=exc.table, reason=exc.reason, fix=exc.fix)
+        return {"table": merge.name, "skipped": exc.reason, "fix": exc.fix}
+    except Exception as exc:  # one table's failure stops none of the others; `main` exits non-zero
+        error = next(iter(str(exc).strip().splitlines()), "")
+        log.error(
+            "merge.table_failed",
+            exc_info=not isinstance(exc, LogtideError),  # an unexpected error: its traceback too
+            table=merge.name,
+            error_type=type(exc).__name__,
+            error=error,
+            action="the other tables are merged; fix the cause and rerun: the table resumes at its applied frontier",
+        )
+        return {"table": merge.name, "failed": error, "error_type": type(exc).__name__}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1513,6 +1569,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     # one line: under spark-submit the driver's stderr (our log) and stdout reach the same stream
     print(json.dumps(summary, default=str), flush=True)
+    if summary.get("failed"):
+        names = ", ".join(r["table"] for r in summary["failed"])
+        log.error("merge.failed", source=args.source, failed=names, action="see merge.table_failed above")
+        print(f"error: the merge of {names} failed (the other tables were merged)", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -14,9 +14,14 @@ Per chunk of one table, in key order:
   7. record progress, log one line, throttle.
 Refusals happen before anything is written: unknown tables, tables without a usable key,
 keys of the wrong arity or type, a key range whose start comes after its end (compared by the
-database, in the key columns' types and collations), a table another dump is dumping (the
-engine claims every table of the request first, all or nothing, and checks the claim before
-each chunk; see capture.coordination.claims). A rerun with the same dump id resumes after the last
+database, in the key columns' types and collations), a key the configuration names that cannot
+be used, a table
+another dump is dumping (the engine claims every table of the request first, all or nothing,
+and checks the claim before each chunk; see capture.coordination.claims). A dump of every
+captured table (no tables named) does not refuse a table it cannot handle (`UnusableTableError`:
+no usable key, a named key that rows share, PostgreSQL: not in the publication): it skips it,
+logs `dump.table_skipped` once with the reason and the fix, dumps the others, and lists the
+skipped tables in its summary and record. A rerun with the same dump id resumes after the last
 finished chunk; a chunk whose HIGH never committed is redone with new watermark ids.
 """
 
@@ -37,7 +42,7 @@ from capture.dump.control import Controller, ControlStore, DumpSettings
 from capture.dump.keys import coerce_key, encode_key
 from capture.dump.progress import ProgressStore, TableProgress
 from capture.dump.record import DumpRecord
-from capture.errors import DumpCancelledError, DumpInputError, SourceConnectionError
+from capture.errors import DumpCancelledError, DumpInputError, SourceConnectionError, UnusableTableError
 from capture.events import Row, TableSchema
 from capture.landing import LandingZone
 from capture.landing.chunks import ChunkMeta, write_chunk
@@ -130,6 +135,14 @@ class _Plan:
     stop: Row | None
 
 
+@dataclass
+class DumpPlan:
+    """The checked tables of a request, and (a dump of every captured table) those it skips."""
+
+    tables: list[_Plan]
+    skipped: list[UnusableTableError]
+
+
 class DumpEngine:
     """`coordination`: with `kind: zookeeper` the table claims are ZooKeeper nodes as well as the
     landing zone's lock files (None: lock files only)."""
@@ -146,50 +159,64 @@ class DumpEngine:
         self.control = control
         self.coordination = coordination
 
-    def plan(self, request: DumpRequest) -> list[_Plan]:
-        """Resolve and check every table and key before anything is written."""
+    def plan(self, request: DumpRequest) -> DumpPlan:
+        """Resolve and check every table and key before anything is written; with no tables named,
+        skip (and log once) the captured tables that cannot be dumped."""
+        self.source.check_keys()
         captured = {f"{s}.{t}" for s, t in self.source.tables()}
         names = request.tables or sorted(captured)
         if not names:
             raise DumpInputError("no tables to dump: the source's include/exclude patterns match none")
-        plans = []
+        plan = DumpPlan([], [])
         for name in names:
-            schema, _, table = name.partition(".")
-            described = self.source.describe(schema, table)
-            if name not in captured:
-                raise DumpInputError(
-                    f"table {name} is not captured (the source's include/exclude patterns leave it out): "
-                    "its changes are not in the log, so a dump of it could not be reconciled"
-                )
-            keys = None
-            if request.keys is not None:
-                keys = list(dict.fromkeys(coerce_key(described, k) for k in request.keys))
-            start = None if request.key_from is None else coerce_key(described, request.key_from)
-            stop = None if request.key_to is None else coerce_key(described, request.key_to)
-            if start is not None and stop is not None and self.source.key_after(described, start, stop):
-                raise DumpInputError(
-                    f"key range of {name} is empty: key_from {json.dumps(request.key_from)} comes after key_to "
-                    f"{json.dumps(request.key_to)} in the table's key order ({', '.join(described.key)}, as the "
-                    "database compares them); give the lower key as key_from (--from)"
-                )
-            plans.append(_Plan(described, keys, start, stop))
-        return plans
+            try:
+                plan.tables.append(self._plan_table(request, name, captured))
+            except UnusableTableError as exc:
+                if request.tables:
+                    raise
+                plan.skipped.append(exc)
+                log.warning("dump.table_skipped", dump_id=request.dump_id, table=name, reason=exc.reason, fix=exc.fix)
+        return plan
+
+    def _plan_table(self, request: DumpRequest, name: str, captured: set[str]) -> _Plan:
+        schema, _, table = name.partition(".")
+        described = self.source.describe(schema, table)
+        if name not in captured:
+            raise DumpInputError(
+                f"table {name} is not captured (the source's include/exclude patterns leave it out): "
+                "its changes are not in the log, so a dump of it could not be reconciled"
+            )
+        keys = None
+        if request.keys is not None:
+            keys = list(dict.fromkeys(coerce_key(described, k) for k in request.keys))
+        start = None if request.key_from is None else coerce_key(described, request.key_from)
+        stop = None if request.key_to is None else coerce_key(described, request.key_to)
+        self.source.check_dumpable(described, start, stop)
+        if start is not None and stop is not None and self.source.key_after(described, start, stop):
+            raise DumpInputError(
+                f"key range of {name} is empty: key_from {json.dumps(request.key_from)} comes after key_to "
+                f"{json.dumps(request.key_to)} in the table's key order ({', '.join(described.key)}, as the "
+                "database compares them); give the lower key as key_from (--from)"
+            )
+        return _Plan(described, keys, start, stop)
 
     def run(self, request: DumpRequest) -> dict[str, Any]:
-        plans = self.plan(request)
-        names = [plan.table.qualified_name for plan in plans]
+        plan = self.plan(request)
+        plans = plan.tables
+        names = [p.table.qualified_name for p in plans]
+        skipped = [exc.as_dict() for exc in plan.skipped]
         with DumpClaims(self.zone, self.coordination) as claims:
             claims.acquire(names, request.dump_id)  # refuses before any watermark is written
             self.source.setup()
             controller = Controller(request.settings, self.control, request.dump_id)
             record = DumpRecord(self.zone, request.dump_id)
-            record.start(names)
-            log.info("dump.started", dump_id=request.dump_id, tables=len(plans))
+            record.start(names, skipped)
+            log.info("dump.started", dump_id=request.dump_id, tables=len(plans), skipped=len(skipped))
             summaries = []
             try:
-                for plan in plans:
-                    summaries.append(self._dump_table(request.dump_id, plan, controller, claims, record).as_dict())
-                    claims.release(plan.table.qualified_name)  # done: another dump may take it now
+                for p in plans:
+                    summaries.append(self._dump_table(request.dump_id, p, controller, claims, record).as_dict())
+                    claims.release(p.table.qualified_name)  # done: another dump may take it now
             except DumpCancelledError as exc:
                 record.finish("cancelled", str(exc))
                 raise
@@ -198,8 +225,14 @@ class DumpEngine:
                 raise
             record.finish("finished")
         total = sum(s["rows"] for s in summaries)
-        log.info("dump.finished", dump_id=request.dump_id, tables=len(plans), rows=total)
-        return {"dump_id": request.dump_id, "rows": total, "tables": summaries}
+        log.info(
+            "dump.finished",
+            dump_id=request.dump_id,
+            tables=len(plans),
+            rows=total,
+            skipped=",".join(s["table"] for s in skipped) or "none",
+        )
+        return {"dump_id": request.dump_id, "rows": total, "tables": summaries, "skipped": skipped}
 
     def _dump_table(
         self, dump_id: str, plan: _Plan, controller: Controller, claims: DumpClaims, record: DumpRecord

@@ -37,7 +37,8 @@ class DumpRecord:
         self.data: dict[str, Any] = {"dump_id": dump_id, "tables": {}}
         self._written_at = 0.0
 
-    def start(self, tables: list[str]) -> None:
+    def start(self, tables: list[str], skipped: list[dict[str, str]] | None = None) -> None:
+        """`skipped`: the tables a dump of every captured table leaves out, with reason and fix."""
         previous = read_record(self.path)
         self.data.update(
             state="running",
@@ -47,6 +48,7 @@ class DumpRecord:
             resumed_at=_now() if previous else None,
             finished_at=None,
             error=None,
+            skipped=skipped or [],
         )
         old = (previous or {}).get("tables", {})
         self.data["tables"] = {t: old.get(t, {"chunks": 0, "rows": 0, "percent": 0.0, "done": False}) for t in tables}

@@ -78,13 +78,25 @@ class ChunkSource(Protocol):
     the log's (see the source's types module); keys are compared by the database only."""
 
     def setup(self) -> None:
-        """Create the watermark table if missing; DumpInputError naming the missing grant."""
+        """Create the watermark table if missing (PostgreSQL: and bring the publication in step
+        with the captured tables); DumpInputError naming the missing grant. Checks `check_keys`."""
+
+    def check_keys(self) -> None:
+        """ConfigError naming each key in the config's `keys` that cannot be used (table missing
+        or not captured, a column missing or nullable, a table with a key of its own; PostgreSQL:
+        no replica identity), before anything is written (capture.sources.table_keys)."""
 
     def tables(self) -> list[tuple[str, str]]:
         """Captured base tables (the config's include/exclude)."""
 
     def describe(self, schema: str, table: str) -> TableSchema:
-        """Columns and dump key; DumpInputError for an unknown table or one without a usable key."""
+        """Columns and dump key; DumpInputError for an unknown table, UnusableTableError for one
+        without a usable key."""
+
+    def check_dumpable(self, table: TableSchema, start: Row | None, stop: Row | None) -> None:
+        """UnusableTableError for a described table a dump still cannot cover: a key named in the
+        config that two rows in [start, stop] share (one GROUP BY in the database); PostgreSQL: a
+        table left out of the publication (no replica identity), whose changes are not in the log."""
 
     def estimate_rows(self, table: TableSchema) -> int: ...
 

@@ -10,7 +10,9 @@
   more than one table, a key range whose start comes after its end) before any watermark is
   written, names the dump after the DAG run (so a retry or a cleared task resumes it), and
   returns the operator arguments of each table: the checked request, passed on as data (no
-  templates, which would turn the string key "100" into a number).
+  templates, which would turn the string key "100" into a number). With no tables named, the
+  captured tables a dump cannot handle (no usable key, ...) are skipped, logged once
+  (`dump.table_skipped`, reason and fix) and listed by `summary`; the others are dumped.
 - `dump_<source>` runs `LogtideDumpOperator` (`expand_kwargs`), one table per task instance.
 - `summary` logs one line with the totals and returns them for XCom.
 - Then, unless the param `merge` is false: `landed_<source>` waits until capture has landed the
@@ -188,7 +190,10 @@ def build_dump_dag(
         def plan_for(source: str) -> Any:
             @task(task_id=f"plan_{source}")
             def plan_dump(
-                params: dict[str, Any] | None = None, run_id: str | None = None, dag_run: Any = None
+                params: dict[str, Any] | None = None,
+                run_id: str | None = None,
+                dag_run: Any = None,
+                ti: Any = None,
             ) -> list[dict]:
                 assert params is not None and run_id is not None
                 refuse_unknown_conf(dag_id, dag_run.conf if dag_run is not None else None, known)
@@ -210,7 +215,7 @@ def build_dump_dag(
                     )
                     chunk_source = hook.chunk_source()
                     try:
-                        tables = plan(chunk_source, hook.zone(), request)
+                        tables, skipped = plan(chunk_source, hook.zone(), request)
                     finally:
                         chunk_source.close()
                 except SourceConnectionError:
@@ -225,7 +230,9 @@ def build_dump_dag(
                     tables=",".join(tables),
                     pool=pool_name(source),
                     control=f"Variables {control_variable(source)} / {control_variable(dump_id)}",
+                    skipped=",".join(s["table"] for s in skipped) or "none",
                 )
+                ti.xcom_push(key="skipped", value=skipped)  # for the summary
                 # LogtideDumpOperator's arguments for each table
                 handoff = {
                     "dump_id": dump_id,
@@ -252,6 +259,8 @@ def build_dump_dag(
             assert params is not None and run_id is not None
             results = [r for r in ti.xcom_pull(task_ids=dump_task_ids) or [] if r]
             per_table = [t for r in results for t in r["tables"]]
+            plans = [f"plan_{s}" for s in sources]
+            skipped = [t for r in ti.xcom_pull(task_ids=plans, key="skipped") or [] if r for t in r]
             totals = {
                 "dump_id": dump_id_of(run_id),
                 "source": params["source"],
@@ -260,10 +269,15 @@ def build_dump_dag(
                 "rows": sum(t["rows"] for t in per_table),
                 "missing_keys": sum(t["missing_keys"] for t in per_table),
                 "per_table": sorted(per_table, key=lambda t: t["table"]),
+                "skipped": skipped,
             }
             for t in totals["per_table"]:
                 log.info("dump.table_summary", dump_id=totals["dump_id"], **t)
-            log.info("dump.summary", **{k: v for k, v in totals.items() if k != "per_table"})
+            log.info(
+                "dump.summary",
+                **{k: v for k, v in totals.items() if k not in ("per_table", "skipped")},
+                skipped=",".join(t["table"] for t in skipped) or "none",
+            )
             return totals
 
         dumps >> summarize()

@@ -73,12 +73,14 @@ def build_request(
         raise DumpInputError(f"invalid dump request: {problems}") from None
 
 
-def plan(source: ChunkSource, zone: LandingZone, request: DumpRequest) -> list[str]:
+def plan(source: ChunkSource, zone: LandingZone, request: DumpRequest) -> tuple[list[str], list[dict[str, str]]]:
     """Check the whole request against the source before anything is written (unknown tables,
     tables without a usable key, key arity and types) and return its tables as `db.table`,
-    each once. Empty `request.tables` means every captured table."""
-    names = [p.table.qualified_name for p in DumpEngine(source, zone).plan(request)]
-    return list(dict.fromkeys(names))
+    each once. Empty `request.tables` means every captured table: then the tables it cannot
+    dump are skipped (logged once, `dump.table_skipped`) and returned second, with reason and fix."""
+    checked = DumpEngine(source, zone).plan(request)
+    names = list(dict.fromkeys(p.table.qualified_name for p in checked.tables))
+    return names, [exc.as_dict() for exc in checked.skipped]
 
 
 class LogtideDumpOperator(BaseOperator):

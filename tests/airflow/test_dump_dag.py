@@ -150,6 +150,26 @@ def test_an_unknown_conf_key_fails_the_run_at_once_naming_it(airflow_ready, mari
     assert not (capture.zone.root / "dumps").exists() and not (capture.zone.root / "chunks").exists()
 
 
+def test_a_dump_of_every_table_skips_a_keyless_one_and_dumps_the_rest(airflow_ready, mariadb, database, make_capture):
+    mariadb.execute(
+        "CREATE TABLE present (id INT PRIMARY KEY)",
+        "INSERT INTO present VALUES (1), (2)",
+        "CREATE TABLE keyless (a INT, b INT)",
+        database=database,
+    )
+    capture = make_capture([f"{database}.*"])
+    set_variable("logtide_config_path", str(capture.config_path))
+    with recorded_events() as events:
+        run = load_dag("logtide_dump").test(run_conf={"source": "src", "tables": [], "merge": False})
+    states = task_states("logtide_dump", run.run_id)
+    assert run.state == "success", states
+    skips = events.named("dump.table_skipped")  # once, by the plan
+    assert [s["table"] for s in skips] == [f"{database}.keyless"] and "sources.src.keys" in skips[0]["fix"]
+    summary = xcoms("logtide_dump", run.run_id)[("summary", -1, "return_value")]
+    assert [t["table"] for t in summary["per_table"]] == [f"{database}.present"] and summary["rows"] == 2
+    assert [s["table"] for s in summary["skipped"]] == [f"{database}.keyless"]
+
+
 def test_pause_and_resume_through_the_control_variables(airflow_ready, mariadb, database, make_capture):
     mariadb.execute(
         "CREATE TABLE ledger (id INT PRIMARY KEY, v INT, note VARCHAR(20))",

@@ -138,11 +138,12 @@ def test_postgres_service_settings_and_init_sql_serve_capture_and_dumps(pg_serve
     source = load_config(config_path).source("shop_pg")
     from capture.sources.postgres.connection import connect, query
     from capture.sources.postgres.preflight import preflight
+    from capture.sources.postgres.publication import Publication
 
     conn = connect(source)
     try:
         assert query(conn, "SELECT rolsuper FROM pg_roles WHERE rolname = current_user") == [(False,)]
-        preflight(conn, source.user, source.slot_name("shop_pg"), source.publication_name("shop_pg"), "shop_pg")
+        preflight(conn, source.user, source.slot_name("shop_pg"), Publication("shop_pg", source), "shop_pg")
         assert query(conn, "SELECT count(*) FROM later") == [(0,)]
     finally:
         conn.close()

@@ -36,6 +36,9 @@ def test_unset_secret_is_an_error_unless_not_required():
         ({"kind": "oracle"}, "sources.shop.kind: Input should be 'mariadb', 'mysql' or 'postgresql'"),
         ({"include": ["orders"]}, "pattern 'orders' must look like 'database.table'"),
         ({"colour": "blue"}, "sources.shop.colour: Extra inputs are not permitted"),
+        ({"keys": {"shop.*": ["id"]}}, "sources.shop.keys: Value error, 'shop.*' must be a table named"),
+        ({"keys": {"shop.audit": []}}, "sources.shop.keys: Value error, shop.audit: name at least one key column"),
+        ({"keys": {"shop.audit": ["a", "a"]}}, "shop.audit: a key column is named twice"),
     ],
 )
 def test_invalid_values_name_the_key(change, message):
@@ -62,6 +65,12 @@ def test_include_and_exclude_patterns():
     data = {"sources": {"shop": {**MINIMAL["sources"]["shop"], "include": ["shop.*"], "exclude": ["shop.tmp_*"]}}}
     shop = parse_config(data).source("shop")
     assert shop.captures("shop", "orders") and not shop.captures("shop", "tmp_x") and not shop.captures("hr", "x")
+
+
+def test_named_keys():
+    data = {"sources": {"shop": {**MINIMAL["sources"]["shop"], "keys": {"shop.audit": ["day", "seq"]}}}}
+    shop = parse_config(data).source("shop")
+    assert shop.named_key("shop", "audit") == ("day", "seq") and shop.named_key("shop", "orders") is None
 
 
 def test_postgresql_sources_need_a_database_and_get_their_own_defaults():

@@ -1,10 +1,13 @@
-"""Chunk SQL for MySQL/MariaDB: exact text for composite keys, quoting, bounds."""
+"""Chunk SQL for MySQL/MariaDB: exact text for composite keys, quoting, bounds (and PostgreSQL's
+duplicate-key check beside MySQL's)."""
 
 from __future__ import annotations
 
 import pytest
 
 from capture.sources.mysql.sql import chunk_select, keys_select, quote
+from capture.sources.mysql.sql import duplicate_select as mysql_duplicate
+from capture.sources.postgres.sql import duplicate_select as postgres_duplicate
 
 pytestmark = pytest.mark.unit
 
@@ -39,3 +42,12 @@ def test_keys_select_binds_every_value():
         sql == "SELECT `a`, `b` FROM `s`.`t` WHERE (`a` = %s AND `b` = %s) OR (`a` = %s AND `b` = %s) ORDER BY `a`, `b`"
     )
     assert params == [1, "x", 2, "y"]
+
+
+def test_duplicate_key_check_groups_by_the_key_within_the_range():
+    """A key named in the configuration: one value two rows share, compared by the database."""
+    sql, params = mysql_duplicate("s", "t", ["a", "b"], None, None)
+    assert sql == "SELECT `a`, `b` FROM `s`.`t` GROUP BY `a`, `b` HAVING COUNT(*) > 1 LIMIT 1" and params == []
+    sql, params = postgres_duplicate("s", "t", ["a"], [1], [9])
+    assert sql == 'SELECT "a"::text FROM "s"."t" WHERE "a" >= %s AND "a" <= %s GROUP BY "a" HAVING count(*) > 1 LIMIT 1'
+    assert params == [1, 9]

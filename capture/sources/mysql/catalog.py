@@ -1,8 +1,9 @@
 """Table metadata from information_schema: columns with their Arrow types, and the dump key.
 
-The key is the primary key, else the first UNIQUE index whose columns are all NOT NULL;
-a table with neither cannot be dumped in chunks and is refused. Whether the key orders as
-Spark orders its landed values is decided here too (`exact_order`).
+The key is the primary key, else the first UNIQUE index whose columns are all NOT NULL, else
+the one the configuration names (`capture.sources.table_keys`); a table with none cannot be
+dumped in chunks and is refused. Whether the key orders as Spark orders its landed values
+is decided here too (`exact_order`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from capture.errors import DumpInputError
 from capture.events import Column, TableSchema
 from capture.sources.mysql.connection import query
 from capture.sources.mysql.types import MAX_ARROW_DECIMAL, ColumnBuilder, column_from_catalog
+from capture.sources.table_keys import TableKeys, no_key, table_key
 
 COLUMNS_SQL = (
     "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, CHARACTER_OCTET_LENGTH, NUMERIC_PRECISION, NUMERIC_SCALE,"
@@ -26,6 +28,10 @@ INDEXES_SQL = (
     " WHERE s.TABLE_SCHEMA = %s AND s.TABLE_NAME = %s AND s.NON_UNIQUE = 0"
     " ORDER BY s.INDEX_NAME = 'PRIMARY' DESC, s.INDEX_NAME, s.SEQ_IN_INDEX"
 )
+NOT_NULL_SQL = (
+    "SELECT COLUMN_NAME, IS_NULLABLE = 'NO' FROM information_schema.COLUMNS"
+    " WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION"
+)
 TABLES_SQL = (
     "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_TYPE = 'BASE TABLE'"
     " AND TABLE_SCHEMA NOT IN ('mysql', 'information_schema', 'performance_schema', 'sys', 'logtide')"
@@ -33,8 +39,11 @@ TABLES_SQL = (
 )
 
 
-def describe(conn: pymysql.connections.Connection, schema: str, table: str) -> tuple[TableSchema, list[ColumnBuilder]]:
-    """Schema of `schema.table` and a builder per column for SELECT values; DumpInputError if unusable."""
+def describe(
+    conn: pymysql.connections.Connection, schema: str, table: str, source: str, named: tuple[str, ...] | None
+) -> tuple[TableSchema, list[ColumnBuilder]]:
+    """Schema of `schema.table` and a builder per column for SELECT values (`named`: the key the
+    configuration names for it); DumpInputError if it does not exist, UnusableTableError if no key."""
     rows = query(conn, COLUMNS_SQL, (schema, table))
     if not rows:
         raise DumpInputError(f"table {schema}.{table} does not exist (or the dump user may not see it)")
@@ -56,7 +65,11 @@ def describe(conn: pymysql.connections.Connection, schema: str, table: str) -> t
         arrow_type, source_type, build = column_from_catalog(info)
         columns.append(Column(info["COLUMN_NAME"], arrow_type, source_type))
         builders.append(build)
-    key = _dump_key(conn, schema, table, {i["COLUMN_NAME"]: i["IS_NULLABLE"] == "NO" for i in infos})
+    not_null = {i["COLUMN_NAME"]: i["IS_NULLABLE"] == "NO" for i in infos}
+    name = f"{schema}.{table}"
+    key = table_key(source, name, TableKeys(not_null, own_key(conn, schema, table, not_null)), named)
+    if not key:
+        raise no_key(source, name, " (without prefixes)")
     by_name = {i["COLUMN_NAME"]: i for i in infos}
     exact = all(exact_order(by_name[k]) for k in key)
     return TableSchema(schema, table, tuple(columns), key, exact_key_order=exact), builders
@@ -90,19 +103,23 @@ def exact_order(info: dict[str, Any]) -> bool:
     return data_type in _EXACT_TYPES
 
 
-def _dump_key(
+def own_key(
     conn: pymysql.connections.Connection, schema: str, table: str, not_null: dict[str, bool]
 ) -> tuple[str, ...]:
+    """The primary key, else the first UNIQUE index on NOT NULL columns without prefixes; () if none."""
     indexes: dict[str, list[Any]] = {}
     for index_name, column, sub_part in query(conn, INDEXES_SQL, (schema, table)):
         indexes.setdefault(index_name, []).append((column, sub_part))
     for parts in indexes.values():
         if all(sub_part is None and not_null[column] for column, sub_part in parts):
             return tuple(column for column, _ in parts)
-    raise DumpInputError(
-        f"table {schema}.{table} has no primary key and no UNIQUE index on NOT NULL columns (without "
-        "prefixes): it cannot be read in key order. Add a primary key, or leave the table out of the dump."
-    )
+    return ()
+
+
+def table_keys(conn: pymysql.connections.Connection, schema: str, table: str) -> TableKeys | None:
+    """Nullability of the columns and the table's own key; None if there is no such table."""
+    not_null = {column: bool(flag) for column, flag in query(conn, NOT_NULL_SQL, (schema, table))}
+    return TableKeys(not_null, own_key(conn, schema, table, not_null)) if not_null else None
 
 
 def base_tables(conn: pymysql.connections.Connection) -> list[tuple[str, str]]:

@@ -21,10 +21,11 @@ from capture.config import SourceConfig
 from capture.errors import DumpInputError
 from capture.events import Row, TableSchema
 from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE, Watermark, check_watermark_columns
-from capture.sources.mysql.catalog import base_tables, describe
+from capture.sources.mysql.catalog import base_tables, describe, table_keys
 from capture.sources.mysql.connection import connection_settings, query, translate
-from capture.sources.mysql.sql import chunk_select, key_after_select, keys_select, qualified, quote
+from capture.sources.mysql.sql import chunk_select, duplicate_select, key_after_select, keys_select, qualified, quote
 from capture.sources.mysql.types import ColumnBuilder, select_conversions
+from capture.sources.table_keys import check_named_keys, duplicate_key_error
 
 ER_DBACCESS_DENIED, ER_TABLEACCESS_DENIED = 1044, 1142
 WATERMARK_DDL = f"""CREATE TABLE IF NOT EXISTS {qualified(WATERMARK_SCHEMA, WATERMARK_TABLE)} (
@@ -72,6 +73,7 @@ class MySqlChunkSource:
 
     def setup(self) -> None:
         """Create the watermark table when it is missing; check its columns when it exists."""
+        self.check_keys()
         found = self._watermark_columns()
         if not found:
             try:
@@ -91,10 +93,22 @@ class MySqlChunkSource:
     def tables(self) -> list[tuple[str, str]]:
         return [t for t in base_tables(self._conn) if self.config.captures(*t)]
 
+    def check_keys(self) -> None:
+        check_named_keys(self.name, self.config, lambda schema, table: table_keys(self._conn, schema, table))
+
     def describe(self, schema: str, table: str) -> TableSchema:
-        described, builders = describe(self._conn, schema, table)
+        described, builders = describe(self._conn, schema, table, self.name, self.config.named_key(schema, table))
         self._builders[described.fingerprint] = builders
         return described
+
+    def check_dumpable(self, table: TableSchema, start: Row | None, stop: Row | None) -> None:
+        """A key named in the configuration: refuse it when two rows in [start, stop] share it."""
+        if self.config.named_key(table.schema, table.table) != table.key:
+            return
+        rows = self._run(*duplicate_select(table.schema, table.table, table.key, start, stop))
+        if rows:
+            value = rows[0][0] if len(table.key) == 1 else rows[0]
+            raise duplicate_key_error(self.name, table.qualified_name, table.key, value)
 
     def estimate_rows(self, table: TableSchema) -> int:
         rows = self._run(

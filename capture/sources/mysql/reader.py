@@ -11,6 +11,7 @@ rotation the file number grows, so the order is total and replays give the same 
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -43,6 +44,7 @@ from capture.events import (
 )
 from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE
 from capture.sources.mysql import table_maps
+from capture.sources.mysql.catalog import table_keys
 from capture.sources.mysql.connection import (
     ER_SPECIFIC_ACCESS_DENIED,
     LOST_CONNECTION,
@@ -50,6 +52,7 @@ from capture.sources.mysql.connection import (
     translate,
 )
 from capture.sources.mysql.types import RowConverter, table_schema
+from capture.sources.table_keys import log_key
 
 
 class _RaisingConnection(pymysql.connections.Connection):
@@ -125,6 +128,7 @@ class BinlogReader:
         self.gtids = parse_gtid_state(resume.get("gtid", ""))
         self.resume = resume
         self._captured: dict[tuple[str, str], bool] = {}
+        self._catalog: pymysql.connections.Connection | None = None  # key lookups (`_key`), opened once needed
 
     def _stream(self) -> BinLogStreamReader:
         heartbeat = self.config.heartbeat_s
@@ -171,6 +175,9 @@ class BinlogReader:
             raise SourceConnectionError(f"source {self.name!r}: {exc}") from None
         finally:
             stream.close()
+            if self._catalog is not None:
+                self._catalog.close()
+                self._catalog = None
 
     def _items(self, stream: BinLogStreamReader) -> Iterator[LogItem]:
         file_seq = file_number(self.file) << 32
@@ -268,5 +275,16 @@ class BinlogReader:
         table = event.table_map[event.table_id]
         cached = getattr(table, "_logtide", None)
         if cached is None:
-            cached = table._logtide = table_schema(event.schema, event.table, table)
+            described, convert = table_schema(event.schema, event.table, table)
+            if not described.key:
+                described = dataclasses.replace(described, key=self._key(described))
+            cached = table._logtide = (described, convert)
         return cached
+
+    def _key(self, table: TableSchema) -> tuple[str, ...]:
+        """The key of a table whose table map names no primary key, as the dump finds it: a UNIQUE
+        index on NOT NULL columns (read from the catalog now), else the key the configuration names."""
+        if self._catalog is None:
+            self._catalog = pymysql.connect(**connection_settings(self.config), autocommit=True)
+        keys = table_keys(self._catalog, table.schema, table.table)
+        return log_key(keys.own if keys else (), self.config.named_key(table.schema, table.table), table.names)

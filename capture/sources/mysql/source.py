@@ -11,9 +11,11 @@ import pymysql
 from capture.config import SourceConfig
 from capture.errors import CheckpointPurgedError, PositionWentBackwardsError, PreflightError
 from capture.events import LogItem, Lsn
+from capture.sources.mysql.catalog import base_tables, table_keys
 from capture.sources.mysql.connection import connect, connection_settings, query
 from capture.sources.mysql.preflight import preflight
 from capture.sources.mysql.reader import BinlogReader, file_number, position_lsn
+from capture.sources.table_keys import TableKeys, check_named_keys, log_keyless
 
 
 def binlog_distance(logs: list[tuple[str, int]], start: tuple[str, int], end: tuple[str, int]) -> int | None:
@@ -38,8 +40,16 @@ class MySqlSource:
         self._lag_conn: pymysql.connections.Connection | None = None
 
     def preflight(self) -> None:
+        """Server settings and grants, the keys the configuration names; then log the captured
+        tables that have no usable key."""
         with connect(self.config) as conn:
             preflight(conn, self.config.kind, self.config.user, self.where)
+            check_named_keys(self.name, self.config, lambda schema, table: table_keys(conn, schema, table))
+            found: dict[str, TableKeys] = {}
+            for schema, table in base_tables(conn):
+                if self.config.captures(schema, table) and (keys := table_keys(conn, schema, table)) is not None:
+                    found[f"{schema}.{table}"] = keys
+            log_keyless(self.name, self.config, found)
 
     def _server_position(self, conn: pymysql.connections.Connection) -> tuple[str, int]:
         rows = query(conn, "SHOW MASTER STATUS")

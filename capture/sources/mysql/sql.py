@@ -87,3 +87,16 @@ def keys_select(
         f" WHERE {' OR '.join([one] * len(keys))} ORDER BY {', '.join(quote(k) for k in key)}"
     )
     return sql, [v for k in keys for v in k]
+
+
+def duplicate_select(
+    schema: str, table: str, key: Sequence[str], start: Sequence[object] | None, stop: Sequence[object] | None
+) -> tuple[str, list[object]]:
+    """One key value that several rows with keys in [start, stop] share (GROUP BY compares as the
+    database does, collations included); no row: the key is unique there."""
+    where, params = chunk_bounds(None, start, stop, lambda op, values: (f"({_compare(key, op)})", _params(values)))
+    columns = ", ".join(quote(k) for k in key)
+    sql = f"SELECT {columns} FROM {qualified(schema, table)}"
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    return sql + f" GROUP BY {columns} HAVING COUNT(*) > 1 LIMIT 1", params

@@ -1,7 +1,8 @@
 """Table metadata from the PostgreSQL catalog: column types (through `types`) and the dump key.
 
 The key is the primary key, else the first UNIQUE index (no expressions, no predicate) whose
-columns are all NOT NULL; the log uses the same key, whatever the table's REPLICA IDENTITY.
+columns are all NOT NULL, else the one the configuration names (`capture.sources.table_keys`);
+the log uses the same key, whatever the table's REPLICA IDENTITY.
 Generated columns are left out on both paths, as pgoutput does.
 """
 
@@ -15,6 +16,7 @@ from capture.errors import DumpInputError
 from capture.events import Column, TableSchema
 from capture.sources.postgres.connection import query
 from capture.sources.postgres.types import ColumnBuilder, TypeInfo, builder, column_type, select_as_text
+from capture.sources.table_keys import TableKeys, no_key, table_key
 
 KEY_SQL = (
     "SELECT i.indisprimary, i.indexrelid, array_agg(a.attname ORDER BY k.n), bool_and(a.attnotnull)"
@@ -106,19 +108,12 @@ def dump_key(conn: Any, oid: int) -> tuple[str, ...]:
     return ()
 
 
-def describe(
-    conn: Any, types: TypeCatalog, schema: str, table: str
-) -> tuple[TableSchema, list[ColumnBuilder], list[bool]]:
-    """Schema of `schema.table`, a builder per column and whether a SELECT must cast it to
-    text (`types.select_as_text`); DumpInputError if it cannot be dumped."""
-    return described(types, schema, table, query(conn, DESCRIBE_SQL, (schema, table)))
-
-
 def described(
-    types: TypeCatalog, schema: str, table: str, rows: list[tuple[Any, ...]]
+    types: TypeCatalog, schema: str, table: str, rows: list[tuple[Any, ...]], source: str, named: tuple[str, ...] | None
 ) -> tuple[TableSchema, list[ColumnBuilder], list[bool]]:
-    """`describe` from the rows of DESCRIBE_SQL (which a caller may have sent along with other
-    statements in one round trip)."""
+    """Schema of `schema.table` from the rows of DESCRIBE_SQL (`named`: the key the configuration
+    names for it), a builder per column and whether a SELECT must cast it to text
+    (`types.select_as_text`); DumpInputError if it does not exist, UnusableTableError if no key."""
     if not rows:
         raise DumpInputError(f"table {schema}.{table} does not exist (or the dump user may not see it)")
     _oid, attributes, candidates, encoding = rows[0]
@@ -130,13 +125,12 @@ def described(
         builders.append(builder(info))
         as_text.append(select_as_text(info))
         exact[name] = exact_order(info, arrow_type, collation, encoding)
-    key = next((tuple(names) for names, not_null in candidates or () if not_null), ())
+    own = next((tuple(names) for names, not_null in candidates or () if not_null), ())
+    name = f"{schema}.{table}"
+    not_null = {a[0]: bool(a[4]) for a in attributes or ()}
+    key = table_key(source, name, TableKeys(not_null, own), named)
     if not key:
-        raise DumpInputError(
-            f"table {schema}.{table} has no primary key and no UNIQUE index on NOT NULL columns (without "
-            "expressions or predicates): it cannot be read in key order. Add a primary key, or leave the table "
-            "out of the dump."
-        )
+        raise no_key(source, name, " (without expressions or predicates)", ", and REPLICA IDENTITY FULL")
     exact_key = all(exact[k] for k in key)
     return TableSchema(schema, table, tuple(columns), key, exact_key_order=exact_key), builders, as_text
 
@@ -165,6 +159,16 @@ def exact_order(info: TypeInfo, arrow_type: pa.DataType, collation: list[Any] | 
         provider, collate, locale = collation
         return (provider == "c" and collate in ("C", "POSIX")) or (provider == "b" and locale in ("C", "C.UTF-8"))
     return info.name in _EXACT_TYPES
+
+
+def table_keys(conn: Any, schema: str, table: str) -> TableKeys | None:
+    """Nullability of the columns and the table's own key; None if there is no such table."""
+    rows = query(conn, DESCRIBE_SQL, (schema, table))
+    if not rows:
+        return None
+    _oid, attributes, candidates, _encoding = rows[0]
+    own = next((tuple(names) for names, not_null in candidates or () if not_null), ())
+    return TableKeys({a[0]: bool(a[4]) for a in attributes or ()}, own)
 
 
 def base_tables(conn: Any) -> list[tuple[str, str]]:

@@ -34,15 +34,22 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from capture.config import SourceConfig
-from capture.errors import DumpInputError
+from capture.errors import DumpInputError, UnusableTableError
 from capture.events import Lsn, Row, TableSchema, lsn_text
 from capture.log import get_logger
 from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE, Watermark, check_watermark_columns
-from capture.sources.postgres.catalog import DESCRIBE_SQL, TypeCatalog, base_tables, described
+from capture.sources.postgres.catalog import (
+    DESCRIBE_SQL,
+    TypeCatalog,
+    base_tables,
+    described,
+    table_keys,
+)
 from capture.sources.postgres.connection import connect, parse_lsn, query, translate
-from capture.sources.postgres.preflight import ensure_publication
-from capture.sources.postgres.sql import chunk_select, key_after_select, keys_select, qualified, quote
+from capture.sources.postgres.publication import Publication, SyncResult
+from capture.sources.postgres.sql import chunk_select, duplicate_select, key_after_select, keys_select, qualified, quote
 from capture.sources.postgres.types import ColumnBuilder
+from capture.sources.table_keys import check_named_keys, duplicate_key_error
 
 log = get_logger(__name__)
 
@@ -86,6 +93,8 @@ class PostgresChunkSource:
         # (schema, table) -> DESCRIBE_SQL's rows, read in the round trip that committed the last chunk
         self._after_chunk: dict[tuple[str, str], list[tuple[Any, ...]]] = {}
         self.last_snapshot: str | None = None  # pg_current_snapshot() of the last chunk read
+        self._publication = Publication(name, config)
+        self._published: SyncResult | None = None  # the last sync: which captured tables the log covers
         self._before_low = 0  # pg_current_wal_insert_lsn() before the last LOW watermark
 
     def _run(self, sql: str, args: Any = None) -> list[tuple[Any, ...]]:
@@ -107,12 +116,11 @@ class PostgresChunkSource:
         return {row[0] for row in rows}
 
     def setup(self) -> None:
-        """Create the watermark table when it is missing; check its columns when it exists. Also
-        create the capture's publication when it is missing and the user may (`logtide setup`);
-        the replication slot is created by capture's first start, which then reads it at once."""
-        problem = ensure_publication(self._conn, self.config.publication_name(self.name), self.config.user)
-        if problem:
-            log.warning("setup.publication_missing", source=self.name, problem=problem)
+        """Create the watermark table when it is missing (check its columns when it exists), then
+        create the capture's publication or bring it in step with the captured tables and the
+        watermark table (`publication.Publication.sync`); the replication slot is created by
+        capture's first start, which then reads it at once."""
+        self.check_keys()
         found = self._watermark_columns()
         if not found:
             try:
@@ -126,10 +134,50 @@ class PostgresChunkSource:
                 ) from None
             found = self._watermark_columns()
         check_watermark_columns(self.name, found)
+        published = self._sync_publication()
+        if not published.covers(f"{WATERMARK_SCHEMA}.{WATERMARK_TABLE}"):
+            raise DumpInputError(
+                f"source {self.name!r}: {WATERMARK_SCHEMA}.{WATERMARK_TABLE} is not in publication "
+                f"{self._publication.name!r}, so no watermark would reach the log: "
+                + (published.problem or "see the publication.* warning above for the statement to run")
+            )
+
+    def _sync_publication(self) -> SyncResult:
+        self._published = published = self._publication.sync(self._conn)
+        if published.problem:
+            log.warning("setup.publication_unusable", source=self.name, problem=published.problem)
+        return published
+
+    def check_keys(self) -> None:
+        named = check_named_keys(self.name, self.config, lambda schema, table: table_keys(self._conn, schema, table))
+        self._publication.check_named_keys(self._conn, list(named))
 
     def tables(self) -> list[tuple[str, str]]:
+        """The captured tables; the publication is brought in step first (a dump needs the log to
+        cover its tables, and a table created since capture's last sync is not yet covered)."""
         self._after_chunk.clear()  # a new plan: describe() reads the catalog afresh
+        self._sync_publication()
         return [t for t in base_tables(self._conn) if self.config.captures(*t)]
+
+    def check_dumpable(self, table: TableSchema, start: Row | None, stop: Row | None) -> None:
+        """A table the publication does not cover (its changes are not in the log, so a chunk could
+        not be reconciled), or a key named in the configuration that two rows share."""
+        name = table.qualified_name
+        published = self._published
+        if published is not None and not published.covers(name):
+            reason, fix = published.left_out.get(
+                name,
+                (
+                    f"is not in publication {self._publication.name!r} (its changes are not in the log)",
+                    published.problem or "see the publication.* lines above for why it could not be added",
+                ),
+            )
+            raise UnusableTableError(name, reason, fix)
+        if self.config.named_key(table.schema, table.table) != table.key:
+            return
+        rows = self._run(*duplicate_select(table.schema, table.table, table.key, start, stop))
+        if rows:
+            raise duplicate_key_error(self.name, name, table.key, rows[0][0] if len(table.key) == 1 else rows[0])
 
     def describe(self, schema: str, table: str) -> TableSchema:
         """The table as the catalog has it now; right after a HIGH, as it was just after HIGH
@@ -137,7 +185,8 @@ class PostgresChunkSource:
         rows = self._after_chunk.pop((schema, table), None)
         if rows is None:
             rows = self._run(DESCRIBE_SQL, (schema, table))
-        table_schema, builders, as_text = described(self._types, schema, table, rows)
+        named = self.config.named_key(schema, table)
+        table_schema, builders, as_text = described(self._types, schema, table, rows, self.name, named)
         self._builders[table_schema.fingerprint] = (builders, as_text)
         return table_schema
 

@@ -1,5 +1,5 @@
 """Startup checks for logical replication, each problem saying what to change, and the
-creation of the publication and the replication slot."""
+publication (`publication.Publication`); the replication slot is created by `source`."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from typing import Any
 
 from capture.errors import PreflightError
 from capture.sources.postgres.connection import query
+from capture.sources.postgres.publication import Publication, SyncResult
 
 MIN_VERSION = 100000  # pgoutput; Logtide is tested on 15
 
@@ -44,39 +45,15 @@ def check_server(conn: Any, user: str, slot: str) -> list[str]:
     return problems
 
 
-def ensure_publication(conn: Any, publication: str, user: str) -> str | None:
-    """Create the publication (FOR ALL TABLES, filtered by include/exclude on the capture side)
-    when it is missing; return a problem when it cannot be created or is unusable."""
-    rows = query(
-        conn,
-        "SELECT puballtables, pubinsert, pubupdate, pubdelete FROM pg_publication WHERE pubname = %s",
-        (publication,),
-    )
-    if not rows:
-        superuser = query(conn, "SELECT rolsuper FROM pg_roles WHERE rolname = current_user")[0][0]
-        if not superuser:
-            return (
-                f"publication {publication!r} does not exist and user {user!r} may not create one FOR ALL TABLES: "
-                f'as a superuser run CREATE PUBLICATION "{publication}" FOR ALL TABLES (or FOR TABLE with the '
-                "captured tables and logtide.watermarks)"
-            )
-        with conn.cursor() as cursor:
-            cursor.execute(f'CREATE PUBLICATION "{publication.replace(chr(34), chr(34) * 2)}" FOR ALL TABLES')
-        return None
-    _all, insert, update, delete = rows[0]
-    if not (insert and update and delete):
-        return (
-            f"publication {publication!r} does not publish inserts, updates and deletes: "
-            f"ALTER PUBLICATION \"{publication}\" SET (publish = 'insert, update, delete, truncate')"
-        )
-    return None
-
-
-def preflight(conn: Any, user: str, slot: str, publication: str, where: str) -> None:
+def preflight(conn: Any, user: str, slot: str, publication: Publication, where: str) -> SyncResult:
+    """Settings and grants; then the publication, created or brought in step with the captured
+    tables (`Publication.sync`). PreflightError naming every problem with its fix."""
     problems = check_server(conn, user, slot)
+    result = SyncResult()
     if not problems:
-        problem = ensure_publication(conn, publication, user)
-        if problem:
-            problems.append(problem)
+        result = publication.sync(conn)
+        if result.problem:
+            problems.append(result.problem)
     if problems:
         raise PreflightError(f"source {where} is not ready for capture:\n  - " + "\n  - ".join(problems))
+    return result

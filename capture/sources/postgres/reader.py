@@ -10,7 +10,8 @@ changed, the row changes, Commit (its end LSN). Hence:
   frontier  (end LSN of the commit, 0): the resume point; START_REPLICATION there skips every
             transaction committed before it, so nothing landed is read again.
   schema    from the Relation message (column types through the catalog, the dump key from
-            the catalog so log and dump agree on key columns and their order).
+            the catalog, else the configuration's `keys`, so log and dump agree on key columns
+            and their order).
 
 Missing values: an update that leaves an out-of-line (TOASTed) value untouched does not carry
 it ('u' in pgoutput). With REPLICA IDENTITY FULL the old row does carry it, and the new image
@@ -26,6 +27,10 @@ read `hold_s` ago (the landing writer's flush interval: it would wait that long 
 counts from `TransactionEnd.read_at`, so a change lands no later than before), when it holds
 BATCH_ROWS changes or transactions or BATCH_BYTES of messages, before a Relation message
 redescribes a table it holds changes of, before a heartbeat and on stop.
+
+Between transactions, every PUBLICATION_SYNC_S, the reader brings the publication in step with
+the captured tables (`publication.Publication.sync`): a table created since is published from
+then on.
 
 The slot's confirmed position is moved by `feedback`, which the service calls only after the
 landing zone's checkpoint covering it is written (forced, STACK.md: psycopg2 is lazy).
@@ -53,7 +58,9 @@ from capture.sources.postgres import pgoutput
 from capture.sources.postgres.batches import Group, TableInfo
 from capture.sources.postgres.catalog import TypeCatalog, dump_key
 from capture.sources.postgres.connection import connect, translate
+from capture.sources.postgres.publication import PUBLICATION_SYNC_S, Publication
 from capture.sources.postgres.types import builder, column_type, is_text
+from capture.sources.table_keys import log_key
 
 log = get_logger(__name__)
 _U32 = Struct(">I")
@@ -71,7 +78,7 @@ class PgOutputReader:
         name: str,
         config: SourceConfig,
         slot: str,
-        publication: str,
+        publication: Publication,
         start_lsn: int,
         stop: Event,
         acknowledged: int,
@@ -113,7 +120,7 @@ class PgOutputReader:
                     slot_name=self.slot,
                     decode=False,
                     start_lsn=self.start_lsn,
-                    options={"proto_version": PROTO_VERSION, "publication_names": self.publication},
+                    options={"proto_version": PROTO_VERSION, "publication_names": self.publication.name},
                 )
             except psycopg2.errors.UndefinedObject as exc:
                 raise PreflightError(f"source {self.name!r}: {str(exc).strip()}") from None
@@ -136,7 +143,11 @@ class PgOutputReader:
         group = Group(BATCH_ROWS, BATCH_BYTES)
         run: Any = None  # the run of the last change's table
         run_oid = b""  # ... and its relation oid as the messages carry it (b"": none)
+        next_sync = time.monotonic() + PUBLICATION_SYNC_S
         while True:
+            if not group.open and time.monotonic() >= next_sync:  # tables created since: publish them
+                self._sync_publication()
+                next_sync = time.monotonic() + PUBLICATION_SYNC_S
             message = cursor.read_message()
             if message is None:
                 wait = heartbeat
@@ -199,6 +210,20 @@ class PgOutputReader:
                 )
             # Y (type), O (origin), M (message): nothing to land
 
+    def _sync_publication(self) -> None:
+        try:
+            self.publication.sync(self._catalog, create=False)
+        except (psycopg2.OperationalError, psycopg2.InterfaceError):
+            raise  # the connection: the service reconnects
+        except psycopg2.Error as exc:
+            log.warning(
+                "publication.sync_failed",
+                source=self.name,
+                publication=self.publication.name,
+                error=str(exc).strip(),
+                action=f"retried in {PUBLICATION_SYNC_S} s; tables created meanwhile are published later (dump them)",
+            )
+
     def _describe(self, relation: pgoutput.Relation) -> TableInfo:
         schema_name, table_name = relation.schema, relation.table
         watermark = (schema_name, table_name) == (WATERMARK_SCHEMA, WATERMARK_TABLE)
@@ -210,11 +235,14 @@ class PgOutputReader:
             arrow_type, _ = column_type(info)
             columns.append(Column(col.name, arrow_type, source_type))
             builders.append(None if is_text(arrow_type) else builder(info))
-        names = [c.name for c in relation.columns]
+        names = tuple(c.name for c in relation.columns)
         identity = tuple(c.name for c in relation.columns if c.key)
-        key = dump_key(self._catalog, relation.oid) if captured else ()
-        if not key or any(k not in names for k in key):
-            key = identity if relation.replica_identity in ("d", "i") else ()
+        key: tuple[str, ...] = ()
+        if captured:
+            own = dump_key(self._catalog, relation.oid)
+            key = log_key(own, self.config.named_key(schema_name, table_name), names)
+            if not key and relation.replica_identity in ("d", "i"):
+                key = identity
         described = TableSchema(schema_name, table_name, tuple(columns), key)
         key_only_missing = tuple(n for n in names if n not in identity)
         return TableInfo(described, builders, described.key_indexes, identity, key_only_missing, captured, watermark)

@@ -18,9 +18,12 @@ from capture.config import SourceConfig
 from capture.errors import CheckpointPurgedError, PositionWentBackwardsError, PreflightError
 from capture.events import LogItem, Lsn
 from capture.log import get_logger
+from capture.sources.postgres.catalog import base_tables, table_keys
 from capture.sources.postgres.connection import connect, format_lsn, parse_lsn, query, translate
 from capture.sources.postgres.preflight import preflight
+from capture.sources.postgres.publication import Publication
 from capture.sources.postgres.reader import PgOutputReader
+from capture.sources.table_keys import TableKeys, check_named_keys, log_keyless
 
 log = get_logger(__name__)
 
@@ -35,7 +38,7 @@ class PostgresSource:
         self.name = name
         self.config = config
         self.slot = config.slot_name(name)
-        self.publication = config.publication_name(name)
+        self.publication = Publication(name, config)
         self.where = f"{name} (postgresql {config.host}:{config.port}/{config.database})"
         self._reader: PgOutputReader | None = None
         self._acknowledged = 0
@@ -46,9 +49,18 @@ class PostgresSource:
         return rows[0] if rows else None
 
     def preflight(self) -> None:
+        """The keys the configuration names; settings, grants and the publication; then log the
+        captured tables that have no usable key."""
         conn = connect(self.config)
         try:
+            named = check_named_keys(self.name, self.config, lambda schema, table: table_keys(conn, schema, table))
+            self.publication.check_named_keys(conn, list(named))
             preflight(conn, self.config.user, self.slot, self.publication, self.where)
+            found: dict[str, TableKeys] = {}
+            for schema, table in base_tables(conn):
+                if self.config.captures(schema, table) and (keys := table_keys(conn, schema, table)) is not None:
+                    found[f"{schema}.{table}"] = keys
+            log_keyless(self.name, self.config, found, ", and REPLICA IDENTITY FULL")
             slot = self._slot(conn)
         except psycopg2.Error as exc:
             raise translate(exc, self.config) from None

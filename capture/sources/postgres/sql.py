@@ -94,3 +94,16 @@ def keys_select(
         f" WHERE {_row(key)} IN ({values}) ORDER BY {_order(schema, table, key)}"
     )
     return sql, [v for k in keys for v in k]
+
+
+def duplicate_select(
+    schema: str, table: str, key: Sequence[str], start: Sequence[object] | None, stop: Sequence[object] | None
+) -> tuple[str, list[object]]:
+    """One key value (as text) that several rows with keys in [start, stop] share (GROUP BY compares
+    as the database does, collations included); no row: the key is unique there."""
+    row, placeholders = _row(key), _params(key)
+    where, params = chunk_bounds(None, start, stop, lambda op, values: (f"{row} {op} {placeholders}", list(values)))
+    sql = f"SELECT {', '.join(f'{quote(k)}::text' for k in key)} FROM {qualified(schema, table)}"
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    return sql + f" GROUP BY {', '.join(quote(k) for k in key)} HAVING count(*) > 1 LIMIT 1", params

@@ -181,6 +181,7 @@ def test_a_user_without_watermark_grants_is_told_which_grant(postgres, pg_databa
     postgres.execute(
         "GRANT SELECT ON ledger TO reader",
         f'REVOKE CREATE ON DATABASE "{pg_database}" FROM PUBLIC',
+        "CREATE PUBLICATION logtide_src FOR TABLE ledger",  # as capture's first start would
         database=pg_database,
     )
     capture = make_pg_capture(user="reader", password="r")
@@ -189,7 +190,7 @@ def test_a_user_without_watermark_grants_is_told_which_grant(postgres, pg_databa
         with pytest.raises(DumpInputError, match=r"may not create the watermark table .* GRANT CREATE ON DATABASE"):
             engine.run(DumpRequest(tables=["public.ledger"]))
         admin = open_chunk_source("src", make_pg_capture(source="admin").config.source("admin"))
-        admin.setup()  # what `logtide setup` does, as a user allowed to
+        admin.setup()  # what `logtide setup --source src` does, as a user allowed to
         admin.close()
         postgres.execute("GRANT USAGE ON SCHEMA logtide TO reader", database=pg_database)
         with pytest.raises(DumpInputError, match=r"may not write .* GRANT INSERT, UPDATE ON logtide\.watermarks"):

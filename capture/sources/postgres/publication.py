@@ -1,0 +1,284 @@
+"""The capture's publication: the captured tables whose updates PostgreSQL can publish, plus the
+watermark table, kept in step as tables come and go (Debezium's
+`publication.autocreate.mode=filtered`).
+
+Why not FOR ALL TABLES: PostgreSQL refuses every UPDATE and DELETE on a table that is in a
+publication of updates and deletes and has no replica identity ("cannot update table ...
+because it does not have a replica identity and publishes updates"). A publication of all
+tables would make installing capture break the application's writes to every keyless table.
+
+A table is publishable when its replica identity identifies rows: REPLICA IDENTITY FULL,
+DEFAULT with a primary key, or USING INDEX. A captured table that is not is left out (taken out
+again if its identity was dropped since) and named, once per process, with the statement that
+fixes it; Logtide never changes a table's replica identity itself. A publication made FOR ALL
+TABLES (by hand, or by an older Logtide) is used as it is, and its tables without a replica
+identity are named, with the statements that replace it by one of the captured tables.
+
+`Publication.sync` runs at capture's start (preflight), in `logtide setup`, when a dump plans
+(`ChunkSource.tables`) and sets up, and every PUBLICATION_SYNC_S while capture streams (the
+reader, between transactions). A table created while capture runs is therefore published within
+about that time; rows written to it before then are not in the log, and a dump of the table
+covers them. Adding a table takes the lock ALTER PUBLICATION takes (SHARE UPDATE EXCLUSIVE: it
+waits for DDL and VACUUM, not for reads and writes), for at most LOCK_TIMEOUT; a table it could
+not lock is added at the next sync.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg2
+import psycopg2.errors
+from psycopg2 import sql
+
+from capture.config import SourceConfig
+from capture.log import get_logger
+from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE
+from capture.sources.postgres.connection import query
+from capture.sources.table_keys import keys_error
+
+log = get_logger(__name__)
+
+PUBLICATION_SYNC_S = 2.0
+LOCK_TIMEOUT = "2s"
+
+PUBLICATION_SQL = "SELECT oid, puballtables, pubinsert, pubupdate, pubdelete FROM pg_publication WHERE pubname = %s"
+# every base table of the database: its replica identity, and whether the publication lists it
+TABLES_SQL = (
+    "SELECT n.nspname, c.relname, c.relreplident,"
+    " EXISTS (SELECT FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary),"
+    " EXISTS (SELECT FROM pg_index i WHERE i.indrelid = c.oid AND i.indisreplident AND i.indisvalid),"
+    " EXISTS (SELECT FROM pg_publication_rel r JOIN pg_publication p ON p.oid = r.prpubid"
+    "  WHERE r.prrelid = c.oid AND p.pubname = %s)"
+    " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+    " WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition"
+    " AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg\\_%%'"
+    " ORDER BY 1, 2"
+)
+
+
+@dataclass(frozen=True)
+class TableIdentity:
+    schema: str
+    table: str
+    identity: str  # relreplident: d(efault) f(ull) i(ndex) n(othing)
+    primary_key: bool
+    identity_index: bool
+    listed: bool  # in the publication's table list
+
+    @property
+    def name(self) -> str:
+        return f"{self.schema}.{self.table}"
+
+    @property
+    def publishable(self) -> bool:
+        """PostgreSQL accepts its UPDATEs and DELETEs when it is published."""
+        return (
+            self.identity == "f"
+            or (self.identity == "d" and self.primary_key)
+            or (self.identity == "i" and self.identity_index)
+        )
+
+    def fix(self) -> str:
+        return (
+            f"{identity_statement(self.schema, self.table)} (or add a primary key, or REPLICA IDENTITY USING INDEX "
+            "on a UNIQUE index of NOT NULL columns)"
+        )
+
+
+def identity_statement(schema: str, table: str) -> str:
+    return f'ALTER TABLE "{_text(schema)}"."{_text(table)}" REPLICA IDENTITY FULL'
+
+
+def _text(name: str) -> str:
+    return name.replace('"', '""')
+
+
+@dataclass
+class SyncResult:
+    """What the publication covers after a sync."""
+
+    exists: bool = False
+    all_tables: bool = False
+    published: set[str] = field(default_factory=set)  # db.table: captured tables whose changes are in the log
+    left_out: dict[str, tuple[str, str]] = field(default_factory=dict)  # db.table -> (reason, fix)
+    problem: str | None = None  # why capture cannot use the publication (it is missing, publishes too little)
+
+    def covers(self, name: str) -> bool:
+        return self.all_tables or name in self.published
+
+
+class Publication:
+    """One source's publication; remembers what it has said, so each warning is logged once."""
+
+    def __init__(self, source: str, config: SourceConfig) -> None:
+        self.source = source
+        self.config = config
+        self.name = config.publication_name(source)
+        self._said: set[tuple[str, str]] = set()
+
+    def _captured(self, t: TableIdentity) -> bool:
+        if (t.schema, t.table) == (WATERMARK_SCHEMA, WATERMARK_TABLE):
+            return True
+        return t.schema != WATERMARK_SCHEMA and self.config.captures(t.schema, t.table)
+
+    def _say(self, event: str, table: str, **fields: Any) -> None:
+        if (event, table) not in self._said:
+            self._said.add((event, table))
+            log.warning(event, source=self.source, publication=self.name, table=table, **fields)
+
+    def identities(self, conn: Any) -> list[TableIdentity]:
+        """Every base table of the database with its replica identity and publication listing."""
+        return [TableIdentity(*row) for row in query(conn, TABLES_SQL, (self.name,))]
+
+    def check_named_keys(self, conn: Any, named: list[str]) -> None:
+        """ConfigError for tables with a key named in the configuration whose updates PostgreSQL
+        cannot publish (no replica identity): the key would be of no use."""
+        by_name = {t.name: t for t in self.identities(conn)}
+        problems = [
+            f"sources.{self.source}.keys names a key for {name}, whose UPDATEs and DELETEs PostgreSQL cannot "
+            f"publish (REPLICA IDENTITY {_IDENTITY[t.identity]}, no primary key): {t.fix()}"
+            for name in named
+            if (t := by_name.get(name)) is not None and not t.publishable
+        ]
+        if problems:
+            raise keys_error(self.source, problems)
+
+    def sync(self, conn: Any, create: bool = True) -> SyncResult:
+        """Bring the publication in step with the captured tables: create it when missing (with
+        `create`), add the publishable captured tables it lacks, take out those it should not
+        hold (a FOR ALL TABLES publication is left alone). Returns what it covers; a table it
+        could not change is named, not fatal."""
+        result = SyncResult()
+        tables = self.identities(conn)
+        captured = [t for t in tables if self._captured(t)]
+        wanted = [t for t in captured if t.publishable]
+        rows = query(conn, PUBLICATION_SQL, (self.name,))
+        if not rows and not create:
+            result.problem = f"publication {self.name!r} does not exist: run `logtide setup --source {self.source}`"
+        elif not rows:
+            result.problem = self._create(conn, wanted)
+            result.exists = result.problem is None
+            result.published = {t.name for t in wanted} if result.exists else set()
+        else:
+            result.exists = True
+            _oid, all_tables, insert, update, delete = rows[0]
+            if not (insert and update and delete):
+                result.problem = (
+                    f"publication {self.name!r} does not publish inserts, updates and deletes: "
+                    f"ALTER PUBLICATION \"{_text(self.name)}\" SET (publish = 'insert, update, delete, truncate')"
+                )
+            if all_tables:
+                result.all_tables = True
+                self._said_all_tables(conn, tables, wanted)
+                return result
+            result.published = self._alter_all(conn, tables, wanted)
+        for t in captured:
+            if not t.publishable and t.name not in result.published:
+                reason = (
+                    f"has REPLICA IDENTITY {_IDENTITY[t.identity]} and no primary key: published, its UPDATEs and "
+                    "DELETEs would fail in the application, so it is left out of the publication and neither "
+                    "capture nor dumps cover it"
+                )
+                result.left_out[t.name] = (reason, t.fix())
+                self._say("publication.table_left_out", t.name, reason=reason, fix=t.fix())
+        return result
+
+    def _alter_all(self, conn: Any, tables: list[TableIdentity], wanted: list[TableIdentity]) -> set[str]:
+        """Add the wanted tables the publication lacks, drop those it holds and should not; the
+        captured tables it holds afterwards."""
+        published, wanted_names = set(), {t.name for t in wanted}
+        for t in wanted:
+            if t.listed or self._alter(conn, "ADD", t):
+                published.add(t.name)
+        for t in tables:
+            if t.listed and t.name not in wanted_names and not self._alter(conn, "DROP", t) and self._captured(t):
+                published.add(t.name)  # still listed: its changes still come
+        return published
+
+    def _said_all_tables(self, conn: Any, tables: list[TableIdentity], wanted: list[TableIdentity]) -> None:
+        """A FOR ALL TABLES publication is left as it is; its tables without a replica identity are
+        named, with the statements that replace it by one of the captured tables."""
+        name = sql.Identifier(self.name)
+        create = sql.SQL("CREATE PUBLICATION {}").format(name)
+        if wanted:
+            create += sql.SQL(" FOR TABLE ") + _table_list(wanted)
+        replace = sql.SQL("BEGIN; DROP PUBLICATION {}; {}; COMMIT").format(name, create).as_string(conn)
+        for t in tables:  # every table of the database is published, captured or not
+            if not t.publishable:
+                self._say(
+                    "publication.all_tables_without_identity",
+                    t.name,
+                    reason=f"publication {self.name} is FOR ALL TABLES: UPDATE and DELETE on this table fail in the "
+                    "application (no replica identity)",
+                    fix=f"{t.fix()}; or publish only the captured tables (capture may keep running): {replace}",
+                )
+
+    def _create(self, conn: Any, tables: list[TableIdentity]) -> str | None:
+        statement = sql.SQL("CREATE PUBLICATION {}").format(sql.Identifier(self.name))
+        if tables:
+            statement += sql.SQL(" FOR TABLE ") + _table_list(tables)
+        try:
+            _execute(conn, statement)
+        except psycopg2.errors.InsufficientPrivilege:
+            return (
+                f"publication {self.name!r} does not exist and user {self.config.user!r} may not create it: as the "
+                f"owner of the captured tables (or a superuser) run {statement.as_string(conn)}"
+            )
+        log.info("publication.created", source=self.source, publication=self.name, tables=_names(tables))
+        return None
+
+    def _alter(self, conn: Any, action: str, t: TableIdentity) -> bool:
+        """ADD or DROP one table (one at a time: a table the user may not change stops nothing
+        else); False when it could not."""
+        statement = sql.SQL("ALTER PUBLICATION {} {} TABLE {}").format(
+            sql.Identifier(self.name), sql.SQL(action), sql.Identifier(t.schema, t.table)
+        )
+        try:
+            _transaction(conn, sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(LOCK_TIMEOUT)), statement)
+        except psycopg2.errors.InsufficientPrivilege:
+            self._say(
+                "publication.not_changed",
+                t.name,
+                reason=f"user {self.config.user!r} may not {action} it (it must own the table and the publication)",
+                fix=f"as the table's owner run: {statement.as_string(conn)}",
+            )
+            return False
+        except (psycopg2.errors.LockNotAvailable, psycopg2.errors.UndefinedTable) as exc:
+            log.info("publication.retry_later", source=self.source, table=t.name, error=str(exc).strip())
+            return False
+        log.info(
+            "publication.table_added" if action == "ADD" else "publication.table_removed",
+            source=self.source,
+            publication=self.name,
+            table=t.name,
+        )
+        return True
+
+
+_IDENTITY = {"d": "DEFAULT", "f": "FULL", "i": "USING INDEX", "n": "NOTHING"}
+
+
+def _table_list(tables: list[TableIdentity]) -> sql.Composed:
+    return sql.SQL(", ").join(sql.Identifier(t.schema, t.table) for t in tables)
+
+
+def _names(tables: list[TableIdentity]) -> str:
+    return ",".join(t.name for t in tables)
+
+
+def _execute(conn: Any, statement: sql.Composable) -> None:
+    with conn.cursor() as cursor:
+        cursor.execute(statement)
+
+
+def _transaction(conn: Any, *statements: sql.Composable) -> None:
+    """The statements in one transaction of an autocommit connection, rolled back on an error."""
+    try:
+        _execute(conn, sql.SQL("BEGIN; {}; COMMIT").format(sql.SQL("; ").join(statements)))
+    except psycopg2.Error:
+        with contextlib.suppress(psycopg2.Error):
+            query(conn, "ROLLBACK")
+        raise

@@ -1,0 +1,82 @@
+"""The capture's publication (issue 10, part 4): only the captured tables PostgreSQL can publish,
+never a table whose UPDATEs and DELETEs would then fail in the application, kept in step with
+tables created while capture runs, and each table left out named with the statement that fixes it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT
+from tests.servers import wait_for
+
+pytestmark = pytest.mark.integration
+
+
+def _published(postgres, database: str) -> list[str]:
+    rows = postgres.query(
+        "SELECT schemaname || '.' || tablename FROM pg_publication_tables WHERE pubname = 'logtide_src' ORDER BY 1",
+        database=database,
+    )
+    return [r[0] for r in rows]
+
+
+def test_setup_and_capture_publish_the_captured_tables_and_leave_the_applications_writes_alone(
+    postgres, pg_database, make_pg_capture
+):
+    postgres.execute(
+        "CREATE TABLE keyed (id int PRIMARY KEY, v int)",
+        "CREATE TABLE bare (a int, b int)",  # captured, no key, REPLICA IDENTITY DEFAULT
+        "CREATE TABLE unique_only (code text NOT NULL UNIQUE, v int)",  # a dump key, but no replica identity
+        "CREATE TABLE app_log (a int, b int)",  # not captured, no key
+        "INSERT INTO bare VALUES (1, 1)",
+        "INSERT INTO unique_only VALUES ('x', 1)",
+        "INSERT INTO app_log VALUES (1, 1)",
+        database=pg_database,
+    )
+    capture = make_pg_capture(exclude=["public.app_log"])
+    setup = subprocess.run(
+        [sys.executable, "-m", "capture.cli", "--config", str(capture.config_path), "setup", "--source", "src"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert setup.returncode == 0, setup.stderr
+    for table in ("bare", "unique_only"):  # named, with the statement that fixes it
+        line = next(x for x in setup.stderr.splitlines() if "publication.table_left_out" in x and f".{table} " in x)
+        assert f'ALTER TABLE \\"public\\".\\"{table}\\" REPLICA IDENTITY FULL' in line
+    assert "app_log" not in setup.stderr
+    assert _published(postgres, pg_database) == ["logtide.watermarks", "public.keyed"]
+    identities = postgres.query(
+        "SELECT relname, relreplident FROM pg_class WHERE relname IN ('bare', 'unique_only', 'app_log') ORDER BY 1",
+        database=pg_database,
+    )
+    assert identities == [("app_log", "d"), ("bare", "d"), ("unique_only", "d")]  # not changed unasked
+
+    capture.start()
+    capture.wait_running()
+    # the application's UPDATEs and DELETEs on tables without a replica identity still work
+    postgres.execute(
+        "UPDATE app_log SET b = 2",
+        "DELETE FROM app_log",
+        "UPDATE bare SET b = 2",
+        "UPDATE unique_only SET v = 2",
+        "DELETE FROM unique_only",
+        database=pg_database,
+    )
+    # a table created while capture runs is published by its next sync; rows from then on land
+    postgres.execute("CREATE TABLE later (id int PRIMARY KEY)", database=pg_database)
+    wait_for(lambda: "public.later" in _published(postgres, pg_database), 30, what="later published")
+    assert "event=publication.table_added source=src publication=logtide_src table=public.later" in capture.log()
+    # once it has a replica identity (the statement setup gave), a captured table is published too
+    postgres.execute("ALTER TABLE bare REPLICA IDENTITY FULL", database=pg_database)
+    wait_for(lambda: "public.bare" in _published(postgres, pg_database), 30, what="bare published")
+    postgres.execute(
+        "INSERT INTO later VALUES (1)", "UPDATE bare SET b = 3", "INSERT INTO keyed VALUES (1, 1)", database=pg_database
+    )
+    assert [e["after"]["id"] for e in capture.wait_events("public", "later", 1)] == [1]
+    assert [(e["before"]["b"], e["after"]["b"]) for e in capture.wait_events("public", "bare", 1)] == [(2, 3)]
+    assert capture.stop() == 0
