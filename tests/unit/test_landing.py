@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime
 
 import pyarrow as pa
@@ -117,3 +118,16 @@ def test_a_second_writer_is_locked_out(tmp_path):
         LandingZone(tmp_path, "src").lock(),
     ):
         pass
+
+
+def test_the_flush_interval_counts_from_when_the_source_began_reading(tmp_path):
+    """A source that held transactions (PostgreSQL's groups) says since when (`read_at`): the
+    writer is due that much sooner, so holding adds nothing to the commit-to-landed time."""
+    _zone, writer = _writer(tmp_path)  # flush interval 60 s
+    writer.add(_event(10, 0, 1))
+    writer.end_transaction(_end(20))
+    assert not writer.due()
+    writer.commit()
+    writer.add(_event(30, 0, 2))
+    writer.end_transaction(TransactionEnd(Lsn(40), {"pos": 40}, NOW, read_at=time.monotonic() - 61))
+    assert writer.due()

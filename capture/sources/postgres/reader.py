@@ -26,7 +26,8 @@ for the group's last transaction. A group is handed over when its first transact
 read `hold_s` ago (the landing writer's flush interval: it would wait that long anyway, and
 counts from `TransactionEnd.read_at`, so a change lands no later than before), when it holds
 BATCH_ROWS changes or transactions or BATCH_BYTES of messages, before a Relation message
-redescribes a table it holds changes of, before a heartbeat and on stop.
+redescribes a table it holds changes of, and on stop. (Not before a heartbeat: handed over
+early, the group would wait in the writer for the next one.)
 
 Between transactions, every PUBLICATION_SYNC_S, the reader brings the publication in step with
 the captured tables (`publication.Publication.sync`): a table created since is published from
@@ -157,7 +158,7 @@ class PgOutputReader:
                         return
                     self.idle_wal_end = max(self.idle_wal_end, cursor.wal_end)
                     now = time.monotonic()
-                    if group.pending and (now - group.since >= hold or now >= next_heartbeat):
+                    if group.pending and now - group.since >= hold:
                         yield from group.hand_over()
                         run_oid = b""
                     if now >= next_heartbeat:

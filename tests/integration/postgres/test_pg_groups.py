@@ -1,0 +1,50 @@
+"""PostgreSQL's reader holds transactions and hands them over in groups (`batches.Group`),
+against a real server: one batch for many transactions, each row with its own transaction,
+handed over only once the group's first transaction was read `hold_s` ago, heartbeats or not."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from capture.config import SourceConfig
+from capture.events import Heartbeat, Lsn, TransactionEnd
+from capture.landing.log_writer import ColumnBatch
+from capture.sources.postgres.source import PostgresSource
+
+pytestmark = pytest.mark.integration
+
+
+def test_transactions_are_held_for_the_flush_interval_and_handed_over_together(postgres, pg_database):
+    postgres.execute("CREATE TABLE t (id int PRIMARY KEY, v text)", database=pg_database)
+    config = SourceConfig(
+        kind="postgresql",
+        port=postgres.port,
+        user="postgres",
+        database=pg_database,
+        slot=f"lt_{pg_database}"[:63],
+        include=["public.*"],
+        heartbeat_s=0.1,
+    )
+    source = PostgresSource("src", config)
+    source.preflight()
+    _, resume = source.current_position()
+    postgres.execute(*[f"INSERT INTO t VALUES ({i}, 'v{i}')" for i in range(30)], database=pg_database)
+    items = []
+    try:
+        for item in source.read(resume, threading.Event(), hold_s=0.8):
+            items.append((time.monotonic(), item))
+            if isinstance(item, TransactionEnd):
+                break
+    finally:
+        source.close()
+    kinds = [type(item) for _, item in items]
+    assert kinds[-2:] == [ColumnBatch, TransactionEnd] and set(kinds[:-2]) == {Heartbeat}  # idle, holding
+    batch, (yielded, end) = items[-2][1], items[-1]
+    events = batch.events.to_pylist()
+    assert [e["after"]["id"] for e in events] == list(range(30)) and len({e["_txid"] for e in events}) == 30
+    majors = [Lsn.decode(int(e["_lsn"])) for e in events]
+    assert all(lsn.minor == 0 for lsn in majors) and majors == sorted(majors) and majors[-1] < end.frontier
+    assert yielded - end.read_at >= 0.8  # not handed over at a heartbeat (0.1 s): the writer commits it at once
