@@ -1,8 +1,9 @@
 """Extreme dates and timestamps through capture, dump and the Spark merge on real servers: every
 value the source types allow reaches the Iceberg target exactly (Spark must not rebase the
-landing zone's proleptic Gregorian values), through the log and through chunks, in a table
-keyed by a DATE, whose repair deletes work too; what Iceberg cannot hold (PostgreSQL infinity,
-BC, years past 9999) and MariaDB's zero dates land as the README's type tables say."""
+landing zone's proleptic Gregorian values), through the log and through chunks, in a table keyed
+by a DATE (PostgreSQL: by timestamptz and date), whose repair deletes work too; what Iceberg
+cannot hold (PostgreSQL infinity, BC, years past 9999) and MariaDB's zero dates land as the
+README's type tables say. And a merge that Spark fails ends with one error line."""
 
 from __future__ import annotations
 
