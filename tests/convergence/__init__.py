@@ -1,0 +1,1 @@
+"""The convergence harness: adversarial schema and workload, kills, all-tables commands; see README."""

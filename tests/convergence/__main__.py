@@ -31,14 +31,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--first-seed", type=int, default=1)
     for name, value in dataclasses.asdict(SOAK).items():
-        if not isinstance(value, tuple):
+        if isinstance(value, tuple):
+            parser.add_argument(f"--{name.replace('_', '-')}", type=float, nargs=2, default=value)
+        else:
             parser.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=value)
     parser.add_argument("--workdir", type=Path, default=ROOT / "var" / "convergence")
     parser.add_argument("--keep", action="store_true", help="keep the folders of passing seeds too")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the cleanups: servers, capture, Spark
-    scale = dataclasses.replace(SOAK, **{f.name: getattr(args, f.name) for f in dataclasses.fields(SOAK)
-                                         if hasattr(args, f.name)})  # fmt: skip
+    scale = dataclasses.replace(SOAK, **{f.name: tuple(v) if isinstance(v := getattr(args, f.name), list) else v
+                                         for f in dataclasses.fields(SOAK)})  # fmt: skip
     args.workdir.mkdir(parents=True, exist_ok=True)
     kinds = list(KITS) if args.source == "both" else [args.source]
     servers = {
