@@ -189,10 +189,10 @@ def main() -> int:
             "CREATE TABLE bench.pulse (id BIGINT PRIMARY KEY, at TIMESTAMP(6) DEFAULT CURRENT_TIMESTAMP(6))",
             "CREATE TABLE bench.accounts (id BIGINT PRIMARY KEY, balance DECIMAL(12,2) NOT NULL,"
             " touched DATETIME(6) NOT NULL)",
-            f"INSERT INTO bench.accounts SELECT seq, 0, NOW(6) FROM seq_0_to_{LOAD_WRITERS * LOAD_IDS - 1}",
         )
         server.execute(
             f"INSERT INTO big SELECT seq, CONCAT('name-', seq), seq / 100, NOW(6), seq % 2 FROM seq_1_to_{args.rows}",
+            f"INSERT INTO accounts SELECT seq, 0, NOW(6) FROM seq_0_to_{LOAD_WRITERS * LOAD_IDS - 1}",
             database="bench",
         )
         config_path = _config(base, server)
