@@ -49,7 +49,7 @@ from tests.servers import free_port, wait_for
 
 @dataclass(frozen=True)
 class Scale:
-    rows: int = 300  # rows per table before capture starts (the `big` table: a tenth)
+    rows: int = 300  # rows per table before capture starts (`wide`: a tenth)
     ops_per_s: float = 200.0  # workload statements per second
     chunk_size: int = 23
     dump_s: float = 10.0  # about how long a dump lasts unpaused: the --delay between chunks is chosen for it
