@@ -133,6 +133,7 @@ class Harness:
         self.killed_merge = False
         self.commands = 0
         self.capture: CaptureProcess | None = None
+        self.children: list[subprocess.Popen[bytes]] = []
 
     # -- commands ----------------------------------------------------------------------------------
 
@@ -149,6 +150,7 @@ class Harness:
         cmd = [sys.executable, "-m", "capture.cli", "--config", str(self.config_path), *args]
         with open(log, "wb") as out:  # `logtide merge`: spark-submit sends the driver's output to stdout
             process = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        self.children.append(process)
         return process, log
 
     def _run(self, label: str, *args: str, timeout: float = 600) -> tuple[int, str]:
@@ -173,6 +175,10 @@ class Harness:
             self.findings.append(f"harness stopped: {type(exc).__name__}: {exc} (see {self.workdir / 'harness.log'})")
             self._note(traceback.format_exc())
         finally:
+            for child in self.children:  # a dump or merge still running when the harness stops
+                if child.poll() is None:
+                    os.killpg(child.pid, signal.SIGKILL)
+                    child.wait()
             if self.capture is not None:
                 self.capture.kill()
             self.kit.drop()
