@@ -2,8 +2,9 @@
 
     populate -> logtide setup -> logtide capture (SIGKILLed at random moments, restarted)
     -> workload thread (own connection) -> logtide dump --source S (all tables, small chunks)
-       with logtide merge --source S started at a random chunk of it (so its chunks are split
-       across merge runs), the next merge SIGKILLed mid-run, more merges while the dump runs
+       paused at a random chunk of a table with text keys until `logtide merge --source S` has
+       read its frontier (so that table's chunks are split across merge runs); that merge is
+       SIGKILLed after a later table's changelog commit; more merges while the dump runs
     -> writes stop, capture catches up, a last merge (which also reruns the killed one)
     -> check.py: targets, changelog replays, landing zone duplicates
 
@@ -34,6 +35,8 @@ from typing import Any
 import yaml
 
 from capture.config import SourceConfig
+from capture.dump.control import FileControl
+from capture.dump.progress import dump_dir
 from capture.landing import LandingZone
 from capture.landing.zone import table_folder
 from tests.conftest import ROOT, CaptureProcess
@@ -130,6 +133,7 @@ class Harness:
         self.killed_merge = False
         self.commands = 0
         self.capture: CaptureProcess | None = None
+        self.children: list[subprocess.Popen[bytes]] = []
 
     # -- commands ----------------------------------------------------------------------------------
 
@@ -146,6 +150,7 @@ class Harness:
         cmd = [sys.executable, "-m", "capture.cli", "--config", str(self.config_path), *args]
         with open(log, "wb") as out:  # `logtide merge`: spark-submit sends the driver's output to stdout
             process = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        self.children.append(process)
         return process, log
 
     def _run(self, label: str, *args: str, timeout: float = 600) -> tuple[int, str]:
@@ -170,6 +175,10 @@ class Harness:
             self.findings.append(f"harness stopped: {type(exc).__name__}: {exc} (see {self.workdir / 'harness.log'})")
             self._note(traceback.format_exc())
         finally:
+            for child in self.children:  # a dump or merge still running when the harness stops
+                if child.poll() is None:
+                    os.killpg(child.pid, signal.SIGKILL)
+                    child.wait()
             if self.capture is not None:
                 self.capture.kill()
             self.kit.drop()
@@ -254,12 +263,12 @@ class Harness:
 
     def _chunks_done(self, dump_id: str, table: Table | None = None) -> int:
         folder = "*" if table is None else table_folder(self.kit.schema, table.name)
-        return len(list((self.workdir / "landing" / self.source / "chunks" / dump_id).glob(f"{folder}/[0-9]*.parquet")))
+        return len(list((self._zone().root / "chunks" / dump_id).glob(f"{folder}/[0-9]*.parquet")))
 
     def _dump_with_merges(self, dump_id: str) -> threading.Thread:
         """The all-tables dump, returned when it ends, and the thread of the merges that ran meanwhile.
 
-        At a random chunk the dump is paused (`logtide dump-control`) until a merge has read its frontier,
+        At a random chunk the dump is paused (its control file) until a merge has read its frontier,
         so that merge takes the chunks so far and a later merge the rest, however slow the machine. The
         run's first merge is SIGKILLed after a random changelog commit (the tables before it are merged
         completely, the rest come again with the next merge); more merges follow while the dump lasts."""
@@ -283,13 +292,17 @@ class Harness:
             dump_id += "-by-table"
             dump, log = self._start(f"dump-{dump_id}", *self._dump_args(dump_id, names))
             wait_for(lambda: dump.poll() is not None or reached(dump_id), 900, 0.05, "chunks")
-        paused = dump.poll() is None and self._run("pause", "dump-control", "--source", self.source,
-                                                   "--dump-id", dump_id, "pause")[0] == 0  # fmt: skip
+        # through the dump's control file, as `logtide dump-control` writes it, but at once: a CLI start
+        # takes a second or two, in which a PostgreSQL dump finishes a small table
+        control = FileControl(dump_dir(self._zone(), dump_id) / "control.json")
+        paused = dump.poll() is None
+        if paused:
+            control.update(state="paused")
 
         def resume() -> None:
             if paused:
                 self.facts.setdefault("merge_started_at_chunk", []).append(self._chunks_done(dump_id))
-                self._run("resume", "dump-control", "--source", self.source, "--dump-id", dump_id, "resume")
+                control.update(state="running")
 
         def merges() -> None:
             self._merge("during-dump", kill_after=kill_after, started=resume)
@@ -307,8 +320,11 @@ class Harness:
         self.facts.setdefault("dumped_chunks", []).append(self._chunks_done(dump_id))
         return merging
 
+    def _zone(self) -> LandingZone:
+        return LandingZone(self.workdir / "landing", self.source)
+
     def _merge_tables(self) -> list[str]:
-        return [t for t in LandingZone(self.workdir / "landing", self.source).merge_tables() if t not in self.broken]
+        return [t for t in self._zone().merge_tables() if t not in self.broken]
 
     def _merge(self, label: str, kill_after: int | None = None, started: Callable[[], None] | None = None) -> None:
         """`logtide merge --source S` (SIGKILLed after `kill_after` changelog commits); after a failure the
@@ -392,7 +408,7 @@ class Harness:
         errors = Counter(re.sub(r"^ts=\S+ ", "", line)[:300] for line in self.capture.log().splitlines()
                          if "level=error" in line)  # fmt: skip
         self.findings += [f"capture logged {n}x: {line}" for line, n in errors.items()]
-        self.findings += check.landing_duplicates(LandingZone(self.workdir / "landing", self.source))
+        self.findings += check.landing_duplicates(self._zone())
         for table in self._keyed():
             key = table.compared_by(self.config_keys)
             assert key is not None
