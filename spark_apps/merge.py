@@ -1521,10 +1521,10 @@ def _merge_table(ctx: Context, schema: str, table: str) -> dict[str, Any]:
         log.warning("merge.table_skipped", table=exc.table, reason=exc.reason, fix=exc.fix)
         return {"table": merge.name, "skipped": exc.reason, "fix": exc.fix}
     except Exception as exc:  # one table's failure stops none of the others; `main` exits non-zero
-        error = next(iter(str(exc).strip().splitlines()), "")
+        error = str(exc) if isinstance(exc, LogtideError) else error_line(exc)
+        log.debug("merge.traceback", table=merge.name, exc_info=True)
         log.error(
             "merge.table_failed",
-            exc_info=not isinstance(exc, LogtideError),  # an unexpected error: its traceback too
             table=merge.name,
             error_type=type(exc).__name__,
             error=error,

@@ -303,7 +303,10 @@ def _merge_cli(config_path, log_path) -> subprocess.Popen:
 def test_a_merge_killed_mid_run_and_rerun_gives_the_same_tables(
     mariadb, database, make_capture, merge_config, spark, tmp_path
 ):
-    mariadb.execute(LEDGER, LEDGER_ROWS.format(rows=400), *PAIRS, database=database)
+    # audit has no key: every merge run skips it, names it once, and exits 0 for the rest
+    mariadb.execute(
+        LEDGER, LEDGER_ROWS.format(rows=400), *PAIRS, "CREATE TABLE audit (a INT, b INT)", database=database
+    )
     capture = make_capture([f"{database}.*"], landing={"flush_interval_s": 0.5}).start()
     capture.wait_running()
     config = merge_config(capture.config)
@@ -313,7 +316,12 @@ def test_a_merge_killed_mid_run_and_rerun_gives_the_same_tables(
     config_path.write_text(yaml.safe_dump(data))
     tables = [f"{database}.ledger", f"{database}.pairs"]
     _dump(capture, DumpRequest(tables=tables, settings=DumpSettings(chunk_size=30)))
-    mariadb.execute("UPDATE ledger SET v = v + 1 WHERE id % 3 = 0", "DELETE FROM pairs WHERE b < 5", database=database)
+    mariadb.execute(
+        "UPDATE ledger SET v = v + 1 WHERE id % 3 = 0",
+        "DELETE FROM pairs WHERE b < 5",
+        "INSERT INTO audit VALUES (1, 1)",
+        database=database,
+    )
     wait_until_landed(mariadb, capture)
 
     log_path = tmp_path / "merge.log"
@@ -331,9 +339,11 @@ def test_a_merge_killed_mid_run_and_rerun_gives_the_same_tables(
     second.wait(timeout=300)
     output = log_path.read_text()
     assert second.returncode == 0, output[-3000:]
-    summary = [line for line in output.splitlines() if line.startswith('{"source"')][-1]
-    reports = {r["table"]: r for r in json.loads(summary)["tables"]}
-    assert set(reports) == set(tables)
+    summary = json.loads([line for line in output.splitlines() if line.startswith('{"source"')][-1])
+    reports = {r["table"]: r for r in summary["tables"]}
+    assert set(reports) == {*tables, f"{database}.audit"}
+    assert [t["table"] for t in summary["skipped"]] == [f"{database}.audit"] and summary["failed"] == []
+    assert output.count("merge.table_skipped") == 1
     _assert_equal(spark, capture, mariadb, config, database)
     pairs = _target(config, database, "pairs")
     assert typed(iceberg_state(spark, pairs, ("a", "b"))) == typed(source_state(mariadb, database, "pairs", ("a", "b")))

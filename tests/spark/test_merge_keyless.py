@@ -50,9 +50,9 @@ def db(request: pytest.FixtureRequest) -> Db:
 
 
 def _with_merge(capture: CaptureProcess, catalogs, namespace: str, path: Path) -> tuple[Path, LogtideConfig]:
-    """The capture's config file with a `merge` section (Spark local[1] for the CLI's spark-submit)."""
+    """The capture's config file with a `merge` section (the session's Hadoop catalog)."""
     data = yaml.safe_load(capture.config_path.read_text())
-    merge = catalogs["hadoop"].model_copy(update={"namespace": namespace, "spark_master": "local[1]"})
+    merge = catalogs["hadoop"].model_copy(update={"namespace": namespace})
     data["merge"] = merge.model_dump(mode="json", exclude={"jdbc_password"})
     path.write_text(yaml.safe_dump(data))
     return path, load_config(path)
@@ -85,15 +85,7 @@ def test_a_keyless_table_is_skipped_by_all_tables_commands_until_keys_names_its_
     assert dump.stderr.count("dump.table_skipped") == 1 and f"table={events}" in dump.stderr
     db.landed(capture)
 
-    if db.kind == "mariadb":  # `logtide merge` (spark-submit): exit 1 naming the failed table, the rest merged
-        merge = cli(config_path, "merge", "--source", "src")
-        output = merge.stdout + merge.stderr
-        assert merge.returncode == 1, output[-3000:]
-        report = json.loads([line for line in merge.stdout.splitlines() if line.startswith('{"source"')][-1])
-        assert output.count("merge.table_skipped") == 1 and "merge.table_failed" in output
-        assert f"error: the merge of {clash} failed" in output
-    else:
-        report = run_merge(spark, config, "src")
+    report = run_merge(spark, config, "src")  # `logtide merge` and its exit code: test_merge.py, the killed merge
     assert [s["table"] for s in report["skipped"]] == [events] and "keys" in report["skipped"][0]["fix"]
     assert [f["table"] for f in report["failed"]] == [clash] and "bookkeeping" in report["failed"][0]["failed"]
     _assert_target(spark, db, config, "orders", ("id",))
@@ -112,7 +104,7 @@ def test_a_keyless_table_is_skipped_by_all_tables_commands_until_keys_names_its_
     keyed.log_path.write_text("")  # the same log file: this run's lines only
     keyed.start().wait_running()
     assert "capture.keyless_tables" not in keyed.log()
-    config_path, config = _with_merge(keyed, catalogs, f"keyless_{db.kind}", tmp_path / "merge.yaml")
+    _, config = _with_merge(keyed, catalogs, f"keyless_{db.kind}", tmp_path / "merge.yaml")
     db.execute(*MORE_CHANGES)
     source = open_chunk_source("src", config.source("src"))
     try:
