@@ -490,7 +490,7 @@ def main(argv: list[str] | None = None) -> int:
         zone = LandingZone(work / "landing", SOURCE)
         counter = Counter(zone, f"{source.schema}.accounts")
         writers = Writers(source.kind, source.server.port, source.database, "accounts", args.writers, IDS_PER_WRITER)
-        timeout = max(120.0, args.transactions / 100)
+        timeout = max(300.0, args.transactions / 20)
         results = []
         for rows in args.shapes:
             result, capture = measure_shape(
