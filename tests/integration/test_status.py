@@ -108,7 +108,7 @@ def test_dump_progress_while_running_paused_killed_and_finished(mariadb, databas
     table = f"{database}.t"
     cmd = [
         *(sys.executable, "-m", "capture.cli", "--config", str(capture.config_path), "dump", "--source", "src"),
-        *("--table", table, "--chunk-size", "10", "--delay", "0.1", "--dump-id", "watched"),
+        *("--table", table, "--chunk-size", "10", "--delay", "0.5", "--dump-id", "watched"),
     ]
     run = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
@@ -121,12 +121,13 @@ def test_dump_progress_while_running_paused_killed_and_finished(mariadb, databas
         dump = _status(capture.config_path)["dumps"][0]
         progress = dump["tables"][table]
         assert dump["dump_id"] == "watched" and dump["state"] == "running" and dump["pid"] == run.pid
-        assert progress["of_about"] == 40 and 3 <= progress["chunks"] < 40
+        # of_about comes from InnoDB's TABLE_ROWS, an estimate: seen 41 for 40 under load
+        assert 38 <= progress["of_about"] <= 42 and 3 <= progress["chunks"] < progress["of_about"]
         assert 0 < progress["percent"] < 100 and progress["eta_s"] > 0 and not progress["done"]
 
         control = ("dump-control", "--source", "src", "--dump-id", "watched")
         assert _cli(capture.config_path, *control, "pause").returncode == 0
-        wait_for(lambda: _status(capture.config_path)["dumps"][0]["state"] == "paused", 30, what="paused")
+        wait_for(lambda: _status(capture.config_path)["dumps"][0]["state"] == "paused", 90, what="paused")
         assert _cli(capture.config_path, *control, "resume").returncode == 0
         wait_for(
             lambda: json.loads(record.read_text())["tables"][table].get("chunks", 0) >= progress["chunks"] + 2,
