@@ -18,7 +18,7 @@ pytestmark = [
 ]
 
 
-@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("seed", [1])  # 2 seeds per database once the harness is validated (issue 10)
 @pytest.mark.parametrize("kind", ["mariadb", "postgres"])
 def test_every_target_converges_to_its_source(kind, seed, request, spark, iceberg_dir, tmp_path):
     """Adversarial types and keys, a random workload, capture SIGKILLed, all-tables dumps split across
