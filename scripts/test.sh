@@ -12,7 +12,7 @@ ruff_rc=0
 .venv/bin/ruff check . || ruff_rc=$?
 # the tests run even when lint fails, so one run reports both; either failing fails the run
 echo "test: pytest -q $*"
-.venv/bin/python -m pytest -q "$@"
+.venv/bin/python -m pytest -q --durations=30 "$@"
 if [ "$ruff_rc" -ne 0 ]; then
     echo "test: the tests passed, but ruff check failed (exit $ruff_rc): see its findings above" >&2
     exit "$ruff_rc"

@@ -1572,7 +1572,8 @@ def main(argv: list[str] | None = None) -> int:
     if summary.get("failed"):
         names = ", ".join(r["table"] for r in summary["failed"])
         log.error("merge.failed", source=args.source, failed=names, action="see merge.table_failed above")
-        print(f"error: the merge of {names} failed (the other tables were merged)", file=sys.stderr)
+        for failed in summary["failed"]:  # one line per table: the table, the step and Spark's reason
+            print(f"error: {failed['failed']}", file=sys.stderr)
         return 1
     return 0
 

@@ -124,7 +124,7 @@ def test_a_key_change_keeps_the_toasted_value_the_new_key_arrives_without(postgr
         f"INSERT INTO docs VALUES (31, 't31', {BODY})",  # (d) history only the database holds
         database=db,
     )
-    capture = make(["public.docs"]).start()
+    capture = make(["public.docs", "public.lt_marker"]).start()  # the marker: wait_until_landed
     capture.wait_running()
     config = capture.config.model_copy(
         update={"merge": catalogs["hadoop"].model_copy(update={"namespace": f"toast_{db}"})}
@@ -150,7 +150,7 @@ def test_a_key_change_keeps_the_toasted_value_the_new_key_arrives_without(postgr
         (k, None, ["body"]) for k in (2, 12, 22, 23, 32)
     ]  # the new keys arrive without the body
     caplog.set_level(logging.INFO, logger="logtide.merge")
-    (report,) = run_merge(spark, config, "src")["tables"]
+    (report,) = run_merge(spark, config, "src", ["public.docs"])["tables"]
 
     source = {k: dict(v) for k, v in table_state(postgres, db, "docs").items()}
     assert sorted(source) == [(2,), (12,), (23,), (32,)]
@@ -166,7 +166,7 @@ def test_a_key_change_keeps_the_toasted_value_the_new_key_arrives_without(postgr
     assert report["unknown_values"] == 1
     warned = [r.fields for r in caplog.records if getattr(r, "event", None) == "merge.value_unknown"]
     assert [(w["table"], w["key"], w["column"]) for w in warned] == [("public.docs", "[32]", "body")]
-    (status,) = collect(config, ["src"])[0]["targets"]
+    (status,) = [t for t in collect(config, ["src"])[0]["targets"] if t["table"] == "public.docs"]
     assert status["unknown_values"] == 1 and status["unknown_sample"][0]["key"] == [32]
     assert "1 value unknown after key changes" in render(collect(config, ["src"]))
     capture.stop()
