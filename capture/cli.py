@@ -1,4 +1,4 @@
-"""`logtide` command line: capture | setup | dump | dump-control | merge | status | events."""
+"""`logtide` command line: capture | relay | setup | dump | dump-control | merge | status | events."""
 
 from __future__ import annotations
 
@@ -33,6 +33,47 @@ def _capture(config: LogtideConfig, args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
     CaptureService(config, args.source, reset=args.reset).run(stop)
+    return 0
+
+
+def _relay(config: LogtideConfig, args: argparse.Namespace) -> int:
+    from capture.errors import ConfigError
+    from capture.output.relay import Relay
+    from capture.output.sinks import open_output
+
+    kind = config.source(args.source).kind
+    names = [n for n, o in config.outputs.items() if o.source == args.source and (not args.output or n in args.output)]
+    unknown = sorted(set(args.output or ()) - set(config.outputs))
+    if unknown or not names:
+        raise ConfigError(f"no output {', '.join(unknown) or ''} for source {args.source!r} in the configuration")
+    stop = threading.Event()
+
+    def request_stop(signum: int, _frame: Any) -> None:
+        log.info("relay.stop_requested", signal=signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+    zone = LandingZone(config.landing.path, args.source)
+    failures: list[BaseException] = []
+
+    def run(name: str) -> None:
+        output = config.outputs[name]
+        try:
+            Relay(zone, kind, name, output, open_output(name, args.source, output)).run(stop)
+        except BaseException as exc:
+            log.error("relay.failed", output=name, error_type=type(exc).__name__, error=str(exc))
+            failures.append(exc)
+            stop.set()
+
+    threads = [threading.Thread(target=run, args=(n,), name=f"relay-{n}") for n in names]
+    log.info("relay.started", source=args.source, outputs=",".join(names))
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if failures:
+        raise failures[0]
     return 0
 
 
@@ -202,6 +243,13 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--source")
     status.add_argument("--json", action="store_true")
     status.set_defaults(run=_status)
+
+    relay = commands.add_parser(
+        "relay", help="deliver the source's log and dump rows, interleaved, to its outputs until SIGTERM"
+    )
+    relay.add_argument("--source", required=True)
+    relay.add_argument("--output", action="append", help="an output name; repeat for several; none: all of the source")
+    relay.set_defaults(run=_relay)
 
     setup = commands.add_parser("setup", help="create the watermark table on a source")
     setup.add_argument("--source", required=True)

@@ -212,12 +212,58 @@ class MergeConfig(_Strict):
         return self
 
 
+class OutputConfig(_Strict):
+    """A real-time output of one source (`logtide relay`): log events and dump chunks' surviving rows,
+    interleaved (DBLog's output stream), to NATS JetStream or an HTTP webhook. See README, Outputs."""
+
+    source: str = Field(description="the source whose landing zone it follows")
+    kind: Literal["nats", "webhook"]
+    url: str = Field(description="nats://host:4222 (several: comma-separated) or the webhook's http(s):// URL")
+    format: Literal["logtide", "debezium"] = "logtide"
+    start: Literal["checkpoint", "beginning"] = Field(
+        "checkpoint", description="first run: from the capture checkpoint (new events) or the whole landing zone"
+    )
+    tables: list[str] = Field(default_factory=lambda: ["*.*"], description="`db.table` patterns (fnmatch)")
+    batch_size: int = Field(500, ge=1, le=100_000, description="messages per delivery (one POST, one ack)")
+    timeout_s: float = Field(10.0, gt=0, le=600, description="per publish or POST")
+    max_backoff_s: float = Field(30.0, gt=0, le=3600, description="retries wait 0.2 s doubling up to this")
+    poll_interval_s: float = Field(0.1, gt=0, le=60, description="how often the checkpoint is read when idle")
+    window_timeout_s: float = Field(
+        3600.0, gt=0, description="a LOW watermark without HIGH for this long (log commit time) is dropped"
+    )
+    lookback: int = Field(10_000, ge=0, description="log events kept for PostgreSQL's visibility rule at a LOW")
+    stream: str = Field("LOGTIDE", pattern=r"^[A-Za-z0-9_-]+$", description="nats: the JetStream stream")
+    subject_prefix: str = Field(
+        "logtide", pattern=r"^[A-Za-z0-9_-]+$", description="nats: subjects <prefix>.<source>.<db>.<table>"
+    )
+    create_stream: bool = Field(True, description="nats: create the stream (subjects <prefix>.>) when missing")
+    duplicate_window_s: float = Field(120.0, gt=0, description="nats: the stream's deduplication window, when created")
+    max_inflight: int = Field(
+        1, ge=1, le=10_000, description="nats: publishes awaiting their ack at once; 1 keeps order under failures"
+    )
+    headers: dict[str, str] = Field(default_factory=dict, description="webhook: extra request headers")
+
+    def includes(self, schema: str, table: str) -> bool:
+        name = f"{schema}.{table}"
+        return any(fnmatch.fnmatchcase(name, p) for p in self.tables)
+
+
 class LogtideConfig(_Strict):
     landing: LandingConfig = LandingConfig()
     sources: dict[str, SourceConfig]
     merge: MergeConfig = MergeConfig()
     coordination: CoordinationConfig = CoordinationConfig()
+    outputs: dict[str, OutputConfig] = Field(default_factory=dict, description="real-time outputs; none by default")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+    @model_validator(mode="after")
+    def _outputs_name_sources(self) -> LogtideConfig:
+        for name, output in self.outputs.items():
+            if not re.fullmatch(r"[A-Za-z0-9_-]+", name):
+                raise ValueError(f"output name {name!r} may only hold letters, digits, '_' and '-'")
+            if output.source not in self.sources:
+                raise ValueError(f"output {name!r} names source {output.source!r}, which is not in sources")
+        return self
 
     @field_validator("sources")
     @classmethod

@@ -17,13 +17,13 @@ import yaml
 
 from capture.config import LogtideConfig, MergeConfig, load_config
 from capture.landing import LandingZone
-from tests.servers import MariaDB, PostgreSQL, ZooKeeper, free_port, wait_for
+from tests.servers import MariaDB, NatsServer, PostgreSQL, ZooKeeper, free_port, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 _server_ids = itertools.count(100)
 
 
-def _for_the_session(server: MariaDB | ZooKeeper | PostgreSQL) -> Iterator:
+def _for_the_session(server: MariaDB | ZooKeeper | PostgreSQL | NatsServer) -> Iterator:
     """Start a private server for the whole run; afterwards stop it, and delete its files
     unless KEEP_SERVERS is set (to look at them)."""
     server.start()
@@ -43,6 +43,12 @@ def mariadb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MariaDB]:
 def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeper]:
     """A private ZooKeeper for the session (tests that restart it leave it running)."""
     yield from _for_the_session(ZooKeeper(tmp_path_factory.mktemp("zookeeper")))
+
+
+@pytest.fixture(scope="session")
+def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
+    """A private NATS server with JetStream for the session (`nats-server -js`)."""
+    yield from _for_the_session(NatsServer(tmp_path_factory.mktemp("nats")))
 
 
 @pytest.fixture(scope="session")

@@ -407,3 +407,46 @@ class ZooKeeper(ChildServer):
             finally:
                 client.close()
             time.sleep(0.05)
+
+
+NATS_SERVER = shutil.which("nats-server") or "/usr/sbin/nats-server"  # Debian package `nats-server`
+
+
+@dataclass
+class NatsServer(ChildServer):
+    """A private NATS server with JetStream (`-js`, storage in `base`) on 127.0.0.1 and a free port;
+    restartable on the same port and storage."""
+
+    base: Path
+    port: int = field(default_factory=free_port)
+    process: subprocess.Popen[bytes] | None = None
+    stop_timeout_s = 30.0
+    kill_on_destroy = True
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 30.0) -> None:
+        self.base.mkdir(parents=True, exist_ok=True)
+        log = open(self.base / "nats.log", "ab")  # noqa: SIM115 - owned by the child
+        self.process = subprocess.Popen(
+            [NATS_SERVER, "-js", "-a", "127.0.0.1", "-p", str(self.port), "-sd", str(self.base / "js")],
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"nats-server exited; see {self.base / 'nats.log'}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                    pass
+                if "Server is ready" in (self.base / "nats.log").read_text():
+                    return
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"nats-server did not start in {timeout}s; see {self.base / 'nats.log'}")
+            time.sleep(0.05)

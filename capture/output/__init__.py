@@ -1,0 +1,1 @@
+"""Real-time outputs: DBLog's interleaved stream of log events and dump rows, to NATS JetStream or a webhook."""

@@ -1,0 +1,122 @@
+"""Message formats of the outputs: Logtide's own JSON and a Debezium-compatible envelope.
+
+Every message carries the event's LSN (decimal text: encoded LSNs pass 2**64, see `lsn_text`) and, for a
+chunk row (op `r`), its dump id and chunk, so a consumer can drop duplicates and order per key. Values: as
+JSON where JSON has the type; DECIMAL as text (Debezium's decimal.handling.mode=string), dates and times as
+ISO 8601 text (timestamps with their zone, as Debezium's ZonedTimestamp), binary as base64 (Debezium's
+binary.handling.mode=base64).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta
+from datetime import time as dtime
+from decimal import Decimal
+from typing import Any
+
+from capture.events import lsn_text
+from capture.output.interleave import Event
+
+VERSION = "logtide-0.1.0"
+# Debezium's PostgreSQL connector puts this in a column whose value the log does not carry
+# (unavailable.value.placeholder), where Logtide's own format lists the column in `missing`
+UNAVAILABLE = "__debezium_unavailable_value"
+
+
+def _value(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, datetime | date | dtime):
+        return value.isoformat()
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, bytes | bytearray | memoryview):
+        return base64.b64encode(bytes(value)).decode()
+    if isinstance(value, dict):
+        return {k: _value(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_value(v) for v in value]
+    return value
+
+
+def _image(row: dict[str, Any] | None, missing: tuple[str, ...] = (), placeholder: Any = None) -> Any:
+    if row is None:
+        return None
+    return {k: placeholder if k in missing else _value(v) for k, v in row.items()}
+
+
+def _millis(ts: datetime | None) -> int | None:
+    return None if ts is None else int(ts.timestamp() * 1000)
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    event: Event
+    msg_id: str  # unique per event of a source: `<source>:<lsn>` (`:<order>` for chunk rows)
+    payload: bytes
+
+
+def message_id(source: str, event: Event) -> str:
+    lsn = lsn_text(event.lsn)
+    return f"{source}:{lsn}" if event.order == 0 else f"{source}:{lsn}:{event.order}"
+
+
+def logtide_json(source: str, kind: str, event: Event) -> dict[str, Any]:
+    return {
+        "source": source,
+        "table": event.qualified_name,
+        "op": event.op,
+        "lsn": lsn_text(event.lsn),
+        "order": event.order,
+        "txid": event.txid,
+        "commit_ts": None if event.commit_ts is None else event.commit_ts.isoformat(),
+        "key": _image(event.key_values()),
+        "before": _image(event.before),
+        "after": _image(event.after),
+        "missing": list(event.missing),
+        "dump": None if event.dump_id is None else {"id": event.dump_id, "chunk": event.chunk},
+    }
+
+
+def debezium(source: str, kind: str, event: Event) -> dict[str, Any]:
+    """Debezium's change event value (the envelope of its JSON converter, schemas off): before, after,
+    source, op, ts_ms, transaction. Chunk rows are op `r` with source.snapshot "incremental", as Debezium's
+    own (DBLog-based) incremental snapshots; log events have snapshot "false"."""
+    connector = "postgresql" if kind == "postgresql" else "mysql"
+    info: dict[str, Any] = {
+        "version": VERSION,
+        "connector": connector,
+        "name": source,
+        "ts_ms": _millis(event.commit_ts),
+        "snapshot": "false" if event.op != "r" else "incremental",
+        "db": event.schema,
+        "table": event.table,
+        "txId": event.txid,
+        "lsn": lsn_text(event.lsn),
+        "order": event.order,
+    }
+    if connector == "postgresql":
+        info["schema"] = event.schema
+    if event.dump_id is not None:
+        info["dump_id"], info["chunk"] = event.dump_id, event.chunk
+    return {
+        "before": _image(event.before),
+        "after": _image(event.after, event.missing, UNAVAILABLE),
+        "source": info,
+        "op": event.op,
+        "ts_ms": int(time.time() * 1000),
+        "transaction": None,
+    }
+
+
+FORMATS = {"logtide": logtide_json, "debezium": debezium}
+
+
+def encode(fmt: str, source: str, kind: str, event: Event) -> Message:
+    body = FORMATS[fmt](source, kind, event)
+    payload = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+    return Message(event, message_id(source, event), payload)

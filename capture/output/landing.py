@@ -1,0 +1,159 @@
+"""What an output relay reads: the committed landing zone in LSN order, chunk files, its own position.
+
+Only files wholly below the capture checkpoint's frontier are read: they are durable and final (the
+capture service writes files, then the checkpoint; a crash leaves nothing below the frontier that a
+restart changes), so a relay never sees an event that could still vanish, and never needs capture alive.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from capture.errors import LandingZoneError
+from capture.events import lsn_text
+from capture.landing.chunks import ChunkMeta, read_chunk_meta
+from capture.landing.files import parse_segment_name, write_json_atomic
+from capture.landing.zone import SCHEMA_HISTORY, LandingZone, folder_table, table_folder
+from capture.output.interleave import Event
+from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE
+
+POSITION_VERSION = 1
+
+
+class LandingReader:
+    def __init__(self, zone: LandingZone) -> None:
+        self.zone = zone
+
+    def frontier(self) -> int:
+        checkpoint = self.zone.checkpoint()
+        return 0 if checkpoint is None else checkpoint.frontier.encode()
+
+    def _files(self, start: int, frontier: int) -> list[tuple[int, int, Path]]:
+        found = []
+        log_dir = self.zone.log_dir
+        if not log_dir.exists():
+            return []
+        for folder in log_dir.iterdir():
+            if not folder.is_dir() or folder.name == SCHEMA_HISTORY:
+                continue
+            for file in folder.iterdir():
+                span = parse_segment_name(file.name)
+                if span is not None and span[1] >= start and span[0] < frontier and span[1] < frontier:
+                    found.append((span[0], span[1], file))
+        found.sort()
+        return found
+
+    def read(self, start: int, frontier: int, max_rows: int = 20_000) -> tuple[list[Event], int]:
+        """The committed events with start <= LSN < end, in LSN order, and `end` (at most `frontier`):
+        where the next read starts. About `max_rows` events at a time (whole files)."""
+        files = self._files(start, frontier)
+        taken, rows, end = [], 0, frontier
+        for first, _last, path in files:
+            if taken and rows >= max_rows and first > start:
+                end = first  # every event below it is in the files taken
+                break
+            data = pq.read_table(path)
+            taken.append((path, data))
+            rows += data.num_rows
+        events: list[Event] = []
+        for path, data in taken:
+            schema, table = folder_table(path.parent.name)
+            metadata = data.schema.metadata or {}
+            key = tuple(k for k in metadata.get(b"logtide.key", b"").decode().split(",") if k)
+            has_missing = "_missing" in data.column_names
+            for row in data.to_pylist():
+                lsn = int(row["_lsn"])
+                if start <= lsn < end:
+                    events.append(
+                        Event(
+                            schema,
+                            table,
+                            lsn,
+                            row["_op"],
+                            row["before"],
+                            row["after"],
+                            key,
+                            row["_txid"],
+                            row["_commit_ts"],
+                            tuple(row["_missing"] or ()) if has_missing else (),
+                        )
+                    )
+        events.sort(key=lambda e: e.lsn)
+        return events, end
+
+    def load_chunk(self, dump_id: str, table: str, chunk: int) -> tuple[ChunkMeta, list[dict[str, Any]]] | None:
+        schema, _, name = table.partition(".")
+        path = self.zone.root / "chunks" / dump_id / table_folder(schema, name) / f"{chunk:08d}.parquet"
+        try:
+            data = pq.read_table(path)
+            meta = read_chunk_meta(path)
+        except FileNotFoundError:
+            return None
+        return meta, data.column("after").to_pylist()
+
+    def open_windows_before(self, frontier: int) -> int:
+        """The LSN of the oldest LOW watermark below `frontier` whose chunk has no HIGH below it (a window
+        open at the frontier), or `frontier`: where an output that starts at the frontier begins to read."""
+        data = self.zone.read_table(WATERMARK_SCHEMA, WATERMARK_TABLE)
+        open_lows: dict[tuple[str, str], int] = {}
+        if data is not None:
+            for row in data.select(["_lsn", "after"]).to_pylist():
+                lsn, mark = int(row["_lsn"]), row["after"]
+                if mark is None or lsn >= frontier:
+                    continue
+                slot = (mark["dump_id"], mark["table_name"])
+                if mark["kind"] == "LOW":
+                    open_lows[slot] = lsn
+                else:
+                    open_lows.pop(slot, None)
+        return min(open_lows.values(), default=frontier)
+
+
+@dataclass(frozen=True)
+class Position:
+    """An output's acknowledged position: every message up to (lsn, order) is acknowledged; a restart
+    reads the log again from `replay_from` (to rebuild the windows open there) and sends what follows."""
+
+    lsn: int
+    order: int
+    replay_from: int
+    delivered: int = 0  # messages acknowledged so far (all runs)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": POSITION_VERSION,
+            "lsn": lsn_text(self.lsn),
+            "order": self.order,
+            "replay_from": lsn_text(self.replay_from),
+            "delivered": self.delivered,
+            "updated_at": datetime.now(UTC).isoformat(),
+        }
+
+
+def position_path(zone: LandingZone, output: str) -> Path:
+    return zone.root / "outputs" / output / "position.json"
+
+
+def read_position(zone: LandingZone, output: str) -> Position | None:
+    path = position_path(zone, output)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except ValueError as exc:
+        raise LandingZoneError(f"output position {path} is unreadable ({exc}); delete it to start over") from None
+    if data.get("version") != POSITION_VERSION:
+        raise LandingZoneError(f"output position {path} has format {data.get('version')!r}, not {POSITION_VERSION}")
+    return Position(int(data["lsn"]), int(data["order"]), int(data["replay_from"]), int(data.get("delivered", 0)))
+
+
+def write_position(zone: LandingZone, output: str, position: Position) -> None:
+    path = position_path(zone, output)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(position.to_json(), path)

@@ -1,0 +1,133 @@
+"""The output relay: follows a source's committed landing zone, interleaves dump chunks with the log
+(capture/output/interleave.py) and delivers the stream to one output, at least once, in order.
+
+Its acknowledged position (capture/output/landing.py, `Position`) is written atomically after every
+acknowledged delivery: (lsn, order) of the last acknowledged message and `replay_from`, where reading must
+start again to rebuild the dump windows open at that message. After any crash (of the relay or of capture)
+the relay reads from `replay_from`, skips every message up to (lsn, order), and sends the rest: nothing is
+lost, the order is the log's, and the only duplicates are messages sent but not yet acknowledged.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from capture.config import OutputConfig
+from capture.errors import LockHeldError
+from capture.landing import LandingZone
+from capture.log import get_logger
+from capture.output.formats import Message, encode
+from capture.output.interleave import Event, Interleaver
+from capture.output.landing import LandingReader, Position, position_path, read_position, write_position
+from capture.output.sinks import Output
+
+log = get_logger(__name__)
+
+IDLE_POSITION_S = 5.0  # how often an idle relay records that it read further (a shorter replay)
+READ_ROWS = 20_000
+
+
+@contextmanager
+def output_lock(zone: LandingZone, name: str) -> Iterator[None]:
+    path = position_path(zone, name).with_name("relay.lock")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle = open(path, "a+")  # noqa: SIM115 - held for the life of the context
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise LockHeldError(f"another relay is running output {name!r} of source {zone.source!r}") from None
+        yield
+    finally:
+        handle.close()
+
+
+class Relay:
+    def __init__(self, zone: LandingZone, kind: str, name: str, config: OutputConfig, output: Output) -> None:
+        self.zone, self.kind, self.name, self.config, self.output = zone, kind, name, config, output
+        self.reader = LandingReader(zone)
+        self.delivered = 0
+        self.retries = 0
+        self.position: Position | None = None
+
+    def _initial(self) -> Position:
+        position = read_position(self.zone, self.name)
+        if position is not None:
+            log.info("output.resuming", output=self.name, lsn=position.lsn, order=position.order)
+            return position
+        if self.config.start == "beginning":
+            log.info("output.first_start", output=self.name, start="beginning")
+            return Position(-1, 0, 0)
+        frontier = self.reader.frontier()
+        replay = self.reader.open_windows_before(frontier)
+        log.info("output.first_start", output=self.name, start="checkpoint", frontier=frontier, replay_from=replay)
+        return Position(frontier - 1, 1 << 62, replay)
+
+    def run(self, stop: threading.Event) -> None:
+        with output_lock(self.zone, self.name):
+            try:
+                self._run(stop)
+            finally:
+                self.output.close()
+
+    def _run(self, stop: threading.Event) -> None:
+        position = self.position = self._initial()
+        self.delivered = position.delivered
+        acked = (position.lsn, position.order)
+        interleaver = Interleaver(self.reader.load_chunk, self.config.window_timeout_s, self.config.lookback)
+        read_at = position.replay_from
+        pending: list[tuple[Message, int]] = []  # a message and where a replay must start to send it again
+        last_written = time.monotonic()
+        while not stop.is_set():
+            frontier = self.reader.frontier()
+            if read_at >= frontier:
+                if pending:
+                    self._deliver(pending, stop)
+                elif time.monotonic() - last_written > IDLE_POSITION_S and read_at - 1 > self.position.lsn:
+                    # everything below read_at is delivered or was nothing to deliver
+                    self._save(Position(read_at - 1, 1 << 62, interleaver.replay_from(read_at), self.delivered))
+                    last_written = time.monotonic()
+                stop.wait(self.config.poll_interval_s)
+                continue
+            events, read_at = self.reader.read(read_at, frontier, READ_ROWS)
+            for event in events:
+                replay = interleaver.replay_from(event.lsn)
+                for out in interleaver.push(event):
+                    if out.position <= acked or not self.config.includes(out.schema, out.table):
+                        continue
+                    pending.append((encode(self.config.format, self.zone.source, self.kind, out), replay))
+                    if len(pending) >= self.config.batch_size:
+                        self._deliver(pending, stop)
+                        if stop.is_set():
+                            return
+            if pending:
+                self._deliver(pending, stop)
+            last_written = time.monotonic()
+
+    def _deliver(self, pending: list[tuple[Message, int]], stop: threading.Event) -> None:
+        """Deliver everything pending, in batches, retrying what is not acknowledged with backoff (never
+        dropping it); the position is written after every acknowledgement. Returns early only on stop."""
+        delay = 0.2
+        while pending and not stop.is_set():
+            batch = pending[: self.config.batch_size]
+            done = self.output.deliver([m for m, _ in batch])
+            if done:
+                message, replay = batch[done - 1]
+                self.delivered += done
+                event: Event = message.event
+                self._save(Position(event.lsn, event.order, replay, self.delivered))
+                del pending[:done]
+                delay = 0.2
+                continue
+            self.retries += 1
+            log.warning("output.retrying", output=self.name, pending=len(pending), in_s=round(delay, 2))
+            stop.wait(delay)
+            delay = min(delay * 2, self.config.max_backoff_s)
+
+    def _save(self, position: Position) -> None:
+        write_position(self.zone, self.name, position)
+        self.position = position

@@ -1,0 +1,150 @@
+"""Helpers for the output tests: `logtide relay` as a child process, a JetStream reader, the stream an
+offline interleaver makes of a whole landing zone, and the table state a stream of messages rebuilds."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from capture.landing import LandingZone
+from capture.output.formats import message_id
+from capture.output.interleave import Event, Interleaver
+from capture.output.landing import LandingReader
+from tests.servers import wait_for
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+
+
+def add_outputs(config_path: Path, outputs: dict[str, dict[str, Any]]) -> None:
+    data = yaml.safe_load(config_path.read_text())
+    data["outputs"] = outputs
+    config_path.write_text(yaml.safe_dump(data))
+
+
+class RelayProcess:
+    """`logtide relay --source src` as a child process."""
+
+    def __init__(self, config_path: Path, workdir: Path, source: str = "src") -> None:
+        self.config_path, self.source = config_path, source
+        self.log_path = workdir / f"relay-{source}.log"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> RelayProcess:
+        log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "capture.cli", "--config", str(self.config_path), "relay", "--source", self.source],
+            cwd=ROOT,
+            stdout=log,
+            stderr=log,
+            env=dict(os.environ),
+        )
+        return self
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+    def stop(self) -> int:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(timeout=30)
+
+    def log(self) -> str:
+        return self.log_path.read_text() if self.log_path.exists() else ""
+
+
+def expected_stream(zone: LandingZone, tables: set[str] | None = None) -> list[Event]:
+    """The whole landing zone through one interleaver, at once: what a relay started at the beginning
+    must have delivered (in this order) once it caught up."""
+    reader = LandingReader(zone)
+    events, _ = reader.read(0, reader.frontier(), max_rows=1 << 62)
+    interleaver = Interleaver(reader.load_chunk)
+    out = [o for e in events for o in interleaver.push(e)]
+    return [o for o in out if tables is None or o.qualified_name in tables]
+
+
+def expected_ids(zone: LandingZone, tables: set[str] | None = None) -> list[str]:
+    return [message_id(zone.source, e) for e in expected_stream(zone, tables)]
+
+
+def read_jetstream(url: str, stream: str, subject: str) -> list[tuple[str, dict[str, Any]]]:
+    """Every message of the stream, in stream order: (Nats-Msg-Id, decoded payload)."""
+    import nats
+
+    async def read() -> list[tuple[str, dict[str, Any]]]:
+        nc = await nats.connect(url)
+        try:
+            js = nc.jetstream()
+            total = (await js.stream_info(stream)).state.messages
+            got: list[tuple[str, dict[str, Any]]] = []
+            if not total:
+                return got
+            sub = await js.pull_subscribe(subject, stream=stream)
+            while len(got) < total:
+                for msg in await sub.fetch(1000, timeout=5):
+                    got.append((msg.headers["Nats-Msg-Id"], json.loads(msg.data)))
+                    await msg.ack()
+            await sub.unsubscribe()
+            return got
+        finally:
+            await nc.close()
+
+    return asyncio.run(read())
+
+
+def stream_count(url: str, stream: str) -> int:
+    import nats
+    from nats.js.errors import NotFoundError
+
+    async def count() -> int:
+        nc = await nats.connect(url)
+        try:
+            return (await nc.jetstream().stream_info(stream)).state.messages
+        except NotFoundError:
+            return 0
+        finally:
+            await nc.close()
+
+    return asyncio.run(count())
+
+
+def wait_count(url: str, stream: str, count: int, relay: RelayProcess, timeout: float = 60) -> None:
+    def enough() -> bool:
+        assert relay.process is not None
+        if relay.process.poll() is not None:
+            raise AssertionError(f"relay exited with {relay.process.returncode}:\n{relay.log()}")
+        return stream_count(url, stream) >= count
+
+    wait_for(enough, timeout, interval=0.2, what=f"{count} messages in JetStream stream {stream}")
+
+
+def logtide_state(messages: list[dict[str, Any]], key: str = "id") -> dict[Any, dict[str, Any]]:
+    """The table Logtide-format messages rebuild, applied in order (the last per key wins)."""
+    state: dict[Any, dict[str, Any]] = {}
+    for m in messages:
+        k = m["key"][key]
+        if m["op"] == "d":
+            state.pop(k, None)
+        else:
+            state[k] = m["after"]
+    return state
+
+
+def debezium_state(messages: list[dict[str, Any]], key: str = "id") -> dict[Any, dict[str, Any]]:
+    """The same from Debezium envelopes, as a Debezium consumer reads them (after, or before on a delete)."""
+    state: dict[Any, dict[str, Any]] = {}
+    for m in messages:
+        if m["op"] == "d":
+            state.pop(m["before"][key], None)
+        else:
+            state[m["after"][key]] = m["after"]
+    return state

@@ -1,0 +1,188 @@
+"""Real-time outputs against real servers: MariaDB, the capture service and `logtide relay` as processes,
+a private NATS JetStream server, and a local webhook that fails and times out on purpose."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from capture.dump.control import DumpSettings
+from capture.dump.engine import DumpRequest
+from capture.output.landing import Position, read_position
+from tests.integration.dumping import Workload, open_engine, reconciled_state, table_state, wait_until_landed
+from tests.integration.outputs import (
+    RelayProcess,
+    add_outputs,
+    debezium_state,
+    expected_stream,
+    logtide_state,
+    read_jetstream,
+    wait_count,
+)
+from tests.servers import wait_for
+
+pytestmark = pytest.mark.integration
+
+
+def _populate(mariadb, database: str, rows: int) -> None:
+    mariadb.execute(
+        "CREATE TABLE ledger (id INT PRIMARY KEY, v INT, note VARCHAR(20))",
+        f"INSERT INTO ledger SELECT seq, seq % 100, CONCAT('row', seq) FROM seq_1_to_{rows}",
+        database=database,
+    )
+
+
+def _dump_in_thread(capture, table: str, chunk_size: int, delay_s: float) -> tuple[threading.Thread, list]:
+    outcome: list = []
+
+    def run() -> None:
+        engine, source = open_engine(capture)
+        try:
+            outcome.append(
+                engine.run(DumpRequest(tables=[table], settings=DumpSettings(chunk_size=chunk_size, delay_s=delay_s)))
+            )
+        except BaseException as exc:
+            outcome.append(exc)
+        finally:
+            source.close()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, outcome
+
+
+def test_jetstream_gets_the_log_and_dump_rows_interleaved_through_kills_of_capture_and_relay(
+    mariadb, database, make_capture, nats_server, tmp_path
+):
+    _populate(mariadb, database, 3000)  # history before capture started: only the dump brings it
+    capture = make_capture([f"{database}.*"])
+    stream, prefix = f"S{uuid.uuid4().hex[:8]}", f"p{uuid.uuid4().hex[:8]}"
+    output = {"source": "src", "kind": "nats", "url": nats_server.url, "stream": stream, "subject_prefix": prefix}
+    add_outputs(capture.config_path, {"js": {**output, "start": "beginning", "batch_size": 200}})
+    capture.start().wait_running()
+    relay = RelayProcess(capture.config_path, tmp_path).start()
+    workload = Workload(mariadb, database, "ledger", 100_000, seed=3)
+    workload.start()
+    dump, outcome = _dump_in_thread(capture, f"{database}.ledger", chunk_size=50, delay_s=0.1)
+    try:
+        time.sleep(1.5)
+        capture.kill()  # SIGKILL mid-dump, under load
+        capture.start()
+        wait_for(lambda: (read_position(capture.zone, "js") or Position(0, 0, 0)).delivered > 500, 30)
+        relay.kill()  # SIGKILL mid-run: it resumes from its acknowledged position
+        dump_running_at_kill = dump.is_alive()
+        relay.start()
+        dump.join(timeout=120)
+    finally:
+        workload.stop()
+    assert outcome and not isinstance(outcome[0], BaseException), outcome
+    assert dump_running_at_kill, "the relay was killed after the dump ended: make the dump longer"
+    wait_until_landed(mariadb, capture)
+
+    expected = expected_stream(capture.zone)
+    wait_count(nats_server.url, stream, len(expected), relay)
+    time.sleep(0.5)  # nothing more may come
+    got = read_jetstream(nats_server.url, stream, f"{prefix}.>")
+    relay.stop()
+    # every message once (retries of unacknowledged ones are dropped by their Nats-Msg-Id), in log order
+    assert [i for i, _ in got] == [f"src:{e.lsn}" if e.order == 0 else f"src:{e.lsn}:{e.order}" for e in expected]
+    positions = [(int(m["lsn"]), m["order"]) for _, m in got]
+    assert positions == sorted(positions)
+    rows = [m for _, m in got]
+    assert sum(m["op"] == "r" for m in rows) > 1000 and workload.transactions > 50
+    assert all(m["dump"]["chunk"] >= 1 for m in rows if m["op"] == "r")
+    source = {k[0]: row for k, row in table_state(mariadb, database, "ledger").items()}
+    assert logtide_state(rows) == source
+    # the merge's reference rebuilds the same table from the same landing zone
+    assert {k[0]: row for k, row in reconciled_state(capture, database, "ledger")[0].items()} == source
+    assert "output.resuming" in relay.log()
+
+
+class _Hook(BaseHTTPRequestHandler):
+    """Answers 500 to the first POST, takes too long over the second (it did receive it), then 200."""
+
+    def log_message(self, *args) -> None:  # quiet
+        pass
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        server = self.server
+        with server.lock:  # type: ignore[attr-defined]
+            n = server.posts = server.posts + 1  # type: ignore[attr-defined]
+            if n > 1:
+                server.received.append(json.loads(body))  # type: ignore[attr-defined]
+        if n == 1:
+            self.send_response(500)
+            self.end_headers()
+            return
+        if n == 2:
+            time.sleep(1.5)  # past the client's timeout_s
+        try:
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"ok")
+        except BrokenPipeError:  # the client gave up (the timed-out POST)
+            pass
+
+
+def test_webhook_retries_failures_and_timeouts_and_loses_nothing_in_debeziums_envelope(
+    mariadb, database, make_capture, tmp_path
+):
+    _populate(mariadb, database, 400)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Hook)
+    server.posts, server.received, server.lock = 0, [], threading.Lock()  # type: ignore[attr-defined]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    capture = make_capture([f"{database}.*"])
+    hook = {
+        "source": "src",
+        "kind": "webhook",
+        "url": f"http://127.0.0.1:{server.server_port}/events",
+        "format": "debezium",
+        "start": "beginning",
+        "batch_size": 50,
+        "timeout_s": 0.5,
+        "max_backoff_s": 0.5,
+    }
+    add_outputs(capture.config_path, {"hook": hook})
+    capture.start().wait_running()
+    relay = RelayProcess(capture.config_path, tmp_path).start()
+    workload = Workload(mariadb, database, "ledger", 100_000, seed=4)
+    workload.start()
+    dump, outcome = _dump_in_thread(capture, f"{database}.ledger", chunk_size=40, delay_s=0.05)
+    try:
+        dump.join(timeout=60)
+    finally:
+        workload.stop()
+    assert outcome and not isinstance(outcome[0], BaseException), outcome
+    wait_until_landed(mariadb, capture)
+    expected = [(e.lsn, e.order) for e in expected_stream(capture.zone)]
+
+    def first_copies() -> list[dict]:
+        seen, out = set(), []
+        for batch in list(server.received):  # type: ignore[attr-defined]
+            for m in batch:
+                position = (int(m["source"]["lsn"]), m["source"]["order"])
+                if position not in seen:
+                    seen.add(position)
+                    out.append(m)
+        return out
+
+    try:
+        wait_for(lambda: len(first_copies()) >= len(expected), 60, interval=0.2, what="every message at the webhook")
+    finally:
+        relay.stop()
+        server.shutdown()
+    messages = first_copies()
+    assert [(int(m["source"]["lsn"]), m["source"]["order"]) for m in messages] == expected
+    every = [(int(m["source"]["lsn"]), m["source"]["order"]) for b in server.received for m in b]  # type: ignore[attr-defined]
+    duplicates = len(every) - len(messages)
+    assert 0 < duplicates <= 50  # only the batch whose answer timed out came twice
+    assert server.posts >= 3 and "output.post_failed" in relay.log() and "output.retrying" in relay.log()
+    assert any(m["op"] == "r" and m["source"]["snapshot"] == "incremental" for m in messages)
+    source = {k[0]: row for k, row in table_state(mariadb, database, "ledger").items()}
+    assert debezium_state(messages) == source

@@ -1,0 +1,274 @@
+"""DBLog's scenarios for the online interleaver (capture/output/interleave.py), without servers: what is
+emitted, in which order, which chunk rows a window drops, and where it refuses to go on."""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from capture.dump.reconcile import apply
+from capture.errors import WatermarkError
+from capture.landing.chunks import ChunkMeta
+from capture.output.interleave import Event, Interleaver
+
+pytestmark = pytest.mark.unit
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+class Log:
+    """Builds a log in LSN order and the chunk files its HIGH watermarks name."""
+
+    def __init__(self) -> None:
+        self.lsn = 100
+        self.chunks: dict[tuple[str, str, int], tuple[ChunkMeta, list[dict[str, Any]]]] = {}
+        self.ts = T0
+
+    def _next(self) -> int:
+        self.lsn += 10
+        return self.lsn
+
+    def change(self, op: str, row: dict[str, Any], table: str = "db.t", key=("id",), txid: str | None = None, **kw):
+        schema, _, name = table.partition(".")
+        before = row if op in ("u", "d") else None
+        after = row if op != "d" else None
+        return Event(schema, name, self._next(), op, before, after, key, txid, self.ts, **kw)
+
+    def mark(self, kind: str, mark_id: str, dump: str = "d1", table: str = "db.t", chunk: int = 1) -> Event:
+        after = {"dump_id": dump, "table_name": table, "chunk": chunk, "kind": kind, "watermark_id": mark_id}
+        return Event("logtide", "watermarks", self._next(), "u", after, after, ("slot",), "1", self.ts)
+
+    def chunk(self, low: str, high: str, rows, dump="d1", table="db.t", chunk=1, key=("id",), read_view=None) -> None:
+        meta = ChunkMeta(dump, table, chunk, low, high, key, None, None, None, False, None, len(rows), read_view)
+        self.chunks[(dump, table, chunk)] = (meta, rows)
+
+    def load(self, dump: str, table: str, chunk: int):
+        return self.chunks.get((dump, table, chunk))
+
+
+def run(log: Log, events: list[Event], **kw) -> list[Event]:
+    interleaver = Interleaver(log.load, **kw)
+    return [out for e in events for out in interleaver.push(e)]
+
+
+def rows(n: range, v: int = 0) -> list[dict[str, Any]]:
+    return [{"id": i, "v": v} for i in n]
+
+
+def brief(out: list[Event]) -> list[tuple[str, Any]]:
+    return [(e.op, e.key_values()["id"]) for e in out]
+
+
+def test_a_change_inside_the_window_drops_its_chunk_row_and_the_rest_follow_high_in_key_order():
+    log = Log()
+    log.chunk("L", "H", rows(range(1, 5)))
+    events = [log.mark("LOW", "L"), log.change("u", {"id": 2, "v": 9}), log.mark("HIGH", "H")]
+    out = run(log, events)
+    assert brief(out) == [("u", 2), ("r", 1), ("r", 3), ("r", 4)]
+    high = events[-1]
+    assert [(e.lsn, e.order) for e in out[1:]] == [(high.lsn, 1), (high.lsn, 3), (high.lsn, 4)]
+    assert all(e.dump_id == "d1" and e.chunk == 1 for e in out[1:])
+    assert apply_state(out) == {1: 0, 2: 9, 3: 0, 4: 0}
+
+
+def apply_state(out: list[Event]) -> dict[Any, Any]:
+    from capture.dump.reconcile import StreamEvent
+
+    stream = [StreamEvent(e.lsn, e.order, e.op, (e.key_values()["id"],), e.after, e.missing) for e in out]
+    return {k[0]: row["v"] for k, row in apply(stream).items()}
+
+
+def test_output_order_before_low_inside_at_high_and_after():
+    log = Log()
+    log.chunk("L", "H", rows(range(1, 4)))
+    events = [
+        log.change("u", {"id": 1, "v": 1}),  # before LOW: the chunk's snapshot saw it, no reason to drop row 1
+        log.mark("LOW", "L"),
+        log.change("c", {"id": 7, "v": 7}),  # inside (not a chunk key)
+        log.change("d", {"id": 3, "v": 0}),  # inside: row 3 dropped
+        log.mark("HIGH", "H"),
+        log.change("u", {"id": 2, "v": 5}),  # after HIGH
+    ]
+    out = run(log, events)
+    assert brief(out) == [("u", 1), ("c", 7), ("d", 3), ("r", 1), ("r", 2), ("u", 2)]
+    assert [e.lsn for e in out] == sorted(e.lsn for e in out)
+    assert apply_state(out) == {1: 0, 2: 5, 7: 7}
+
+
+def test_another_tables_event_does_not_suppress():
+    log = Log()
+    log.chunk("L", "H", rows(range(1, 3)))
+    out = run(log, [log.mark("LOW", "L"), log.change("u", {"id": 1, "v": 3}, table="db.other"), log.mark("HIGH", "H")])
+    assert [(e.table, e.op, e.key_values()["id"]) for e in out] == [("other", "u", 1), ("t", "r", 1), ("t", "r", 2)]
+
+
+def test_an_empty_chunk_emits_nothing_and_closes_its_window():
+    log = Log()
+    log.chunk("L", "H", [])
+    interleaver = Interleaver(log.load)
+    assert interleaver.push(log.mark("LOW", "L")) == [] and interleaver.open_windows == 1
+    assert interleaver.push(log.mark("HIGH", "H")) == [] and interleaver.open_windows == 0
+    after = log.change("c", {"id": 1, "v": 1})
+    assert interleaver.push(after) == [after]
+
+
+def test_every_row_colliding_drops_the_whole_chunk():
+    log = Log()
+    log.chunk("L", "H", rows(range(1, 4)))
+    low = log.mark("LOW", "L")
+    changes = [log.change("u", {"id": i, "v": 5}) for i in range(1, 4)]
+    out = run(log, [low, *changes, log.mark("HIGH", "H")])
+    assert brief(out) == [("u", 1), ("u", 2), ("u", 3)]
+
+
+def test_composite_keys_compare_every_column():
+    log = Log()
+    key = ("a", "b")
+    chunk_rows = [{"a": 1, "b": "x", "v": 0}, {"a": 1, "b": "y", "v": 0}, {"a": 2, "b": "x", "v": 0}]
+    log.chunk("L", "H", chunk_rows, key=key)
+    out = run(log, [log.mark("LOW", "L"), log.change("u", {"a": 1, "b": "x", "v": 1}, key=key), log.mark("HIGH", "H")])
+    assert [(e.op, e.after["a"], e.after["b"]) for e in out] == [("u", 1, "x"), ("r", 1, "y"), ("r", 2, "x")]
+
+
+def test_forty_events_in_one_window_keep_log_order():
+    log = Log()
+    log.chunk("L", "H", rows(range(0, 100, 2)))  # even keys
+    low = log.mark("LOW", "L")
+    changes = [log.change("u", {"id": (i * 7) % 50, "v": i}) for i in range(40)]
+    out = run(log, [low, *changes, log.mark("HIGH", "H")])
+    assert out[:40] == changes
+    touched = {(i * 7) % 50 for i in range(40)}
+    assert [e.key_values()["id"] for e in out[40:]] == [k for k in range(0, 100, 2) if k not in touched]
+
+
+def test_several_windows_of_several_tables_open_at_once():
+    log = Log()
+    log.chunk("La", "Ha", rows(range(1, 3)), dump="d1", table="db.a")
+    log.chunk("Lb", "Hb", rows(range(1, 3)), dump="d2", table="db.b")
+    events = [
+        log.mark("LOW", "La", "d1", "db.a"),
+        log.mark("LOW", "Lb", "d2", "db.b"),
+        log.change("u", {"id": 1, "v": 1}, table="db.a"),
+        log.change("u", {"id": 2, "v": 1}, table="db.b"),
+        log.mark("HIGH", "Ha", "d1", "db.a"),
+        log.change("u", {"id": 1, "v": 2}, table="db.b"),  # after a's HIGH, inside b's window
+        log.mark("HIGH", "Hb", "d2", "db.b"),
+    ]
+    out = run(log, events)
+    assert [(e.table, e.op, e.key_values()["id"]) for e in out] == [
+        ("a", "u", 1),
+        ("b", "u", 2),
+        ("a", "r", 2),
+        ("b", "u", 1),
+    ]
+
+
+def test_a_low_without_high_is_dropped_when_its_dump_redoes_the_chunk(caplog):
+    log = Log()
+    log.chunk("L2", "H2", rows(range(1, 3)))  # the redone chunk's file replaced the first one's
+    interleaver = Interleaver(log.load)
+    events = [log.mark("LOW", "L1"), log.change("u", {"id": 1, "v": 1}), log.mark("LOW", "L2"), log.mark("HIGH", "H2")]
+    with caplog.at_level(logging.WARNING):
+        out = [o for e in events for o in interleaver.push(e)]
+    assert brief(out) == [("u", 1), ("r", 1), ("r", 2)]  # the change before the redone LOW does not count
+    assert interleaver.windows_dropped == 1 and interleaver.open_windows == 0
+    assert "output.window_dropped" in caplog.text and "chunk redone" in caplog.text
+
+
+def test_a_window_open_past_its_timeout_is_dropped_and_its_late_high_refused():
+    log = Log()
+    log.chunk("L", "H", rows(range(1, 3)))
+    interleaver = Interleaver(log.load, window_timeout_s=60)
+    interleaver.push(log.mark("LOW", "L"))
+    log.ts = T0 + timedelta(seconds=61)
+    interleaver.push(log.change("c", {"id": 9, "v": 0}))
+    assert interleaver.open_windows == 0 and interleaver.windows_dropped == 1
+    with pytest.raises(WatermarkError, match="window_timeout_s"):
+        interleaver.push(log.mark("HIGH", "H"))
+
+
+def test_a_high_whose_file_carries_another_high_closes_the_window_without_rows():
+    log = Log()
+    log.chunk("L2", "H2", rows(range(1, 3)))  # read again after a schema change: the file names H2
+    interleaver = Interleaver(log.load)
+    out = [o for e in [log.mark("LOW", "L1"), log.mark("HIGH", "H1")] for o in interleaver.push(e)]
+    assert out == [] and interleaver.open_windows == 0
+    out = [o for e in [log.mark("LOW", "L2"), log.mark("HIGH", "H2")] for o in interleaver.push(e)]
+    assert brief(out) == [("r", 1), ("r", 2)]
+
+
+@pytest.mark.parametrize(
+    "case, match",
+    [
+        ("duplicate_low", "twice"),
+        ("duplicate_high", "twice"),
+        ("high_without_low", "no LOW before it"),
+        ("high_before_low", "no LOW before it"),
+        ("low_of_an_earlier_chunk", "out of order"),
+        ("lsn_backwards", "must be in order"),
+    ],
+)
+def test_contradictions_fail_closed(case, match):
+    log = Log()
+    log.chunk("L", "H", rows(range(1, 3)))
+    log.chunk("L0", "H0", rows(range(1, 3)), chunk=0)
+    low, high = log.mark("LOW", "L"), log.mark("HIGH", "H")
+    events = {
+        "duplicate_low": [low, _at(low, log._next())],
+        "duplicate_high": [low, high, _at(high, log._next())],
+        "high_without_low": [high],
+        "high_before_low": [high, _at(low, log._next())],
+        "low_of_an_earlier_chunk": [low, high, log.mark("LOW", "L0", chunk=0), log.mark("HIGH", "H0", chunk=0)],
+        "lsn_backwards": [_at(low, 50), _at(low, 40)],
+    }[case]
+    interleaver = Interleaver(log.load)
+    with pytest.raises(WatermarkError, match=match):
+        for event in events:
+            interleaver.push(event)
+
+
+def _at(event: Event, lsn: int) -> Event:
+    from dataclasses import replace
+
+    return replace(event, lsn=lsn)
+
+
+def test_postgresql_a_commit_the_chunks_snapshot_missed_before_low_drops_the_row():
+    log = Log()
+    before_low = log.lsn + 1
+    hidden = log.change("u", {"id": 1, "v": 8}, txid="105")  # committed before LOW, invisible to the snapshot
+    seen = log.change("u", {"id": 2, "v": 8}, txid="90")  # committed and visible
+    view = {"snapshot": "95:100:", "before_low": before_low}
+    log.chunk("L", "H", rows(range(1, 4)), read_view=view)
+    out = run(log, [hidden, seen, log.mark("LOW", "L"), log.mark("HIGH", "H")])
+    assert brief(out) == [("u", 1), ("u", 2), ("r", 2), ("r", 3)]
+
+
+def test_postgresql_toast_a_dropped_rows_value_no_window_event_carried_is_kept():
+    log = Log()
+    key = ("id",)
+    log.chunk("L", "H", [{"id": 1, "title": "t", "body": "B"}], key=key)
+    low = log.mark("LOW", "L")
+    update = log.change("u", {"id": 1, "title": "new", "body": None}, missing=("body",))
+    out = run(log, [low, update, log.mark("HIGH", "H")])
+    assert [(e.op, e.missing) for e in out] == [("u", ("body",)), ("r", ("title",))]
+    assert out[1].after["body"] == "B"
+
+
+def test_replay_from_covers_the_open_windows_look_back():
+    log = Log()
+    log.chunk("L", "H", rows(range(1, 3)))
+    interleaver = Interleaver(log.load, lookback=2)
+    first = log.change("c", {"id": 5, "v": 0})
+    second = log.change("c", {"id": 6, "v": 0})
+    third = log.change("c", {"id": 7, "v": 0})
+    for e in (first, second, third):
+        interleaver.push(e)
+    assert interleaver.replay_from(999) == 999
+    interleaver.push(log.mark("LOW", "L"))
+    assert interleaver.replay_from(999) == second.lsn  # the look-back keeps the last 2 events
+    interleaver.push(log.mark("HIGH", "H"))
+    assert interleaver.replay_from(999) == 999
