@@ -41,7 +41,7 @@ def _relay(config: LogtideConfig, args: argparse.Namespace) -> int:
     from capture.output.relay import Relay
     from capture.output.sinks import open_output
 
-    kind = config.source(args.source).kind
+    source = config.source(args.source)
     names = [n for n, o in config.outputs.items() if o.source == args.source and (not args.output or n in args.output)]
     unknown = sorted(set(args.output or ()) - set(config.outputs))
     if unknown or not names:
@@ -60,7 +60,8 @@ def _relay(config: LogtideConfig, args: argparse.Namespace) -> int:
     def run(name: str) -> None:
         output = config.outputs[name]
         try:
-            Relay(zone, kind, name, output, open_output(name, args.source, output)).run(stop)
+            sink = open_output(name, args.source, output)
+            Relay(zone, source.kind, name, output, sink, source.database).run(stop)
         except BaseException as exc:
             log.error("relay.failed", output=name, error_type=type(exc).__name__, error=str(exc))
             failures.append(exc)

@@ -76,6 +76,33 @@ def source_status(config: LogtideConfig, name: str) -> dict[str, Any]:
     report["lag"] = lag_status(name, source, zone, checkpoint)
     report["dumps"] = dumps_status(zone)
     report["targets"] = targets_status(config.merge, name, source, zone, checkpoint)
+    report["outputs"] = outputs_status(config, name, zone)
+    return report
+
+
+def outputs_status(config: LogtideConfig, source: str, zone: LandingZone) -> list[dict[str, Any]]:
+    """Each output of the source: its acknowledged position and whether its relay is retrying (why, since when)."""
+    from capture.output.landing import position_path, read_position
+
+    report = []
+    for name, output in sorted(config.outputs.items()):
+        if output.source != source:
+            continue
+        position = read_position(zone, name)
+        state_path = position_path(zone, name).with_name("state.json")
+        state = _read_json(state_path) if state_path.exists() else {}
+        report.append(
+            {
+                "output": name,
+                "kind": output.kind,
+                "format": output.format,
+                "acknowledged_lsn": None if position is None else lsn_text(position.lsn),
+                "delivered": None if position is None else position.delivered,
+                "state": state.get("state", "never run"),
+                "error": state.get("error"),
+                "retrying_since": state.get("since"),
+            }
+        )
     return report
 
 
@@ -463,6 +490,16 @@ def render(report: list[dict[str, Any]]) -> str:
             lines.append("  targets (Iceberg):")
         for target in entry["targets"]:
             lines.append("    " + _render_target(target))
+        if entry.get("outputs"):
+            lines.append("  outputs:")
+        for output in entry.get("outputs", ()):
+            line = (
+                f"    {output['output']} ({output['kind']}, {output['format']}): {output['state']}  "
+                f"acknowledged to LSN {output['acknowledged_lsn']}  delivered {output['delivered']}"
+            )
+            if output["error"]:
+                line += f"  last error: {output['error']}"
+            lines.append(line)
     return "\n".join(lines)
 
 

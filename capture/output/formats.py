@@ -65,7 +65,7 @@ def message_id(source: str, event: Event) -> str:
     return f"{source}:{lsn}" if event.order == 0 else f"{source}:{lsn}:{event.order}"
 
 
-def logtide_json(source: str, kind: str, event: Event) -> dict[str, Any]:
+def logtide_json(source: str, kind: str, event: Event, database: str | None = None) -> dict[str, Any]:
     return {
         "source": source,
         "table": event.qualified_name,
@@ -82,20 +82,24 @@ def logtide_json(source: str, kind: str, event: Event) -> dict[str, Any]:
     }
 
 
-def debezium(source: str, kind: str, event: Event) -> dict[str, Any]:
+def debezium(source: str, kind: str, event: Event, database: str | None = None) -> dict[str, Any]:
     """Debezium's change event value (the envelope of its JSON converter, schemas off): before, after,
     source, op, ts_ms, transaction. Chunk rows are op `r` with source.snapshot "incremental", as Debezium's
-    own (DBLog-based) incremental snapshots; log events have snapshot "false"."""
+    own (DBLog-based) incremental snapshots; log events have snapshot "false". PostgreSQL: `db` is the
+    database, `schema` the schema, `txId` the xid as a number, as Debezium's connector has them."""
     connector = "postgresql" if kind == "postgresql" else "mysql"
+    txid: Any = event.txid
+    if connector == "postgresql" and txid is not None and txid.isdigit():
+        txid = int(txid)
     info: dict[str, Any] = {
         "version": VERSION,
         "connector": connector,
         "name": source,
         "ts_ms": _millis(event.commit_ts),
         "snapshot": "false" if event.op != "r" else "incremental",
-        "db": event.schema,
+        "db": database if connector == "postgresql" and database else event.schema,
         "table": event.table,
-        "txId": event.txid,
+        "txId": txid,
         "lsn": lsn_text(event.lsn),
         "order": event.order,
     }
@@ -116,7 +120,7 @@ def debezium(source: str, kind: str, event: Event) -> dict[str, Any]:
 FORMATS = {"logtide": logtide_json, "debezium": debezium}
 
 
-def encode(fmt: str, source: str, kind: str, event: Event) -> Message:
-    body = FORMATS[fmt](source, kind, event)
+def encode(fmt: str, source: str, kind: str, event: Event, database: str | None = None) -> Message:
+    body = FORMATS[fmt](source, kind, event, database)
     payload = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
     return Message(event, message_id(source, event), payload)

@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from capture.config import OutputConfig
 from capture.errors import LockHeldError
 from capture.landing import LandingZone
+from capture.landing.files import write_json_atomic
 from capture.log import get_logger
 from capture.output.formats import Message, encode
 from capture.output.interleave import Event, Interleaver
@@ -47,8 +48,17 @@ def output_lock(zone: LandingZone, name: str) -> Iterator[None]:
 
 
 class Relay:
-    def __init__(self, zone: LandingZone, kind: str, name: str, config: OutputConfig, output: Output) -> None:
+    def __init__(
+        self,
+        zone: LandingZone,
+        kind: str,
+        name: str,
+        config: OutputConfig,
+        output: Output,
+        database: str | None = None,
+    ) -> None:
         self.zone, self.kind, self.name, self.config, self.output = zone, kind, name, config, output
+        self.database = database  # PostgreSQL: the source's database (Debezium's source.db)
         self.reader = LandingReader(zone)
         self.delivered = 0
         self.retries = 0
@@ -76,6 +86,7 @@ class Relay:
 
     def _run(self, stop: threading.Event) -> None:
         position = self.position = self._initial()
+        self._state("delivering")
         self.delivered = position.delivered
         acked = (position.lsn, position.order)
         interleaver = Interleaver(self.reader.load_chunk, self.config.window_timeout_s, self.config.lookback)
@@ -99,7 +110,9 @@ class Relay:
                 for out in interleaver.push(event):
                     if out.position <= acked or not self.config.includes(out.schema, out.table):
                         continue
-                    pending.append((encode(self.config.format, self.zone.source, self.kind, out), replay))
+                    pending.append(
+                        (encode(self.config.format, self.zone.source, self.kind, out, self.database), replay)
+                    )
                     if len(pending) >= self.config.batch_size:
                         self._deliver(pending, stop)
                         if stop.is_set():
@@ -112,6 +125,7 @@ class Relay:
         """Deliver everything pending, in batches, retrying what is not acknowledged with backoff (never
         dropping it); the position is written after every acknowledgement. Returns early only on stop."""
         delay = 0.2
+        failing_since: float | None = None
         while pending and not stop.is_set():
             batch = pending[: self.config.batch_size]
             done = self.output.deliver([m for m, _ in batch])
@@ -122,11 +136,21 @@ class Relay:
                 self._save(Position(event.lsn, event.order, replay, self.delivered))
                 del pending[:done]
                 delay = 0.2
+                if failing_since is not None:
+                    failing_since = None
+                    self._state("delivering")
                 continue
             self.retries += 1
+            failing_since = failing_since or time.time()
+            self._state("retrying", error=self.output.last_error, since=failing_since, pending=len(pending))
             log.warning("output.retrying", output=self.name, pending=len(pending), in_s=round(delay, 2))
             stop.wait(delay)
             delay = min(delay * 2, self.config.max_backoff_s)
+
+    def _state(self, state: str, **details: object) -> None:
+        """What `logtide status` shows besides the position: delivering, or retrying since when and why."""
+        data = {"state": state, "retries": self.retries, "at": time.time(), **details}
+        write_json_atomic(data, position_path(self.zone, self.name).with_name("state.json"), durable=False)
 
     def _save(self, position: Position) -> None:
         write_position(self.zone, self.name, position)

@@ -22,6 +22,8 @@ log = get_logger(__name__)
 
 
 class Output(Protocol):
+    last_error: str | None  # why the last delivery was not (wholly) acknowledged
+
     def deliver(self, messages: list[Message]) -> int:
         """Send `messages` in order; return how many, from the first, are acknowledged (the rest: retry)."""
 
@@ -46,6 +48,7 @@ class NatsOutput:
 
         self._nats = nats
         self.name, self.source, self.config = name, source, config
+        self.last_error: str | None = None
         self._loop = asyncio.new_event_loop()
         self._nc: Any = None
         self._js: Any = None
@@ -103,7 +106,8 @@ class NatsOutput:
             )
             for result in results:
                 if isinstance(result, BaseException):
-                    log.warning("output.publish_failed", output=self.name, error=f"{type(result).__name__}: {result}")
+                    self.last_error = f"{type(result).__name__}: {result}"
+                    log.warning("output.publish_failed", output=self.name, error=self.last_error)
                     return done
                 done += 1
         return done
@@ -112,7 +116,8 @@ class NatsOutput:
         try:
             return self._run(self._publish(messages))
         except Exception as exc:
-            log.warning("output.publish_failed", output=self.name, error=f"{type(exc).__name__}: {exc}")
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            log.warning("output.publish_failed", output=self.name, error=self.last_error)
             return 0
 
     async def _close(self) -> None:
@@ -133,6 +138,7 @@ class WebhookOutput:
 
     def __init__(self, name: str, source: str, config: OutputConfig) -> None:
         self.name, self.source, self.config = name, source, config
+        self.last_error: str | None = None
 
     def deliver(self, messages: list[Message]) -> int:
         if not messages:
@@ -157,6 +163,7 @@ class WebhookOutput:
             error = f"HTTP {exc.code}"
         except (OSError, TimeoutError) as exc:  # URLError, refused, reset, timed out
             error = f"{type(exc).__name__}: {exc}"
+        self.last_error = error
         log.warning("output.post_failed", output=self.name, messages=len(messages), error=error)
         return 0
 

@@ -9,15 +9,19 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from capture.dump.control import DumpSettings
+from capture.dump.engine import DumpRequest
 from capture.landing import LandingZone
 from capture.output.formats import message_id
 from capture.output.interleave import Event, Interleaver
 from capture.output.landing import LandingReader
+from tests.integration.dumping import open_engine
 from tests.servers import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -60,6 +64,26 @@ class RelayProcess:
 
     def log(self) -> str:
         return self.log_path.read_text() if self.log_path.exists() else ""
+
+
+def dump_in_thread(capture, table: str, chunk_size: int, delay_s: float) -> tuple[threading.Thread, list]:
+    """Run a dump of `table` through the capture's source in a thread; its summary or error lands in the list."""
+    outcome: list = []
+
+    def run() -> None:
+        engine, source = open_engine(capture)
+        try:
+            outcome.append(
+                engine.run(DumpRequest(tables=[table], settings=DumpSettings(chunk_size=chunk_size, delay_s=delay_s)))
+            )
+        except BaseException as exc:
+            outcome.append(exc)
+        finally:
+            source.close()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, outcome
 
 
 def expected_stream(zone: LandingZone, tables: set[str] | None = None) -> list[Event]:

@@ -11,14 +11,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from capture.dump.control import DumpSettings
-from capture.dump.engine import DumpRequest
 from capture.output.landing import Position, read_position
-from tests.integration.dumping import Workload, open_engine, reconciled_state, table_state, wait_until_landed
+from tests.integration.dumping import Workload, reconciled_state, table_state, wait_until_landed
 from tests.integration.outputs import (
     RelayProcess,
     add_outputs,
     debezium_state,
+    dump_in_thread,
     expected_stream,
     logtide_state,
     read_jetstream,
@@ -37,25 +36,6 @@ def _populate(mariadb, database: str, rows: int) -> None:
     )
 
 
-def _dump_in_thread(capture, table: str, chunk_size: int, delay_s: float) -> tuple[threading.Thread, list]:
-    outcome: list = []
-
-    def run() -> None:
-        engine, source = open_engine(capture)
-        try:
-            outcome.append(
-                engine.run(DumpRequest(tables=[table], settings=DumpSettings(chunk_size=chunk_size, delay_s=delay_s)))
-            )
-        except BaseException as exc:
-            outcome.append(exc)
-        finally:
-            source.close()
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread, outcome
-
-
 def test_jetstream_gets_the_log_and_dump_rows_interleaved_through_kills_of_capture_and_relay(
     mariadb, database, make_capture, nats_server, tmp_path
 ):
@@ -68,7 +48,7 @@ def test_jetstream_gets_the_log_and_dump_rows_interleaved_through_kills_of_captu
     relay = RelayProcess(capture.config_path, tmp_path).start()
     workload = Workload(mariadb, database, "ledger", 100_000, seed=3)
     workload.start()
-    dump, outcome = _dump_in_thread(capture, f"{database}.ledger", chunk_size=50, delay_s=0.1)
+    dump, outcome = dump_in_thread(capture, f"{database}.ledger", chunk_size=50, delay_s=0.1)
     try:
         time.sleep(1.5)
         capture.kill()  # SIGKILL mid-dump, under load
@@ -153,7 +133,7 @@ def test_webhook_retries_failures_and_timeouts_and_loses_nothing_in_debeziums_en
     relay = RelayProcess(capture.config_path, tmp_path).start()
     workload = Workload(mariadb, database, "ledger", 100_000, seed=4)
     workload.start()
-    dump, outcome = _dump_in_thread(capture, f"{database}.ledger", chunk_size=40, delay_s=0.05)
+    dump, outcome = dump_in_thread(capture, f"{database}.ledger", chunk_size=40, delay_s=0.05)
     try:
         dump.join(timeout=60)
     finally:

@@ -1,0 +1,150 @@
+"""The output formats (capture/output/formats.py): Debezium's documented change-event envelope, and
+Logtide's own JSON, for every op, PostgreSQL's missing (TOAST) columns and the value types."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, date, datetime
+from decimal import Decimal
+
+import jsonschema
+import pytest
+
+from capture.config import parse_config
+from capture.errors import ConfigError
+from capture.output.formats import UNAVAILABLE, encode
+from capture.output.interleave import Event
+
+pytestmark = pytest.mark.unit
+
+# The value of a Debezium change event as the MySQL and PostgreSQL connector documentation describes it
+# ("Change event values": the payload's envelope, with Kafka Connect's JSON converter and schemas off):
+# op is required, one of c, u, d, r (read: a snapshot); before and after are optional row structs (null
+# where the operation has none); source is required, with version, connector, name, ts_ms (int64), db and
+# snapshot (an enum: true, first, first_in_data_collection, last_in_data_collection, last, false,
+# incremental), table, and the connector's position fields; ts_ms (optional) is when the connector
+# processed the event.
+DEBEZIUM_VALUE = {
+    "type": "object",
+    "required": ["op", "source", "before", "after"],
+    "properties": {
+        "op": {"enum": ["c", "u", "d", "r"]},
+        "before": {"type": ["object", "null"]},
+        "after": {"type": ["object", "null"]},
+        "ts_ms": {"type": "integer"},
+        "transaction": {"type": ["object", "null"]},
+        "source": {
+            "type": "object",
+            "required": ["version", "connector", "name", "ts_ms", "db", "snapshot", "table"],
+            "properties": {
+                "version": {"type": "string"},
+                "connector": {"enum": ["mysql", "postgresql"]},
+                "name": {"type": "string"},
+                "ts_ms": {"type": "integer"},
+                "db": {"type": "string"},
+                "table": {"type": "string"},
+                "snapshot": {
+                    "enum": [
+                        "true",
+                        "first",
+                        "first_in_data_collection",
+                        "last_in_data_collection",
+                        "last",
+                        "false",
+                        "incremental",
+                    ]
+                },
+            },
+        },
+    },
+    "allOf": [  # which images each op carries
+        {"if": {"properties": {"op": {"const": "c"}}}, "then": {"properties": {"before": {"type": "null"}}}},
+        {"if": {"properties": {"op": {"const": "r"}}}, "then": {"properties": {"before": {"type": "null"}}}},
+        {"if": {"properties": {"op": {"const": "d"}}}, "then": {"properties": {"after": {"type": "null"}}}},
+        {"if": {"properties": {"op": {"const": "u"}}}, "then": {"properties": {"after": {"type": "object"}}}},
+    ],
+}
+
+TS = datetime(2026, 3, 1, 12, 0, 0, 250000, tzinfo=UTC)
+ROW = {"id": 7, "price": Decimal("12.50"), "born": date(2000, 1, 2), "at": TS, "blob": b"\x00\xff", "body": "x"}
+BIG_LSN = (1 << 64) + 5  # MariaDB's encoded LSNs pass 2**64
+
+
+def events() -> list[Event]:
+    key = ("id",)
+    return [
+        Event("shop", "items", BIG_LSN, "c", None, ROW, key, "0-1-42", TS),
+        Event("shop", "items", BIG_LSN + 1, "u", ROW, {**ROW, "body": None}, key, "0-1-43", TS, ("body",)),
+        Event("shop", "items", BIG_LSN + 2, "d", ROW, None, key, "0-1-44", TS),
+        Event("shop", "items", BIG_LSN + 3, "r", None, ROW, key, None, TS, (), 3, "dump-1", 12),
+    ]
+
+
+@pytest.mark.parametrize("kind", ["mariadb", "postgresql"])
+def test_debezium_envelope_matches_the_documented_structure(kind):
+    for event in events():
+        message = encode("debezium", "src", kind, event)
+        value = json.loads(message.payload)
+        jsonschema.validate(value, DEBEZIUM_VALUE)
+        assert value["op"] == event.op and value["source"]["name"] == "src"
+        assert value["source"]["table"] == "items" and value["source"]["db"] == "shop"
+        assert int(value["source"]["lsn"]) == event.lsn  # text: past 2**64
+        assert value["source"]["ts_ms"] == int(TS.timestamp() * 1000)
+        assert value["source"]["snapshot"] == ("incremental" if event.op == "r" else "false")
+        assert value["source"]["connector"] == ("postgresql" if kind == "postgresql" else "mysql")
+    update = json.loads(encode("debezium", "src", kind, events()[1]).payload)
+    assert update["after"]["body"] == UNAVAILABLE  # Debezium's placeholder for an unchanged TOASTed value
+    assert update["before"]["body"] == "x"
+    row = json.loads(encode("debezium", "src", kind, events()[3]).payload)
+    assert row["source"]["dump_id"] == "dump-1" and row["source"]["chunk"] == 12 and row["source"]["order"] == 3
+
+
+def test_logtide_json_carries_lsn_key_missing_columns_and_the_chunk():
+    create, update, delete, row = (json.loads(encode("logtide", "src", "mariadb", e).payload) for e in events())
+    assert create == {
+        "source": "src",
+        "table": "shop.items",
+        "op": "c",
+        "lsn": str(BIG_LSN),
+        "order": 0,
+        "txid": "0-1-42",
+        "commit_ts": "2026-03-01T12:00:00.250000+00:00",
+        "key": {"id": 7},
+        "before": None,
+        "after": {
+            "id": 7,
+            "price": "12.50",
+            "born": "2000-01-02",
+            "at": "2026-03-01T12:00:00.250000+00:00",
+            "blob": "AP8=",
+            "body": "x",
+        },
+        "missing": [],
+        "dump": None,
+    }
+    assert update["missing"] == ["body"] and update["after"]["body"] is None
+    assert delete["key"] == {"id": 7} and delete["after"] is None
+    assert row["dump"] == {"id": "dump-1", "chunk": 12} and row["order"] == 3 and row["lsn"] == str(BIG_LSN + 3)
+
+
+def test_message_ids_tell_log_events_and_chunk_rows_apart():
+    ids = [encode("logtide", "src", "mariadb", e).msg_id for e in events()]
+    assert ids == [f"src:{BIG_LSN}", f"src:{BIG_LSN + 1}", f"src:{BIG_LSN + 2}", f"src:{BIG_LSN + 3}:3"]
+
+
+SOURCES = {"src": {"kind": "mariadb", "user": "u", "server_id": 5}}
+
+
+def test_outputs_are_off_by_default_and_name_a_known_source():
+    assert parse_config({"sources": SOURCES}).outputs == {}
+    config = parse_config(
+        {"sources": SOURCES, "outputs": {"js": {"source": "src", "kind": "nats", "url": "nats://127.0.0.1:4222"}}}
+    )
+    js = config.outputs["js"]
+    assert (js.format, js.start, js.max_inflight, js.includes("a", "b")) == ("logtide", "checkpoint", 1, True)
+    with pytest.raises(ConfigError, match="names source 'nope'"):
+        parse_config({"sources": SOURCES, "outputs": {"js": {"source": "nope", "kind": "nats", "url": "x"}}})
+    with pytest.raises(ConfigError, match=r"outputs\.js\.format"):
+        parse_config(
+            {"sources": SOURCES, "outputs": {"js": {"source": "src", "kind": "nats", "url": "x", "format": "avro"}}}
+        )
