@@ -242,6 +242,22 @@ class OutputConfig(_Strict):
         1, ge=1, le=10_000, description="nats: publishes awaiting their ack at once; 1 keeps order under failures"
     )
     headers: dict[str, str] = Field(default_factory=dict, description="webhook: extra request headers")
+    transforms: dict[str, str] = Field(
+        default_factory=dict,
+        description="`db.table` pattern -> 'module:function' (the enrichment hook): maps an event to an event, "
+        "or to None to leave it out; an error stops the output with nothing lost",
+    )
+
+    @field_validator("transforms")
+    @classmethod
+    def _callables(cls, transforms: dict[str, str]) -> dict[str, str]:
+        for pattern, target in transforms.items():
+            if pattern.count(".") != 1:
+                raise ValueError(f"pattern {pattern!r} must look like 'database.table' (wildcards allowed)")
+            module, sep, function = target.partition(":")
+            if not sep or not module or not function.isidentifier():
+                raise ValueError(f"{target!r} must name a function as 'package.module:function'")
+        return transforms
 
     def includes(self, schema: str, table: str) -> bool:
         name = f"{schema}.{table}"

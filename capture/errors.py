@@ -80,3 +80,8 @@ class UnusableTableError(DumpInputError):
 
     def as_dict(self) -> dict[str, str]:
         return {"table": self.table, "reason": self.reason, "fix": self.fix}
+
+
+class OutputError(LogtideError):
+    """An output cannot go on: its enrichment hook failed or cannot be loaded. Its position stays at the
+    last acknowledged message, so nothing is lost when it is started again."""

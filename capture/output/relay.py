@@ -11,13 +11,15 @@ lost, the order is the log's, and the only duplicates are messages sent but not 
 from __future__ import annotations
 
 import fcntl
+import fnmatch
+import importlib
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from capture.config import OutputConfig
-from capture.errors import LockHeldError
+from capture.errors import LockHeldError, OutputError
 from capture.landing import LandingZone
 from capture.landing.files import write_json_atomic
 from capture.log import get_logger
@@ -30,6 +32,24 @@ log = get_logger(__name__)
 
 IDLE_POSITION_S = 5.0  # how often an idle relay records that it read further (a shorter replay)
 READ_ROWS = 20_000
+
+
+Transform = Callable[[Event], "Event | None"]
+
+
+def load_transforms(name: str, config: OutputConfig) -> list[tuple[str, Transform]]:
+    """The output's enrichment hooks, imported now: a missing module or function stops it before it starts."""
+    hooks = []
+    for pattern, target in config.transforms.items():
+        module_name, _, function = target.partition(":")
+        try:
+            hook = getattr(importlib.import_module(module_name), function)
+        except (ImportError, AttributeError) as exc:
+            raise OutputError(f"output {name!r}: transform {target!r} for {pattern} cannot be loaded: {exc}") from None
+        if not callable(hook):
+            raise OutputError(f"output {name!r}: transform {target!r} for {pattern} is not callable")
+        hooks.append((pattern, hook))
+    return hooks
 
 
 @contextmanager
@@ -59,6 +79,7 @@ class Relay:
     ) -> None:
         self.zone, self.kind, self.name, self.config, self.output = zone, kind, name, config, output
         self.database = database  # PostgreSQL: the source's database (Debezium's source.db)
+        self.transforms = load_transforms(name, config)
         self.reader = LandingReader(zone)
         self.delivered = 0
         self.retries = 0
@@ -110,6 +131,11 @@ class Relay:
                 for out in interleaver.push(event):
                     if out.position <= acked or not self.config.includes(out.schema, out.table):
                         continue
+                    if self.transforms:
+                        transformed = self._transform(out)
+                        if transformed is None:
+                            continue
+                        out = transformed
                     pending.append(
                         (encode(self.config.format, self.zone.source, self.kind, out, self.database), replay)
                     )
@@ -120,6 +146,29 @@ class Relay:
             if pending:
                 self._deliver(pending, stop)
             last_written = time.monotonic()
+
+    def _transform(self, event: Event) -> Event | None:
+        """Delta's processor stage: every hook whose pattern names the table, in config order; None drops it."""
+        for pattern, hook in self.transforms:
+            if not fnmatch.fnmatchcase(event.qualified_name, pattern):
+                continue
+            try:
+                result = hook(event)
+            except Exception as exc:
+                raise OutputError(
+                    f"output {self.name!r}: transform for {pattern} failed on {event.qualified_name} at LSN "
+                    f"{event.lsn} (order {event.order}): {type(exc).__name__}: {exc}; nothing past the last "
+                    "acknowledged message is lost: fix the hook and start the relay again"
+                ) from exc
+            if result is None:
+                return None
+            if not isinstance(result, Event):
+                raise OutputError(
+                    f"output {self.name!r}: transform for {pattern} returned {type(result).__name__}, "
+                    "not an Event or None"
+                )
+            event = result
+        return event
 
     def _deliver(self, pending: list[tuple[Message, int]], stop: threading.Event) -> None:
         """Deliver everything pending, in batches, retrying what is not acknowledged with backoff (never
