@@ -4,6 +4,7 @@ a private NATS JetStream server, and a local webhook that fails and times out on
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 import uuid
@@ -11,7 +12,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from capture.dump.control import DumpSettings
+from capture.dump.engine import DumpEngine, DumpRequest
 from capture.output.landing import Position, read_position
+from capture.sources import open_chunk_source
 from tests.integration.dumping import Workload, reconciled_state, table_state, wait_until_landed
 from tests.integration.outputs import (
     RelayProcess,
@@ -166,3 +170,64 @@ def test_webhook_retries_failures_and_timeouts_and_loses_nothing_in_debeziums_en
     assert any(m["op"] == "r" and m["source"]["snapshot"] == "incremental" for m in messages)
     source = {k[0]: row for k, row in table_state(mariadb, database, "ledger").items()}
     assert debezium_state(messages) == source
+
+
+class _PauseAfterLow:
+    """The real chunk source, except that the dump waits right after LOW of one chunk until released."""
+
+    def __init__(self, source, chunk: int) -> None:
+        self._source, self._chunk = source, chunk
+        self.paused, self.release = threading.Event(), threading.Event()
+
+    def __getattr__(self, name: str):
+        return getattr(self._source, name)
+
+    def write_watermark(self, mark, table=None) -> None:
+        self._source.write_watermark(mark, table)
+        if mark.kind == "LOW" and mark.chunk == self._chunk:
+            self.paused.set()
+            self.release.wait(60)
+
+
+def test_an_output_added_inside_a_dump_window_starts_at_the_checkpoint_and_rebuilds_the_window(
+    mariadb, database, make_capture, nats_server, tmp_path
+):
+    _populate(mariadb, database, 1000)
+    capture = make_capture([f"{database}.*"])
+    capture.start().wait_running()
+    source = open_chunk_source("src", capture.config.source("src"))
+    pausing = _PauseAfterLow(source, chunk=4)
+    outcome: list = []
+    request = DumpRequest(tables=[f"{database}.ledger"], settings=DumpSettings(chunk_size=100))
+    dump = threading.Thread(target=lambda: outcome.append(DumpEngine(pausing, capture.zone).run(request)))
+    dump.start()
+    try:
+        assert pausing.paused.wait(60)
+        # inside chunk 4's window: a change to one of its rows, landed before the output exists
+        mariadb.execute("UPDATE ledger SET v = -1 WHERE id = 350", database=database)
+        wait_until_landed(mariadb, capture)
+        stream, prefix = f"S{uuid.uuid4().hex[:8]}", f"p{uuid.uuid4().hex[:8]}"
+        output = {"source": "src", "kind": "nats", "url": nats_server.url, "stream": stream, "subject_prefix": prefix}
+        add_outputs(capture.config_path, {"js": {**output, "start": "checkpoint"}})
+        relay = RelayProcess(capture.config_path, tmp_path).start()
+        wait_for(lambda: "output.first_start" in relay.log(), 30, what="the relay to start")
+    finally:
+        pausing.release.set()
+        dump.join(timeout=60)
+        source.close()
+    assert outcome, "the dump failed"
+    wait_until_landed(mariadb, capture)
+    started = re.search(r"output.first_start .*frontier=(\d+) replay_from=(\d+)", relay.log())
+    assert started is not None, relay.log()
+    frontier, replay_from = int(started.group(1)), int(started.group(2))
+    assert replay_from < frontier  # chunk 4's LOW was before the checkpoint: the relay read from there
+
+    expected = [e for e in expected_stream(capture.zone) if e.lsn >= frontier]
+    wait_count(nats_server.url, stream, len(expected), relay)
+    time.sleep(0.5)
+    got = [m for _, m in read_jetstream(nats_server.url, stream, f"{prefix}.>")]
+    relay.stop()
+    assert [(int(m["lsn"]), m["order"]) for m in got] == [(e.lsn, e.order) for e in expected]
+    chunk4 = [m["key"]["id"] for m in got if m["op"] == "r" and m["dump"]["chunk"] == 4]
+    assert chunk4 == [i for i in range(301, 401) if i != 350]  # the row changed inside its window is dropped
+    assert {m["dump"]["chunk"] for m in got if m["op"] == "r"} == set(range(4, 11))
