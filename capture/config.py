@@ -238,9 +238,7 @@ class OutputConfig(_Strict):
     )
     create_stream: bool = Field(True, description="nats: create the stream (subjects <prefix>.>) when missing")
     duplicate_window_s: float = Field(120.0, gt=0, description="nats: the stream's deduplication window, when created")
-    max_inflight: int = Field(
-        1, ge=1, le=10_000, description="nats: publishes awaiting their ack at once; 1 keeps order under failures"
-    )
+    max_inflight: int = Field(1000, ge=1, le=100_000, description="nats: publishes awaiting their ack at once")
     headers: dict[str, str] = Field(default_factory=dict, description="webhook: extra request headers")
     transforms: dict[str, str] = Field(
         default_factory=dict,

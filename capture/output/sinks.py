@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import re
 import urllib.error
 import urllib.request
@@ -64,8 +65,9 @@ class NatsOutput:
         self._nc = await self._nats.connect(
             servers=self.config.url.split(","),
             connect_timeout=self.config.timeout_s,
-            allow_reconnect=True,
-            max_reconnect_attempts=-1,
+            # no buffering across a reconnect: what JetStream stored is then always a prefix of what was
+            # sent, so a retry (deduplicated by message id) never lands behind a later message
+            allow_reconnect=False,
         )
         self._js = self._nc.jetstream(timeout=self.config.timeout_s)
         if self.config.create_stream:
@@ -90,27 +92,51 @@ class NatsOutput:
         )
 
     async def _publish(self, messages: list[Message]) -> int:
+        """Publish up to `max_inflight` messages before awaiting their acknowledgements (each with its own
+        reply subject, so an ack names its message); count the acknowledged ones from the first on."""
         await self._connect()
         done = 0
         window = max(1, self.config.max_inflight)
         for start in range(0, len(messages), window):
             group = messages[start : start + window]
-            results = await asyncio.gather(
-                *(
-                    self._js.publish(
-                        self.subject(m), m.payload, timeout=self.config.timeout_s, headers={"Nats-Msg-Id": m.msg_id}
-                    )
-                    for m in group
-                ),
-                return_exceptions=True,
-            )
-            for result in results:
-                if isinstance(result, BaseException):
-                    self.last_error = f"{type(result).__name__}: {result}"
-                    log.warning("output.publish_failed", output=self.name, error=self.last_error)
-                    return done
-                done += 1
+            acked = await self._window(group)
+            done += acked
+            if acked < len(group):
+                return done
         return done
+
+    async def _window(self, group: list[Message]) -> int:
+        nc = self._nc
+        prefix = nc.new_inbox()
+        replies: dict[int, bytes] = {}
+        complete = asyncio.Event()
+
+        async def on_ack(msg: Any) -> None:
+            replies[int(msg.subject.rsplit(".", 1)[1])] = msg.data
+            if len(replies) == len(group):
+                complete.set()
+
+        sub = await nc.subscribe(prefix + ".*", cb=on_ack)
+        try:
+            for i, m in enumerate(group):
+                await nc.publish(self.subject(m), m.payload, reply=f"{prefix}.{i}", headers={"Nats-Msg-Id": m.msg_id})
+            await nc.flush(timeout=self.config.timeout_s)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(complete.wait(), self.config.timeout_s)
+        finally:
+            await sub.unsubscribe()
+        for i in range(len(group)):
+            reply = replies.get(i)
+            if reply is None:
+                self.last_error = f"no acknowledgement within {self.config.timeout_s:g} s"
+            else:
+                answer = json.loads(reply)
+                if "error" not in answer and "seq" in answer:
+                    continue
+                self.last_error = f"JetStream refused {group[i].msg_id}: {answer.get('error', answer)}"
+            log.warning("output.publish_failed", output=self.name, error=self.last_error)
+            return i
+        return len(group)
 
     def deliver(self, messages: list[Message]) -> int:
         try:

@@ -27,7 +27,7 @@ from tests.integration.outputs import (
     read_jetstream,
     wait_count,
 )
-from tests.servers import wait_for
+from tests.servers import NatsServer, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -231,3 +231,37 @@ def test_an_output_added_inside_a_dump_window_starts_at_the_checkpoint_and_rebui
     chunk4 = [m["key"]["id"] for m in got if m["op"] == "r" and m["dump"]["chunk"] == 4]
     assert chunk4 == [i for i in range(301, 401) if i != 350]  # the row changed inside its window is dropped
     assert {m["dump"]["chunk"] for m in got if m["op"] == "r"} == set(range(4, 11))
+
+
+def test_jetstream_down_for_a_while_delays_delivery_and_loses_nothing(mariadb, database, make_capture, tmp_path):
+    _populate(mariadb, database, 10)
+    server = NatsServer(tmp_path / "nats")
+    server.start()
+    try:
+        capture = make_capture([f"{database}.*"])
+        output = {"source": "src", "kind": "nats", "url": server.url, "stream": "DOWN", "subject_prefix": "down"}
+        add_outputs(capture.config_path, {"js": {**output, "start": "beginning", "timeout_s": 1, "max_backoff_s": 1}})
+        capture.start().wait_running()
+        relay = RelayProcess(capture.config_path, tmp_path).start()
+        workload = Workload(mariadb, database, "ledger", 100_000, seed=6)
+        workload.start()
+        try:
+            wait_for(lambda: (read_position(capture.zone, "js") or Position(0, 0, 0)).delivered > 100, 30)
+            server.stop()  # JetStream goes away under load ...
+            wait_for(lambda: "output.retrying" in relay.log(), 30, what="the relay to retry")
+            time.sleep(1)
+            server.start()  # ... and comes back, on the same port and storage
+            time.sleep(1)
+        finally:
+            workload.stop()
+        wait_until_landed(mariadb, capture)
+        expected = expected_stream(capture.zone)
+        wait_count(server.url, "DOWN", len(expected), relay)
+        time.sleep(0.5)
+        got = read_jetstream(server.url, "DOWN", "down.>")
+        relay.stop()
+    finally:
+        server.destroy()
+    assert [(int(m["lsn"]), m["order"]) for _, m in got] == [(e.lsn, e.order) for e in expected]
+    source = {k[0]: row for k, row in table_state(mariadb, database, "ledger").items()}
+    assert logtide_state([m for _, m in got]) == source

@@ -141,7 +141,7 @@ def test_outputs_are_off_by_default_and_name_a_known_source():
         {"sources": SOURCES, "outputs": {"js": {"source": "src", "kind": "nats", "url": "nats://127.0.0.1:4222"}}}
     )
     js = config.outputs["js"]
-    assert (js.format, js.start, js.max_inflight, js.includes("a", "b")) == ("logtide", "checkpoint", 1, True)
+    assert (js.format, js.start, js.max_inflight, js.includes("a", "b")) == ("logtide", "checkpoint", 1000, True)
     with pytest.raises(ConfigError, match="names source 'nope'"):
         parse_config({"sources": SOURCES, "outputs": {"js": {"source": "nope", "kind": "nats", "url": "x"}}})
     with pytest.raises(ConfigError, match=r"outputs\.js\.format"):
