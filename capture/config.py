@@ -224,7 +224,7 @@ class OutputConfig(_Strict):
         "checkpoint", description="first run: from the capture checkpoint (new events) or the whole landing zone"
     )
     tables: list[str] = Field(default_factory=lambda: ["*.*"], description="`db.table` patterns (fnmatch)")
-    batch_size: int = Field(500, ge=1, le=100_000, description="messages per delivery (one POST, one ack)")
+    batch_size: int = Field(1000, ge=1, le=100_000, description="messages per delivery (one POST, one position write)")
     timeout_s: float = Field(10.0, gt=0, le=600, description="per publish or POST")
     max_backoff_s: float = Field(30.0, gt=0, le=3600, description="retries wait 0.2 s doubling up to this")
     poll_interval_s: float = Field(0.1, gt=0, le=60, description="how often the checkpoint is read when idle")

@@ -8,6 +8,7 @@ restart changes), so a relay never sees an event that could still vanish, and ne
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,11 +25,16 @@ from capture.output.interleave import Event
 from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE
 
 POSITION_VERSION = 1
+CACHE_SLACK_S = 2.0
 
 
 class LandingReader:
     def __init__(self, zone: LandingZone) -> None:
         self.zone = zone
+        # folder -> (when it was listed, its segments (first, last, name) not yet wholly read): a folder
+        # is listed again only when its mtime is near or after that moment (CACHE_SLACK_S covers
+        # coarse file-system timestamps), so a quiet table costs one stat per read, not a listing
+        self._listings: dict[str, tuple[float, list[tuple[int, int, str]]]] = {}
 
     def frontier(self) -> int:
         checkpoint = self.zone.checkpoint()
@@ -40,14 +46,27 @@ class LandingReader:
         if not log_dir.exists():
             return []
         for folder in log_dir.iterdir():
-            if not folder.is_dir() or folder.name == SCHEMA_HISTORY:
+            if folder.name == SCHEMA_HISTORY or not folder.is_dir():
                 continue
-            for file in folder.iterdir():
-                span = parse_segment_name(file.name)
-                if span is not None and span[1] >= start and span[0] < frontier and span[1] < frontier:
-                    found.append((span[0], span[1], file))
+            for first, last, name in self._segments(folder, start):
+                if last >= start and first < frontier and last < frontier:
+                    found.append((first, last, folder / name))
         found.sort()
         return found
+
+    def _segments(self, folder: Path, start: int) -> list[tuple[int, int, str]]:
+        cached = self._listings.get(folder.name)
+        if cached is None or folder.stat().st_mtime >= cached[0] - CACHE_SLACK_S:
+            listed_at = time.time()
+            segments = []
+            for file in folder.iterdir():
+                span = parse_segment_name(file.name)
+                if span is not None:
+                    segments.append((span[0], span[1], file.name))
+            cached = (listed_at, segments)
+        segments = [s for s in cached[1] if s[1] >= start]  # what is wholly read is not looked at again
+        self._listings[folder.name] = (cached[0], segments)
+        return segments
 
     def read(self, start: int, frontier: int, max_rows: int = 20_000) -> tuple[list[Event], int]:
         """The committed events with start <= LSN < end, in LSN order, and `end` (at most `frontier`):

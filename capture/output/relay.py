@@ -80,6 +80,7 @@ class Relay:
         self.zone, self.kind, self.name, self.config, self.output = zone, kind, name, config, output
         self.database = database  # PostgreSQL: the source's database (Debezium's source.db)
         self.transforms = load_transforms(name, config)
+        self._included: dict[tuple[str, str], bool] = {}
         self.reader = LandingReader(zone)
         self.delivered = 0
         self.retries = 0
@@ -129,7 +130,7 @@ class Relay:
             for event in events:
                 replay = interleaver.replay_from(event.lsn)
                 for out in interleaver.push(event):
-                    if out.position <= acked or not self.config.includes(out.schema, out.table):
+                    if out.position <= acked or not self._includes(out):
                         continue
                     if self.transforms:
                         transformed = self._transform(out)
@@ -146,6 +147,13 @@ class Relay:
             if pending:
                 self._deliver(pending, stop)
             last_written = time.monotonic()
+
+    def _includes(self, event: Event) -> bool:
+        name = (event.schema, event.table)
+        included = self._included.get(name)
+        if included is None:
+            included = self._included[name] = self.config.includes(*name)
+        return included
 
     def _transform(self, event: Event) -> Event | None:
         """Delta's processor stage: every hook whose pattern names the table, in config order; None drops it."""
