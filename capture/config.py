@@ -240,6 +240,9 @@ class OutputConfig(_Strict):
     duplicate_window_s: float = Field(120.0, gt=0, description="nats: the stream's deduplication window, when created")
     max_inflight: int = Field(1000, ge=1, le=100_000, description="nats: publishes awaiting their ack at once")
     headers: dict[str, str] = Field(default_factory=dict, description="webhook: extra request headers")
+    backpressure: bool = Field(
+        True, description="dumps of the source wait, after each chunk, until this output delivered the one before"
+    )
     transforms: dict[str, str] = Field(
         default_factory=dict,
         description="`db.table` pattern -> 'module:function' (the enrichment hook): maps an event to an event, "

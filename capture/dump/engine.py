@@ -47,6 +47,7 @@ from capture.events import Row, TableSchema
 from capture.landing import LandingZone
 from capture.landing.chunks import ChunkMeta, write_chunk
 from capture.log import get_logger
+from capture.output.gate import wait_for_outputs
 from capture.sources.base import ChunkSource, Watermark
 
 log = get_logger(__name__)
@@ -256,6 +257,8 @@ class DumpEngine:
             chunk_began = time.monotonic()
             progress, table, rows_read = self._chunk(dump_id, plan, table, progress, settings)
             store.save(table.schema, table.table, progress)
+            if not progress.done:  # real-time outputs (capture/output/gate.py): at most one chunk ahead of them
+                wait_for_outputs(self.zone, dump_id, name, progress.chunk)
             elapsed = time.monotonic() - began
             window_ms = (time.monotonic() - chunk_began) * 1000
             summary.chunks, summary.rows, summary.seconds = progress.chunk, progress.rows, elapsed

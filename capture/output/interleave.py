@@ -18,7 +18,9 @@ the same table (the chunk is redone) or when the log's commit time passes `windo
 HIGH that names no chunk file, or a file that now carries another HIGH (the chunk was read again after a
 schema change), closes its window without rows, as the merge ignores it. Anything else that contradicts the
 protocol raises WatermarkError: a watermark id seen twice, a HIGH whose LOW was never seen or came after it,
-a HIGH arriving after its window timed out, a LOW for a chunk before one already finished.
+a HIGH arriving after its window timed out, a LOW for a chunk before one already emitted. (A chunk whose
+rows were emitted at its HIGH and that the dump then reads again, after a schema change, is emitted again
+at its new HIGH: the later rows restate the earlier ones.)
 
 No I/O here except through `load_chunk`, so the scenarios are tested without servers.
 """
@@ -157,7 +159,7 @@ class Interleaver:
         mark_id, dump_id, table, chunk = mark["watermark_id"], mark["dump_id"], mark["table_name"], int(mark["chunk"])
         self._remember(mark_id, event.lsn)
         done = self._finished.get((dump_id, table))
-        if done is not None and chunk <= done:
+        if done is not None and chunk < done:  # the same number again: read again after a schema change
             raise WatermarkError(
                 f"LOW watermark {mark_id} at LSN {event.lsn} is for chunk {chunk} of {table} in dump {dump_id}, "
                 f"but chunk {done} was already emitted: watermarks out of order"

@@ -15,6 +15,7 @@ import fnmatch
 import importlib
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -24,13 +25,17 @@ from capture.landing import LandingZone
 from capture.landing.files import write_json_atomic
 from capture.log import get_logger
 from capture.output.formats import Message, encode
+from capture.output.gate import high_key
 from capture.output.interleave import Event, Interleaver
 from capture.output.landing import LandingReader, Position, position_path, read_position, write_position
 from capture.output.sinks import Output
+from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE
 
 log = get_logger(__name__)
 
-IDLE_POSITION_S = 5.0  # how often an idle relay records that it read further (a shorter replay)
+IDLE_POSITION_S = 5.0
+STATE_EVERY_S = 2.0  # a live relay rewrites its state at least this often (gate.LIVE_S tells a dead one)
+KEEP_HIGHS = 1000  # how often an idle relay records that it read further (a shorter replay)
 READ_ROWS = 20_000
 
 
@@ -81,6 +86,12 @@ class Relay:
         self.database = database  # PostgreSQL: the source's database (Debezium's source.db)
         self.transforms = load_transforms(name, config)
         self._included: dict[tuple[str, str], bool] = {}
+        # dump/table -> last chunk whose HIGH this output has delivered past (read by capture/output/gate.py)
+        self._highs: OrderedDict[str, int] = OrderedDict()
+        self._read_highs: list[tuple[str, int]] = []  # HIGHs read, not yet known delivered
+        self._state_name = "delivering"
+        self._state_written = 0.0
+        self._state_details: dict[str, object] = {}
         self.reader = LandingReader(zone)
         self.delivered = 0
         self.retries = 0
@@ -111,13 +122,17 @@ class Relay:
         self._state("delivering")
         self.delivered = position.delivered
         acked = (position.lsn, position.order)
-        interleaver = Interleaver(self.reader.load_chunk, self.config.window_timeout_s, self.config.lookback)
+        # the look-back serves PostgreSQL's visibility rule only (MySQL/MariaDB chunks have no read view)
+        lookback = self.config.lookback if self.kind == "postgresql" else 0
+        interleaver = Interleaver(self.reader.load_chunk, self.config.window_timeout_s, lookback)
         read_at = position.replay_from
         pending: list[tuple[Message, int]] = []  # a message and where a replay must start to send it again
         last_written = time.monotonic()
         while not stop.is_set():
             frontier = self.reader.frontier()
             if read_at >= frontier:
+                if time.monotonic() - self._state_written > STATE_EVERY_S:  # alive, for dumps that wait on it
+                    self._state(self._state_name, **self._state_details)
                 if pending:
                     self._deliver(pending, stop)
                 elif time.monotonic() - last_written > IDLE_POSITION_S and read_at - 1 > self.position.lsn:
@@ -128,6 +143,10 @@ class Relay:
                 continue
             events, read_at = self.reader.read(read_at, frontier, READ_ROWS)
             for event in events:
+                if event.schema == WATERMARK_SCHEMA and event.table == WATERMARK_TABLE:
+                    mark = event.after
+                    if mark is not None and mark["kind"] == "HIGH":
+                        self._read_highs.append((high_key(mark["dump_id"], mark["table_name"]), int(mark["chunk"])))
                 replay = interleaver.replay_from(event.lsn)
                 for out in interleaver.push(event):
                     if out.position <= acked or not self._includes(out):
@@ -146,6 +165,13 @@ class Relay:
                             return
             if pending:
                 self._deliver(pending, stop)
+            if not pending and self._read_highs:  # everything read is delivered: so are those HIGHs' rows
+                for key, chunk in self._read_highs:
+                    self._highs[key] = max(chunk, self._highs.pop(key, 0))
+                while len(self._highs) > KEEP_HIGHS:
+                    self._highs.popitem(last=False)
+                self._read_highs.clear()
+                self._state(self._state_name, **self._state_details)
             last_written = time.monotonic()
 
     def _includes(self, event: Event) -> bool:
@@ -196,6 +222,8 @@ class Relay:
                 if failing_since is not None:
                     failing_since = None
                     self._state("delivering")
+                elif time.monotonic() - self._state_written > STATE_EVERY_S:
+                    self._state("delivering")
                 continue
             self.retries += 1
             failing_since = failing_since or time.time()
@@ -205,9 +233,19 @@ class Relay:
             delay = min(delay * 2, self.config.max_backoff_s)
 
     def _state(self, state: str, **details: object) -> None:
-        """What `logtide status` shows besides the position: delivering, or retrying since when and why."""
-        data = {"state": state, "retries": self.retries, "at": time.time(), **details}
+        """What `logtide status` shows besides the position (delivering, or retrying since when and why), and
+        what dumps wait for (capture/output/gate.py): the chunks delivered, and that this relay is alive."""
+        self._state_name, self._state_details = state, details
+        data = {
+            "state": state,
+            "retries": self.retries,
+            "at": time.time(),
+            "backpressure": self.config.backpressure,
+            "highs": dict(self._highs),
+            **details,
+        }
         write_json_atomic(data, position_path(self.zone, self.name).with_name("state.json"), durable=False)
+        self._state_written = time.monotonic()
 
     def _save(self, position: Position) -> None:
         write_position(self.zone, self.name, position)

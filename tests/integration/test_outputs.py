@@ -52,7 +52,7 @@ def test_jetstream_gets_the_log_and_dump_rows_interleaved_through_kills_of_captu
     relay = RelayProcess(capture.config_path, tmp_path).start()
     workload = Workload(mariadb, database, "ledger", 100_000, seed=3)
     workload.start()
-    dump, outcome = dump_in_thread(capture, f"{database}.ledger", chunk_size=50, delay_s=0.1)
+    dump, outcome = dump_in_thread(capture, f"{database}.ledger", chunk_size=100, delay_s=0.05)
     try:
         time.sleep(1.5)
         capture.kill()  # SIGKILL mid-dump, under load
@@ -265,3 +265,46 @@ def test_jetstream_down_for_a_while_delays_delivery_and_loses_nothing(mariadb, d
     assert [(int(m["lsn"]), m["order"]) for _, m in got] == [(e.lsn, e.order) for e in expected]
     source = {k[0]: row for k, row in table_state(mariadb, database, "ledger").items()}
     assert logtide_state([m for _, m in got]) == source
+
+
+class _SlowHook(BaseHTTPRequestHandler):
+    """Takes 0.2 s over every POST; keeps what it got."""
+
+    def log_message(self, *args) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        time.sleep(0.2)
+        self.server.received.extend(json.loads(body))  # type: ignore[attr-defined]
+        self.send_response(200)
+        self.end_headers()
+
+
+def test_a_slow_output_holds_a_dump_back_to_one_chunk_ahead_of_it(mariadb, database, make_capture, tmp_path):
+    _populate(mariadb, database, 400)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _SlowHook)
+    server.received = []  # type: ignore[attr-defined]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    capture = make_capture([f"{database}.*"])
+    hook = {"source": "src", "kind": "webhook", "url": f"http://127.0.0.1:{server.server_port}/", "batch_size": 20}
+    add_outputs(capture.config_path, {"slow": hook})
+    capture.start().wait_running()
+    relay = RelayProcess(capture.config_path, tmp_path).start()
+    try:
+        wait_for(lambda: read_state(capture.zone, "slow"), 30, what="the relay to start")
+        dump, outcome = dump_in_thread(capture, f"{database}.ledger", chunk_size=40, delay_s=0)
+        dump.join(timeout=60)
+        # 400 rows at 20 a POST of 0.2 s: 4 s for the output; the dump alone takes a fraction of that
+        delivered = {m["dump"]["chunk"] for m in list(server.received) if m["op"] == "r"}  # type: ignore[attr-defined]
+        assert outcome and not isinstance(outcome[0], BaseException), outcome
+        assert max(delivered, default=0) >= 8  # chunk 10 done: the output had delivered chunk 9, or 8 at least
+        wait_for(lambda: len(server.received) >= 400, 30, what="every row")  # type: ignore[attr-defined]
+    finally:
+        relay.stop()
+        server.shutdown()
+
+
+def read_state(zone, name: str) -> dict:
+    path = zone.root / "outputs" / name / "state.json"
+    return json.loads(path.read_text()) if path.exists() else {}

@@ -200,6 +200,17 @@ def test_a_high_whose_file_carries_another_high_closes_the_window_without_rows()
     assert brief(out) == [("r", 1), ("r", 2)]
 
 
+def test_a_chunk_emitted_and_then_read_again_after_a_schema_change_is_emitted_again_at_its_new_high():
+    log = Log()
+    log.chunk("L1", "H1", rows(range(1, 3)))
+    interleaver = Interleaver(log.load)
+    first = [o for e in [log.mark("LOW", "L1"), log.mark("HIGH", "H1")] for o in interleaver.push(e)]
+    log.chunk("L2", "H2", [{"id": i, "v": 0, "extra": 5} for i in range(1, 3)])  # the file is replaced
+    again = [o for e in [log.mark("LOW", "L2"), log.mark("HIGH", "H2")] for o in interleaver.push(e)]
+    assert brief(first) == brief(again) == [("r", 1), ("r", 2)]
+    assert all(e.after["extra"] == 5 for e in again) and again[0].lsn > first[0].lsn
+
+
 @pytest.mark.parametrize(
     "case, match",
     [
