@@ -12,10 +12,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from capture.config import load_config
 from capture.dump.control import DumpSettings
 from capture.dump.engine import DumpEngine, DumpRequest
 from capture.output.landing import Position, read_position
 from capture.sources import open_chunk_source
+from capture.status import outputs_status
 from tests.integration.dumping import Workload, reconciled_state, table_state, wait_until_landed
 from tests.integration.outputs import (
     RelayProcess,
@@ -168,6 +170,9 @@ def test_webhook_retries_failures_and_timeouts_and_loses_nothing_in_debeziums_en
     assert 0 < duplicates <= 50  # only the batch whose answer timed out came twice
     assert server.posts >= 3 and "output.post_failed" in relay.log() and "output.retrying" in relay.log()
     assert any(m["op"] == "r" and m["source"]["snapshot"] == "incremental" for m in messages)
+    shown = outputs_status(load_config(capture.config_path), "src", capture.zone)  # `logtide status`
+    assert shown[0]["output"] == "hook" and shown[0]["delivered"] == len(expected)
+    assert int(shown[0]["acknowledged_lsn"]) >= expected[-1][0]  # an idle relay records reading further
     source = {k[0]: row for k, row in table_state(mariadb, database, "ledger").items()}
     assert debezium_state(messages) == source
 
