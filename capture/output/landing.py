@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -29,8 +30,11 @@ CACHE_SLACK_S = 2.0
 
 
 class LandingReader:
-    def __init__(self, zone: LandingZone) -> None:
+    def __init__(self, zone: LandingZone, include: Callable[[str, str], bool] | None = None) -> None:
+        """`include(db, table)`: the tables whose events are read (the watermark table always is)."""
         self.zone = zone
+        self._include = include
+        self._folders: dict[str, bool] = {}
         # folder -> (when it was listed, its segments (first, last, name) not yet wholly read): a folder
         # is listed again only when its mtime is near or after that moment (CACHE_SLACK_S covers
         # coarse file-system timestamps), so a quiet table costs one stat per read, not a listing
@@ -46,13 +50,25 @@ class LandingReader:
         if not log_dir.exists():
             return []
         for folder in log_dir.iterdir():
-            if folder.name == SCHEMA_HISTORY or not folder.is_dir():
+            if not self._wanted(folder.name) or not folder.is_dir():
                 continue
             for first, last, name in self._segments(folder, start):
                 if last >= start and first < frontier and last < frontier:
                     found.append((first, last, folder / name))
         found.sort()
         return found
+
+    def _wanted(self, name: str) -> bool:
+        wanted = self._folders.get(name)
+        if wanted is None:
+            if name == SCHEMA_HISTORY:
+                wanted = False
+            else:
+                schema, table = folder_table(name)
+                marks = schema == WATERMARK_SCHEMA and table == WATERMARK_TABLE
+                wanted = marks or self._include is None or self._include(schema, table)
+            self._folders[name] = wanted
+        return wanted
 
     def _segments(self, folder: Path, start: int) -> list[tuple[int, int, str]]:
         cached = self._listings.get(folder.name)

@@ -92,7 +92,7 @@ class Relay:
         self._state_name = "delivering"
         self._state_written = 0.0
         self._state_details: dict[str, object] = {}
-        self.reader = LandingReader(zone)
+        self.reader = LandingReader(zone, config.includes)
         self.delivered = 0
         self.retries = 0
         self.position: Position | None = None
