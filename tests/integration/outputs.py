@@ -172,3 +172,9 @@ def debezium_state(messages: list[dict[str, Any]], key: str = "id") -> dict[Any,
         else:
             state[m["after"][key]] = m["after"]
     return state
+
+
+def read_state(zone: LandingZone, name: str) -> dict[str, Any]:
+    """An output's state.json (what `logtide status` and waiting dumps read); {} before its relay wrote one."""
+    path = zone.root / "outputs" / name / "state.json"
+    return json.loads(path.read_text()) if path.exists() else {}

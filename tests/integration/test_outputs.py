@@ -27,6 +27,7 @@ from tests.integration.outputs import (
     expected_stream,
     logtide_state,
     read_jetstream,
+    read_state,
     wait_count,
 )
 from tests.servers import NatsServer, wait_for
@@ -52,6 +53,7 @@ def test_jetstream_gets_the_log_and_dump_rows_interleaved_through_kills_of_captu
     add_outputs(capture.config_path, {"js": {**output, "start": "beginning", "batch_size": 200}})
     capture.start().wait_running()
     relay = RelayProcess(capture.config_path, tmp_path).start()
+    wait_for(lambda: read_state(capture.zone, "js"), 30, what="the relay to start")  # dumps then wait for it
     workload = Workload(mariadb, database, "ledger", 100_000, seed=3)
     workload.start()
     dump, outcome = dump_in_thread(capture, f"{database}.ledger", chunk_size=100, delay_s=0.05)
@@ -308,8 +310,3 @@ def test_a_slow_output_holds_a_dump_back_to_one_chunk_ahead_of_it(mariadb, datab
     finally:
         relay.stop()
         server.shutdown()
-
-
-def read_state(zone, name: str) -> dict:
-    path = zone.root / "outputs" / name / "state.json"
-    return json.loads(path.read_text()) if path.exists() else {}

@@ -16,6 +16,7 @@ from tests.integration.outputs import (
     dump_in_thread,
     expected_stream,
     read_jetstream,
+    read_state,
     wait_count,
 )
 from tests.integration.postgres.dumping import Workload, reconciled_state, table_state, wait_until_landed
@@ -42,6 +43,7 @@ def test_jetstream_stream_of_a_postgresql_dump_under_load_rebuilds_the_table(
     )
     capture.start().wait_running()
     relay = RelayProcess(capture.config_path, tmp_path).start()
+    wait_for(lambda: read_state(capture.zone, "js"), 30, what="the relay to start")  # dumps then wait for it
     workload = Workload(postgres, pg_database, "ledger", 100_000, seed=5)
     workload.start()
     dump, outcome = dump_in_thread(capture, "public.ledger", chunk_size=100, delay_s=0.15)
