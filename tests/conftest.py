@@ -180,6 +180,22 @@ def make_capture(mariadb: MariaDB, tmp_path: Path) -> Iterator:
         process.kill()
 
 
+@pytest.fixture
+def make_relay(tmp_path: Path) -> Iterator:
+    """`logtide relay` for a config (tests/integration/outputs.py RelayProcess); killed afterwards if still running."""
+    from tests.integration.outputs import RelayProcess
+
+    relays: list[RelayProcess] = []
+
+    def make(config_path: Path) -> RelayProcess:
+        relays.append(RelayProcess(config_path, tmp_path))
+        return relays[-1]
+
+    yield make
+    for relay in relays:
+        relay.kill()
+
+
 def settle(seconds: float = 0.3) -> None:
     time.sleep(seconds)
 

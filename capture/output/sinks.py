@@ -62,9 +62,14 @@ class NatsOutput:
             return
         if self._nc is not None:
             await self._close()
+
+        async def on_error(exc: Exception) -> None:  # one line instead of the client's traceback
+            log.warning("output.nats_error", output=self.name, error=f"{type(exc).__name__}: {exc}")
+
         self._nc = await self._nats.connect(
             servers=self.config.url.split(","),
             connect_timeout=self.config.timeout_s,
+            error_cb=on_error,
             # no buffering across a reconnect: what JetStream stored is then always a prefix of what was
             # sent, so a retry (deduplicated by message id) never lands behind a later message
             allow_reconnect=False,

@@ -20,7 +20,6 @@ from capture.sources import open_chunk_source
 from capture.status import outputs_status
 from tests.integration.dumping import Workload, reconciled_state, table_state, wait_until_landed
 from tests.integration.outputs import (
-    RelayProcess,
     add_outputs,
     debezium_state,
     dump_in_thread,
@@ -44,7 +43,7 @@ def _populate(mariadb, database: str, rows: int) -> None:
 
 
 def test_jetstream_gets_the_log_and_dump_rows_interleaved_through_kills_of_capture_and_relay(
-    mariadb, database, make_capture, nats_server, tmp_path
+    mariadb, database, make_capture, nats_server, tmp_path, make_relay
 ):
     _populate(mariadb, database, 3000)  # history before capture started: only the dump brings it
     capture = make_capture([f"{database}.*"])
@@ -52,7 +51,7 @@ def test_jetstream_gets_the_log_and_dump_rows_interleaved_through_kills_of_captu
     output = {"source": "src", "kind": "nats", "url": nats_server.url, "stream": stream, "subject_prefix": prefix}
     add_outputs(capture.config_path, {"js": {**output, "start": "beginning", "batch_size": 200}})
     capture.start().wait_running()
-    relay = RelayProcess(capture.config_path, tmp_path).start()
+    relay = make_relay(capture.config_path).start()
     wait_for(lambda: read_state(capture.zone, "js"), 30, what="the relay to start")  # dumps then wait for it
     workload = Workload(mariadb, database, "ledger", 100_000, seed=3)
     workload.start()
@@ -119,7 +118,7 @@ class _Hook(BaseHTTPRequestHandler):
 
 
 def test_webhook_retries_failures_and_timeouts_and_loses_nothing_in_debeziums_envelope(
-    mariadb, database, make_capture, tmp_path
+    mariadb, database, make_capture, tmp_path, make_relay
 ):
     _populate(mariadb, database, 400)
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Hook)
@@ -138,7 +137,7 @@ def test_webhook_retries_failures_and_timeouts_and_loses_nothing_in_debeziums_en
     }
     add_outputs(capture.config_path, {"hook": hook})
     capture.start().wait_running()
-    relay = RelayProcess(capture.config_path, tmp_path).start()
+    relay = make_relay(capture.config_path).start()
     workload = Workload(mariadb, database, "ledger", 100_000, seed=4)
     workload.start()
     dump, outcome = dump_in_thread(capture, f"{database}.ledger", chunk_size=40, delay_s=0.05)
@@ -197,7 +196,7 @@ class _PauseAfterLow:
 
 
 def test_an_output_added_inside_a_dump_window_starts_at_the_checkpoint_and_rebuilds_the_window(
-    mariadb, database, make_capture, nats_server, tmp_path
+    mariadb, database, make_capture, nats_server, tmp_path, make_relay
 ):
     _populate(mariadb, database, 1000)
     capture = make_capture([f"{database}.*"])
@@ -216,7 +215,7 @@ def test_an_output_added_inside_a_dump_window_starts_at_the_checkpoint_and_rebui
         stream, prefix = f"S{uuid.uuid4().hex[:8]}", f"p{uuid.uuid4().hex[:8]}"
         output = {"source": "src", "kind": "nats", "url": nats_server.url, "stream": stream, "subject_prefix": prefix}
         add_outputs(capture.config_path, {"js": {**output, "start": "checkpoint"}})
-        relay = RelayProcess(capture.config_path, tmp_path).start()
+        relay = make_relay(capture.config_path).start()
         wait_for(lambda: "output.first_start" in relay.log(), 30, what="the relay to start")
     finally:
         pausing.release.set()
@@ -240,7 +239,9 @@ def test_an_output_added_inside_a_dump_window_starts_at_the_checkpoint_and_rebui
     assert {m["dump"]["chunk"] for m in got if m["op"] == "r"} == set(range(4, 11))
 
 
-def test_jetstream_down_for_a_while_delays_delivery_and_loses_nothing(mariadb, database, make_capture, tmp_path):
+def test_jetstream_down_for_a_while_delays_delivery_and_loses_nothing(
+    mariadb, database, make_capture, tmp_path, make_relay
+):
     _populate(mariadb, database, 10)
     server = NatsServer(tmp_path / "nats")
     server.start()
@@ -249,7 +250,7 @@ def test_jetstream_down_for_a_while_delays_delivery_and_loses_nothing(mariadb, d
         output = {"source": "src", "kind": "nats", "url": server.url, "stream": "DOWN", "subject_prefix": "down"}
         add_outputs(capture.config_path, {"js": {**output, "start": "beginning", "timeout_s": 1, "max_backoff_s": 1}})
         capture.start().wait_running()
-        relay = RelayProcess(capture.config_path, tmp_path).start()
+        relay = make_relay(capture.config_path).start()
         workload = Workload(mariadb, database, "ledger", 100_000, seed=6)
         workload.start()
         try:
@@ -288,7 +289,9 @@ class _SlowHook(BaseHTTPRequestHandler):
         self.end_headers()
 
 
-def test_a_slow_output_holds_a_dump_back_to_one_chunk_ahead_of_it(mariadb, database, make_capture, tmp_path):
+def test_a_slow_output_holds_a_dump_back_to_one_chunk_ahead_of_it(
+    mariadb, database, make_capture, tmp_path, make_relay
+):
     _populate(mariadb, database, 400)
     server = ThreadingHTTPServer(("127.0.0.1", 0), _SlowHook)
     server.received = []  # type: ignore[attr-defined]
@@ -297,7 +300,7 @@ def test_a_slow_output_holds_a_dump_back_to_one_chunk_ahead_of_it(mariadb, datab
     hook = {"source": "src", "kind": "webhook", "url": f"http://127.0.0.1:{server.server_port}/", "batch_size": 20}
     add_outputs(capture.config_path, {"slow": hook})
     capture.start().wait_running()
-    relay = RelayProcess(capture.config_path, tmp_path).start()
+    relay = make_relay(capture.config_path).start()
     try:
         wait_for(lambda: read_state(capture.zone, "slow"), 30, what="the relay to start")
         dump, outcome = dump_in_thread(capture, f"{database}.ledger", chunk_size=40, delay_s=0)

@@ -10,7 +10,6 @@ import pytest
 
 from capture.output.landing import Position, read_position
 from tests.integration.outputs import (
-    RelayProcess,
     add_outputs,
     debezium_state,
     dump_in_thread,
@@ -26,7 +25,7 @@ pytestmark = pytest.mark.integration
 
 
 def test_jetstream_stream_of_a_postgresql_dump_under_load_rebuilds_the_table(
-    postgres, pg_database, make_pg_capture, nats_server, tmp_path
+    postgres, pg_database, make_pg_capture, nats_server, tmp_path, make_relay
 ):
     postgres.execute(
         "CREATE TABLE ledger (id int PRIMARY KEY, v int, note text)",
@@ -42,7 +41,7 @@ def test_jetstream_stream_of_a_postgresql_dump_under_load_rebuilds_the_table(
         {"js": {**output, "start": "beginning", "format": "debezium", "tables": ["public.ledger"]}},
     )
     capture.start().wait_running()
-    relay = RelayProcess(capture.config_path, tmp_path).start()
+    relay = make_relay(capture.config_path).start()
     wait_for(lambda: read_state(capture.zone, "js"), 30, what="the relay to start")  # dumps then wait for it
     workload = Workload(postgres, pg_database, "ledger", 100_000, seed=5)
     workload.start()
