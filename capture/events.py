@@ -154,13 +154,16 @@ class TransactionEnd:
     `frontier` is the position just past the commit; `resume` is what the source needs to
     continue from here (stored verbatim in the checkpoint). `read_at` (time.monotonic()): when
     the source began reading the oldest transaction this end closes, if it held transactions
-    before handing them over; the landing writer's flush interval counts from there.
+    before handing them over; the landing writer's flush interval counts from there. `flush`:
+    the source has read all there is after a group large enough to be committed on its own
+    (the end of a backlog): the writer commits now rather than at the end of its interval.
     """
 
     frontier: Lsn
     resume: dict[str, Any]
     commit_ts: datetime
     read_at: float | None = None
+    flush: bool = False
 
 
 @dataclass(slots=True)

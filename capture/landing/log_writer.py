@@ -79,6 +79,7 @@ def images(rows: list[tuple[Any, ...] | None], row_type: pa.StructType) -> pa.Ar
     return pa.StructArray.from_arrays(arrays, fields=list(row_type), mask=mask)
 
 
+_OP_TEXT = {op: op.value for op in Op}  # a dict lookup: cheaper than the enum's `value` property
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
 
@@ -307,10 +308,12 @@ class LogWriter:
         self._max_rows = max_buffer_rows
         self._on_commit = on_commit
         self._buffers: dict[tuple[str, str], _Buffer] = {}
+        self._folders: dict[tuple[str, str], str] = {}  # (schema, table) -> its folder name
         self._touched: set[tuple[str, str]] = set()
         self._rows = 0
         self._pending: TransactionEnd | None = None  # last finished, not yet committed transaction
         self._pending_since = 0.0
+        self._flush_now = False  # a pending end asked for a commit now (TransactionEnd.flush)
         self._open_events = 0  # change events of the transaction being read
         self._finished_events = 0  # change events of finished, not yet committed transactions
 
@@ -339,11 +342,14 @@ class LogWriter:
                 return
             txid, ts, watermark = batch.txid, batch.commit_ts, batch.watermark
             rows = [
-                (c.lsn.encode(), c.op.value, txid, ts, watermark, c.before, c.after, c.missing) for c in batch.changes
+                (c.lsn.encode(), _OP_TEXT[c.op], txid, ts, watermark, c.before, c.after, c.missing)
+                for c in batch.changes
             ]
             piece = _Piece(len(rows), rows[0][0], rows[-1][0], rows=rows)
         table = batch.table
-        folder = table_folder(table.schema, table.table)
+        folder = self._folders.get((table.schema, table.table))
+        if folder is None:
+            folder = self._folders[(table.schema, table.table)] = table_folder(table.schema, table.table)
         if self._fingerprints.get(folder) != table.fingerprint:
             self._fingerprints[folder] = table.fingerprint
             history = self._buffer(SCHEMA_HISTORY, "", None)
@@ -381,11 +387,14 @@ class LogWriter:
         if self._pending is None:
             self._pending_since = time.monotonic() if end.read_at is None else end.read_at
         self._pending = end
+        self._flush_now = self._flush_now or end.flush
 
     def due(self) -> bool:
         if self._rows >= self._max_rows:
             return True
-        return self._pending is not None and time.monotonic() - self._pending_since >= self._flush_interval
+        return self._pending is not None and (
+            self._flush_now or time.monotonic() - self._pending_since >= self._flush_interval
+        )
 
     def flush(self) -> None:
         """Commit finished transactions; spill the open one if the buffer is still too large."""
@@ -403,6 +412,7 @@ class LogWriter:
         self.zone.write_checkpoint(checkpoint)
         self.checkpoint = checkpoint
         self._pending = None
+        self._flush_now = False
         events, self._finished_events = self._finished_events, 0
         self._on_commit(checkpoint, events)
 

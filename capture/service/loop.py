@@ -31,6 +31,7 @@ from capture.sources.base import LogSource
 log = get_logger(__name__)
 
 PROGRESS_EVERY_S = 10.0
+LAG_EVERY_S = 0.1  # the lag gauge is set at most this often while transactions are read
 LAG_POLL_S = 5.0
 MAX_BACKOFF_S = 30.0
 
@@ -154,11 +155,13 @@ class CaptureService:
 
     def _on_commit(self, checkpoint: Checkpoint, events: int) -> None:
         self._source.acknowledge(checkpoint.resume)  # only now: the checkpoint is written
-        self.metrics.committed(events, checkpoint.frontier, checkpoint.resume, self._last_commit_ts)
+        last = self._last_end
+        commit_ts = 0.0 if last is None else last.commit_ts.timestamp()
+        self.metrics.committed(events, checkpoint.frontier, checkpoint.resume, commit_ts)
 
     def _stream(self, source: LogSource, checkpoint: Checkpoint, stop: threading.Event) -> None:
         landing = self.config.landing
-        self._last_commit_ts = 0.0
+        self._last_end: TransactionEnd | None = None  # the last transaction read
         self._source = source
         self._read_position = checkpoint.frontier  # everything before the checkpoint is read
         writer = LogWriter(
@@ -176,6 +179,7 @@ class CaptureService:
         backoff = 1.0
         reconnecting = False
         next_progress = time.monotonic() + PROGRESS_EVERY_S
+        next_lag = 0.0
         metrics = self.metrics
         while not stop.is_set():
             try:
@@ -188,8 +192,7 @@ class CaptureService:
                     elif isinstance(item, TransactionEnd):
                         writer.end_transaction(item)
                         self._read_position = item.frontier
-                        self._last_commit_ts = item.commit_ts.timestamp()
-                        metrics.set_lag(max(0.0, time.time() - self._last_commit_ts))
+                        self._last_end = item  # its lag: set below, every LAG_EVERY_S at most
                     elif isinstance(item, SchemaChange):
                         writer.add_schema_change(item)
                         log.info("capture.ddl", source=self.name, schema=item.schema, lsn=item.lsn.encode())
@@ -199,8 +202,13 @@ class CaptureService:
                     if writer.due():
                         writer.flush()
                         metrics.alive()
-                    if time.monotonic() >= next_progress:  # idle too: heartbeats keep this loop turning
-                        next_progress = time.monotonic() + PROGRESS_EVERY_S
+                    now = time.monotonic()
+                    if now >= next_lag:  # not per transaction: a busy source ends thousands a second
+                        next_lag = now + LAG_EVERY_S
+                        if self._last_end is not None and not isinstance(item, Heartbeat):
+                            metrics.set_lag(max(0.0, time.time() - self._last_end.commit_ts.timestamp()))
+                    if now >= next_progress:  # idle too: heartbeats keep this loop turning
+                        next_progress = now + PROGRESS_EVERY_S
                         self._log_progress(writer.checkpoint)
                     if stop.is_set():
                         break

@@ -131,3 +131,17 @@ def test_the_flush_interval_counts_from_when_the_source_began_reading(tmp_path):
     writer.add(_event(30, 0, 2))
     writer.end_transaction(TransactionEnd(Lsn(40), {"pos": 40}, NOW, read_at=time.monotonic() - 61))
     assert writer.due()
+
+
+def test_an_end_that_asks_for_a_flush_makes_the_writer_due_at_once_and_only_until_its_commit(tmp_path):
+    """A source that read a backlog's last large group to the end (PostgreSQL) asks for the
+    commit now (`TransactionEnd.flush`); the writer's flush interval (60 s here) is not waited."""
+    zone, writer = _writer(tmp_path)
+    writer.add(_event(10, 0, 1))
+    writer.end_transaction(TransactionEnd(Lsn(20), {"pos": 20}, NOW, read_at=time.monotonic(), flush=True))
+    writer.add(_event(30, 0, 2))  # the next transaction, still open
+    assert writer.due()
+    writer.commit()
+    assert zone.checkpoint().frontier == Lsn(20)
+    writer.end_transaction(_end(40))
+    assert not writer.due()  # an ordinary end waits for the interval again

@@ -129,6 +129,8 @@ class BinlogReader:
         self.resume = resume
         self._captured: dict[tuple[str, str], bool] = {}
         self._catalog: pymysql.connections.Connection | None = None  # key lookups (`_key`), opened once needed
+        self._last_timestamp: int | None = None
+        self._last_commit_ts = datetime.now(UTC)
 
     def _stream(self) -> BinLogStreamReader:
         heartbeat = self.config.heartbeat_s
@@ -226,7 +228,7 @@ class BinlogReader:
             elif isinstance(event, MariadbGtidEvent):
                 pending_gtid = (event.domain_id, event.gtid)
                 txid = event.gtid
-                commit_ts = datetime.fromtimestamp(event.timestamp, UTC)
+                commit_ts = self._commit_time(event.timestamp)
                 standalone = bool(event.flags & MARIADB_FL_STANDALONE)
                 in_transaction = not standalone
             elif isinstance(event, QueryEvent):
@@ -235,7 +237,7 @@ class BinlogReader:
                     in_transaction = True
                     if not self.mariadb:
                         txid = f"{self.file}:{event.packet.log_pos}"
-                        commit_ts = datetime.fromtimestamp(event.timestamp, UTC)
+                        commit_ts = self._commit_time(event.timestamp)
                     continue
                 if statement == "COMMIT":
                     in_transaction = False
@@ -246,7 +248,7 @@ class BinlogReader:
                 lsn = Lsn(file_seq | (event.packet.log_pos - event.event_size))
                 if not self.mariadb and not in_transaction:
                     txid = f"{self.file}:{event.packet.log_pos}"
-                    commit_ts = datetime.fromtimestamp(event.timestamp, UTC)
+                    commit_ts = self._commit_time(event.timestamp)
                 yield SchemaChange(lsn, txid, commit_ts, schema, statement)
                 if standalone or not in_transaction:
                     standalone = False
@@ -260,13 +262,23 @@ class BinlogReader:
             if self.stop.is_set() and not in_transaction:
                 return
 
+    def _commit_time(self, timestamp: int) -> datetime:
+        """The event header's commit time (whole seconds): one datetime a second, shared by the
+        transactions committed in it (the writer converts each distinct object once)."""
+        if timestamp != self._last_timestamp:
+            self._last_timestamp, self._last_commit_ts = timestamp, datetime.fromtimestamp(timestamp, UTC)
+        return self._last_commit_ts
+
     def _end(self, event: Any, file_seq: int, gtid: tuple[int, str] | None, commit_ts: datetime) -> TransactionEnd:
+        gtids = self.gtids
         if gtid is not None:
-            self.gtids[gtid[0]] = gtid[1]
+            gtids[gtid[0]] = gtid[1]
         pos = event.packet.log_pos
         resume = {"file": self.file, "pos": pos}
         if self.mariadb:
-            resume["gtid"] = ",".join(self.gtids[d] for d in sorted(self.gtids))
+            # one replication domain (the common case): its GTID is the whole state
+            one = gtid is not None and len(gtids) == 1
+            resume["gtid"] = gtid[1] if one else ",".join(gtids[d] for d in sorted(gtids))
         return TransactionEnd(Lsn(file_seq | pos), resume, commit_ts)
 
     def _table(self, event: Any) -> tuple[TableSchema, RowConverter]:

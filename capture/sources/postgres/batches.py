@@ -140,9 +140,16 @@ class Group:
         self.end = pgoutput.commit_fields(buf)
         self.open = self.open_held = False
 
-    def hand_over(self) -> Iterator[ColumnBatch | TransactionEnd]:
+    @property
+    def large(self) -> bool:
+        """Holding half of max_changes changes or transactions: worth a commit of its own."""
+        half = self.max_changes // 2
+        return self.held >= half or len(self.transactions) >= half
+
+    def hand_over(self, flush: bool = False) -> Iterator[ColumnBatch | TransactionEnd]:
         """The held changes as one ColumnBatch per table, then the last finished transaction's
-        end, unless the open transaction's changes went with them (its own end covers them)."""
+        end, unless the open transaction's changes went with them (its own end covers them);
+        `flush`: the end asks the writer to commit now (`TransactionEnd.flush`)."""
         runs = [(run, decode(run.table, run.messages)) for run in self.runs.values()]
         minors, extra = self._minors(runs) if self.splits else (None, self.carried)
         if runs:
@@ -172,7 +179,9 @@ class Group:
         if carried is not None:  # the open transaction stays, as the group's first
             self.transactions, self.carried, self.splits = [carried], extra, extra > 0
         if end is not None:
-            yield TransactionEnd(Lsn(end[0]), {"lsn": format_lsn(end[0])}, pgoutput.timestamp(end[1]), self.since)
+            yield TransactionEnd(
+                Lsn(end[0]), {"lsn": format_lsn(end[0])}, pgoutput.timestamp(end[1]), self.since, flush
+            )
         self.since = time.monotonic()
 
     def _minors(self, runs: list[tuple[_Run, Decoded]]) -> tuple[list[list[int]], int]:

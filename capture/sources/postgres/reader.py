@@ -27,7 +27,12 @@ read `hold_s` ago (the landing writer's flush interval: it would wait that long 
 counts from `TransactionEnd.read_at`, so a change lands no later than before), when it holds
 BATCH_ROWS changes or transactions or BATCH_BYTES of messages, before a Relation message
 redescribes a table it holds changes of, and on stop. (Not before a heartbeat: handed over
-early, the group would wait in the writer for the next one.)
+early, the group would wait in the writer for the next one.) One exception: when everything
+sent is read and the group holds half of BATCH_ROWS changes or transactions (the end of a
+backlog, or a source faster than 10,000 changes/s), it is handed over at once with an end
+that asks the writer to commit now (`TransactionEnd.flush`): a commit of that size is
+amortized, and the catch-up does not end with a wait of up to `hold_s`. At lower rates groups
+never get that large within `hold_s`, so commits (and files) stay as few as before.
 
 Between transactions, every PUBLICATION_SYNC_S, the reader brings the publication in step with
 the captured tables (`publication.Publication.sync`): a table created since is published from
@@ -160,6 +165,9 @@ class PgOutputReader:
                     now = time.monotonic()
                     if group.pending and now - group.since >= hold:
                         yield from group.hand_over()
+                        run_oid = b""
+                    elif group.pending and group.large:  # all read, a backlog's last group: commit it now
+                        yield from group.hand_over(flush=True)
                         run_oid = b""
                     if now >= next_heartbeat:
                         next_heartbeat = now + heartbeat

@@ -48,3 +48,41 @@ def test_transactions_are_held_for_the_flush_interval_and_handed_over_together(p
     majors = [Lsn.decode(int(e["_lsn"])) for e in events]
     assert all(lsn.minor == 0 for lsn in majors) and majors == sorted(majors) and majors[-1] < end.frontier
     assert yielded - end.read_at >= 0.8  # not handed over at a heartbeat (0.1 s): the writer commits it at once
+
+
+def test_a_backlogs_large_last_group_is_handed_over_once_read_with_an_end_that_asks_for_a_commit(postgres, pg_database):
+    """6,000 single-row transactions written before reading, a hold of 60 s: once everything is
+    read the group (over half of BATCH_ROWS) is handed over at once, its end asking the writer
+    to commit now, not after the hold; every transaction's row is in it, in commit order."""
+    postgres.execute("CREATE TABLE t (id int PRIMARY KEY, v text)", database=pg_database)
+    config = SourceConfig(
+        kind="postgresql",
+        port=postgres.port,
+        user="postgres",
+        database=pg_database,
+        slot=f"lt_{pg_database}"[:63],
+        include=["public.*"],
+        heartbeat_s=0.1,
+    )
+    source = PostgresSource("src", config)
+    source.preflight()
+    _, resume = source.current_position()
+    postgres.execute(
+        "DO $$ BEGIN FOR i IN 0..5999 LOOP INSERT INTO t VALUES (i, 'v' || i); COMMIT; END LOOP; END $$",
+        database=pg_database,
+    )
+    items = []
+    began = time.monotonic()
+    try:
+        for item in source.read(resume, threading.Event(), hold_s=60):
+            items.append(item)
+            if isinstance(item, TransactionEnd):
+                break
+    finally:
+        source.close()
+    end = items[-1]
+    assert isinstance(end, TransactionEnd) and end.flush and time.monotonic() - began < 30
+    events = [e for item in items if isinstance(item, ColumnBatch) for e in item.events.to_pylist()]
+    assert [e["after"]["id"] for e in events] == list(range(6000)) and len({e["_txid"] for e in events}) == 6000
+    majors = [Lsn.decode(int(e["_lsn"])).major for e in events]
+    assert majors == sorted(majors) and majors[-1] < end.frontier.major
