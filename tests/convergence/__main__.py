@@ -38,6 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, default=ROOT / "var" / "convergence")
     parser.add_argument("--keep", action="store_true", help="keep the folders of passing seeds too")
     args = parser.parse_args(argv)
+    args.workdir = args.workdir.resolve()  # the servers run from other directories (mariadb-install-db)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the cleanups: servers, capture, Spark
     scale = dataclasses.replace(SOAK, **{f.name: tuple(v) if isinstance(v := getattr(args, f.name), list) else v
                                          for f in dataclasses.fields(SOAK)})  # fmt: skip

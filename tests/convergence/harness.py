@@ -398,6 +398,7 @@ class Harness:
     # -- the verdict -------------------------------------------------------------------------------
 
     def _workload_facts(self, workload: Workload) -> None:
+        self.facts["statements"] = workload.counts.get("statements", 0)  # on the PASS line too
         self.facts["workload"] = dict(workload.counts)
         if workload.failure is not None:
             self.findings.append(f"workload stopped: {type(workload.failure).__name__}: {workload.failure}")

@@ -156,3 +156,32 @@ def test_dump_rows_have_the_same_types_and_values_as_log_rows(mariadb, database,
     assert as_arrow[-2]["dt"] is None and as_arrow[-2]["yr"] == 0  # zero dates as NULL on both paths
     assert as_arrow[-2]["ts"] == datetime(1970, 1, 1, tzinfo=UTC)  # a zero TIMESTAMP: epoch 0
     assert [as_arrow[-1][c] for c in ("dt", "dtm", "dts")] == [None, None, None]
+
+
+def test_float_and_binary_values_are_exact_on_both_paths(mariadb, database, make_capture):
+    """A FLOAT holds 24 bits of mantissa: both the log and a dump must land that float32, not the six
+    digits the text protocol prints (887753.375 is not 887753.0). A BINARY(n) lands padded to n with
+    0x00 as SELECT returns it, whatever its value (empty, all zero bytes, text-like bytes)."""
+    from capture.sources import open_chunk_source
+
+    mariadb.execute("CREATE TABLE exact (id INT PRIMARY KEY, f FLOAT, bn BINARY(4))", database=database)
+    capture = make_capture([f"{database}.*"]).start()
+    capture.wait_running()
+    floats = [887753.375, -532940.6875, 3.4028234663852886e38, -3.4028234663852886e38, 1.1754943508222875e-38, 0.1]
+    binaries = [b"", b"\x00", b"\x00\x00\x00\x00", b"a", b"ab\x00", b"\xff\xff\xff\xff"]
+    with mariadb.connect(database) as conn, conn.cursor() as cur:
+        for i, (f, b) in enumerate(zip(floats, binaries, strict=True)):
+            cur.execute("INSERT INTO exact VALUES (%s, %s, %s)", (i, f, b))
+        conn.commit()
+        cur.execute("SELECT id, CAST(f AS DOUBLE), bn FROM exact ORDER BY id")
+        source = [{"id": i, "f": f, "bn": bn} for i, f, bn in cur.fetchall()]
+    assert [r["bn"] for r in source] == [b.ljust(4, b"\x00") for b in binaries]
+
+    events = capture.wait_events(database, "exact", len(floats))
+    assert [e["after"] for e in events] == source
+    chunks = open_chunk_source("src", capture.config.source("src"))
+    try:
+        rows = chunks.select_chunk(chunks.describe(database, "exact"), None, None, None, 100).to_pylist()
+    finally:
+        chunks.close()
+    assert rows == source

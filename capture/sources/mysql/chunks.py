@@ -139,13 +139,15 @@ class MySqlChunkSource:
     def select_chunk(
         self, table: TableSchema, after: Row | None, start: Row | None, stop: Row | None, limit: int
     ) -> pa.StructArray:
-        sql, params = chunk_select(table.schema, table.table, table.names, table.key, after, start, stop, limit)
+        sql, params = chunk_select(
+            table.schema, table.table, table.names, table.key, after, start, stop, limit, _floats(table)
+        )
         return self._rows(table, sql, params)
 
     def select_keys(self, table: TableSchema, keys: list[Row]) -> pa.StructArray:
         if not keys:
             return pa.array([], type=table.row_type)
-        sql, params = keys_select(table.schema, table.table, table.names, table.key, keys)
+        sql, params = keys_select(table.schema, table.table, table.names, table.key, keys, _floats(table))
         return self._rows(table, sql, params)
 
     def key_after(self, table: TableSchema, key: Row, other: Row) -> bool:
@@ -157,3 +159,8 @@ class MySqlChunkSource:
 
     def close(self) -> None:
         self._conn.close()
+
+
+def _floats(table: TableSchema) -> frozenset[str]:
+    """The FLOAT columns, read as DOUBLE so that they land exactly (`sql.select_list`)."""
+    return frozenset(c.name for c in table.columns if c.source_type == "float")

@@ -8,7 +8,7 @@ constructors.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from capture.sources.keyset import chunk_bounds
 
@@ -41,6 +41,12 @@ def _params(key_values: Sequence[object]) -> list[object]:
     return params
 
 
+def select_list(columns: Sequence[str], floats: Collection[str] = ()) -> str:
+    """The SELECT's columns; a FLOAT as DOUBLE: the text protocol prints a FLOAT with six significant
+    digits (887753.375 as 887753), a DOUBLE with all it needs to be read back exactly."""
+    return ", ".join(f"CAST({quote(c)} AS DOUBLE)" if c in floats else quote(c) for c in columns)
+
+
 def chunk_select(
     schema: str,
     table: str,
@@ -50,11 +56,12 @@ def chunk_select(
     start: Sequence[object] | None,
     stop: Sequence[object] | None,
     limit: int,
+    floats: Collection[str] = (),
 ) -> tuple[str, list[object]]:
     """Next chunk in key order: key > after (exclusive), or key >= start on the first chunk
-    of a range; key <= stop (inclusive) when the range has an end."""
+    of a range; key <= stop (inclusive) when the range has an end. `floats`: the FLOAT columns."""
     where, params = chunk_bounds(after, start, stop, lambda op, values: (f"({_compare(key, op)})", _params(values)))
-    sql = f"SELECT {', '.join(quote(c) for c in columns)} FROM {qualified(schema, table)}"
+    sql = f"SELECT {select_list(columns, floats)} FROM {qualified(schema, table)}"
     if where:
         sql += " WHERE " + " AND ".join(where)
     sql += f" ORDER BY {', '.join(quote(k) for k in key)} LIMIT %s"
@@ -78,12 +85,17 @@ def key_after_select(schema: str, table: str, key: Sequence[str]) -> str:
 
 
 def keys_select(
-    schema: str, table: str, columns: Sequence[str], key: Sequence[str], keys: Sequence[Sequence[object]]
+    schema: str,
+    table: str,
+    columns: Sequence[str],
+    key: Sequence[str],
+    keys: Sequence[Sequence[object]],
+    floats: Collection[str] = (),
 ) -> tuple[str, list[object]]:
     """Rows of the given keys, in key order."""
     one = "(" + " AND ".join(f"{quote(k)} = %s" for k in key) + ")"
     sql = (
-        f"SELECT {', '.join(quote(c) for c in columns)} FROM {qualified(schema, table)}"
+        f"SELECT {select_list(columns, floats)} FROM {qualified(schema, table)}"
         f" WHERE {' OR '.join([one] * len(keys))} ORDER BY {', '.join(quote(k) for k in key)}"
     )
     return sql, [v for k in keys for v in k]

@@ -75,7 +75,15 @@ def _bits(value: str) -> int:
 
 
 def _pad(length: int) -> ValueConverter:
-    return lambda value: value.ljust(length, b"\x00") if isinstance(value, bytes) else value
+    """BINARY(n) as stored: the binlog leaves out trailing 0x00; one that was all zero bytes (or empty)
+    comes from mysql-replication as the str '' (it decodes b'' without looking the charset up)."""
+
+    def pad(value: Any) -> Any:
+        if isinstance(value, str):
+            value = value.encode()
+        return value.ljust(length, b"\x00") if isinstance(value, bytes) else value
+
+    return pad
 
 
 def _set_text(members: list[str]) -> ValueConverter:
