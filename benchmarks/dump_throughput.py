@@ -51,26 +51,20 @@ ROOT = Path(__file__).resolve().parent.parent
 LOAD_RATE, LOAD_S, LOAD_WRITERS, LOAD_IDS = 2_000, 10, 2, 1_000  # the latency row under OLTP load
 
 
-def _config(base: Path, server: MariaDB) -> Path:
+def write_config(base: Path, server: MariaDB, server_id: int = 77, **extra: Any) -> Path:
+    """The benchmark source `bench` on `server` (capture of bench.*), plus `extra` top-level keys."""
     path = base / "logtide.yaml"
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "landing": {"path": str(base / "landing"), "flush_interval_s": 0.2},
-                "sources": {
-                    "bench": {
-                        "kind": "mariadb",
-                        "port": server.port,
-                        "user": "root",
-                        "server_id": 77,
-                        "include": ["bench.*"],
-                        "heartbeat_s": 0.2,
-                        "metrics": {"port": free_port()},
-                    }
-                },
-            }
-        )
-    )
+    source = {
+        "kind": "mariadb",
+        "port": server.port,
+        "user": "root",
+        "server_id": server_id,
+        "include": ["bench.*"],
+        "heartbeat_s": 0.2,
+        "metrics": {"port": free_port()},
+    }
+    landing = {"path": str(base / "landing"), "flush_interval_s": 0.2}
+    path.write_text(yaml.safe_dump({"landing": landing, "sources": {"bench": source}, **extra}))
     return path
 
 
@@ -195,7 +189,7 @@ def main() -> int:
             f"INSERT INTO accounts SELECT seq, 0, NOW(6) FROM seq_0_to_{LOAD_WRITERS * LOAD_IDS - 1}",
             database="bench",
         )
-        config_path = _config(base, server)
+        config_path = write_config(base, server)
         capture = subprocess.Popen(
             [sys.executable, "-m", "capture.cli", "--config", str(config_path), "capture", "--source", "bench"],
             cwd=ROOT,

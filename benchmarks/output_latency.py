@@ -36,51 +36,30 @@ from pathlib import Path
 
 import nats
 import pyarrow.parquet as pq
-import yaml
 
+from benchmarks.dump_throughput import write_config
 from capture.config import load_config
 from capture.dump.control import DumpSettings
 from capture.dump.engine import DumpEngine, DumpRequest
 from capture.landing import LandingZone
 from capture.sources import open_chunk_source
-from tests.servers import MariaDB, NatsServer, free_port
+from tests.servers import MariaDB, NatsServer
 
 ROOT = Path(__file__).resolve().parent.parent
 STREAM, PREFIX = "BENCH", "bench"
 
 
 def _config(base: Path, server: MariaDB, nats_url: str) -> Path:
-    path = base / "logtide.yaml"
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "landing": {"path": str(base / "landing"), "flush_interval_s": 0.2},
-                "sources": {
-                    "bench": {
-                        "kind": "mariadb",
-                        "port": server.port,
-                        "user": "root",
-                        "server_id": 78,
-                        "include": ["bench.*"],
-                        "heartbeat_s": 0.2,
-                        "metrics": {"port": free_port()},
-                    }
-                },
-                "outputs": {
-                    "js": {
-                        "source": "bench",
-                        "kind": "nats",
-                        "url": nats_url,
-                        "stream": STREAM,
-                        "subject_prefix": PREFIX,
-                        "start": "beginning",
-                        "poll_interval_s": 0.05,
-                    }
-                },
-            }
-        )
-    )
-    return path
+    output = {
+        "source": "bench",
+        "kind": "nats",
+        "url": nats_url,
+        "stream": STREAM,
+        "subject_prefix": PREFIX,
+        "start": "beginning",
+        "poll_interval_s": 0.05,
+    }
+    return write_config(base, server, 78, outputs={"js": output})
 
 
 class Consumer:

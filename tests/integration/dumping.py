@@ -203,3 +203,12 @@ class DiesBeforeHigh:
         if mark.kind == "LOW":
             self.lows[mark.chunk] = mark.id
         self._source.write_watermark(mark, table)
+
+
+def populate_ledger(mariadb, database: str, rows: int) -> None:
+    """The MariaDB table `ledger` with ids 1..rows: history written before capture starts."""
+    mariadb.execute(
+        "CREATE TABLE ledger (id INT PRIMARY KEY, v INT, note VARCHAR(20))",
+        f"INSERT INTO ledger SELECT seq, seq % 100, CONCAT('row', seq) FROM seq_1_to_{rows}",
+        database=database,
+    )

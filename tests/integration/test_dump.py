@@ -29,6 +29,7 @@ from tests.integration.dumping import (
     Workload,
     check_schema_change_rereads,
     open_engine,
+    populate_ledger,
     reconciled_state,
     table_state,
     wait_until_landed,
@@ -38,17 +39,9 @@ from tests.servers import wait_for
 pytestmark = pytest.mark.integration
 
 
-def _populate(mariadb, database: str, rows: int) -> None:
-    mariadb.execute(
-        "CREATE TABLE ledger (id INT PRIMARY KEY, v INT, note VARCHAR(20))",
-        f"INSERT INTO ledger SELECT seq, seq % 100, CONCAT('row', seq) FROM seq_1_to_{rows}",
-        database=database,
-    )
-
-
 @pytest.mark.parametrize("seed", [1, 2])
 def test_dump_during_concurrent_writes_reconciles_to_the_table(mariadb, database, make_capture, seed):
-    _populate(mariadb, database, 3000)  # history before capture started: only the dump has it
+    populate_ledger(mariadb, database, 3000)  # history before capture started: only the dump has it
     capture = make_capture([f"{database}.*"]).start()
     capture.wait_running()
     workload = Workload(mariadb, database, "ledger", 100_000, seed)
@@ -100,7 +93,7 @@ def test_composite_case_insensitive_binary_and_unique_keys(mariadb, database, ma
 
 
 def test_key_list_and_key_range(mariadb, database, make_capture):
-    _populate(mariadb, database, 100)
+    populate_ledger(mariadb, database, 100)
     capture = make_capture([f"{database}.*"]).start()
     capture.wait_running()
     engine, source = open_engine(capture)
@@ -157,7 +150,7 @@ def test_key_list_under_a_case_insensitive_collation_counts_only_truly_missing_k
 
 
 def test_bad_requests_are_refused_before_anything_is_written(mariadb, database, make_capture):
-    _populate(mariadb, database, 10)
+    populate_ledger(mariadb, database, 10)
     mariadb.execute(
         "CREATE TABLE keyless (a INT, b INT)", "CREATE TABLE hidden (id INT PRIMARY KEY)", database=database
     )
@@ -192,7 +185,7 @@ def _cli(capture, *args: str, check: bool = True) -> subprocess.CompletedProcess
 
 
 def test_the_cli_refuses_zero_settings_and_a_range_that_ends_before_it_starts(mariadb, database, make_capture):
-    _populate(mariadb, database, 10)
+    populate_ledger(mariadb, database, 10)
     mariadb.execute(
         "CREATE TABLE names (name VARCHAR(10) COLLATE utf8mb4_general_ci PRIMARY KEY, b VARBINARY(10) NOT NULL UNIQUE)",
         "CREATE TABLE pairs (a INT, b VARCHAR(5), PRIMARY KEY (a, b))",
@@ -226,7 +219,7 @@ def test_the_cli_refuses_zero_settings_and_a_range_that_ends_before_it_starts(ma
 
 
 def test_cli_dump_survives_kill9_and_resumes_after_the_last_chunk(mariadb, database, make_capture):
-    _populate(mariadb, database, 400)
+    populate_ledger(mariadb, database, 400)
     capture = make_capture([f"{database}.*"]).start()
     capture.wait_running()
     cmd = [
@@ -265,7 +258,7 @@ def test_cli_dump_survives_kill9_and_resumes_after_the_last_chunk(mariadb, datab
 
 
 def test_a_chunk_whose_high_never_committed_is_redone_on_resume(mariadb, database, make_capture):
-    _populate(mariadb, database, 200)
+    populate_ledger(mariadb, database, 200)
     capture = make_capture([f"{database}.*"]).start()
     capture.wait_running()
     request = DumpRequest(dump_id="redo", tables=[f"{database}.ledger"], settings=DumpSettings(chunk_size=20))
@@ -304,7 +297,7 @@ def test_a_chunk_whose_high_never_committed_is_redone_on_resume(mariadb, databas
 
 
 def test_pause_resume_retune_and_cancel_from_the_cli(mariadb, database, make_capture):
-    _populate(mariadb, database, 3000)
+    populate_ledger(mariadb, database, 3000)
     capture = make_capture([f"{database}.*"])
     control = FileControl(dump_dir(capture.zone, "ctl") / "control.json")
     control.update(state="paused")
@@ -349,7 +342,7 @@ def test_pause_resume_retune_and_cancel_from_the_cli(mariadb, database, make_cap
 
 
 def test_a_rows_per_s_ceiling_and_a_delay_set_through_the_control_slow_the_dump(mariadb, database, make_capture):
-    _populate(mariadb, database, 600)
+    populate_ledger(mariadb, database, 600)
     capture = make_capture([f"{database}.*"])
     took: dict[str, float] = {}
     # what `logtide dump-control --max-rows-per-s 400` and `--delay 0.3` write; read before each chunk
@@ -379,7 +372,7 @@ def _row_lock_waits(mariadb) -> dict[str, int]:
 
 
 def test_writers_never_wait_for_the_dump(mariadb, database, make_capture):
-    _populate(mariadb, database, 5000)
+    populate_ledger(mariadb, database, 5000)
     capture = make_capture([f"{database}.*"])
     failures: list[Exception] = []
     stop = threading.Event()
@@ -418,7 +411,7 @@ def test_writers_never_wait_for_the_dump(mariadb, database, make_capture):
 
 
 def test_a_column_added_during_the_dump_reaches_the_following_chunks(mariadb, database, make_capture):
-    _populate(mariadb, database, 600)
+    populate_ledger(mariadb, database, 600)
     capture = make_capture([f"{database}.*"]).start()
     capture.wait_running()
     engine, source = open_engine(capture)
@@ -456,7 +449,7 @@ def test_a_column_added_during_the_dump_reaches_the_following_chunks(mariadb, da
 
 
 def test_a_schema_change_just_before_high_or_after_low_rereads_the_chunk(mariadb, database, make_capture):
-    _populate(mariadb, database, 200)
+    populate_ledger(mariadb, database, 200)
     capture = make_capture([f"{database}.*"]).start()
     capture.wait_running()
     check_schema_change_rereads(
@@ -469,7 +462,7 @@ def test_a_schema_change_just_before_high_or_after_low_rereads_the_chunk(mariadb
 
 
 def test_a_user_without_watermark_grants_is_told_which_grant(mariadb, database, make_capture):
-    _populate(mariadb, database, 10)
+    populate_ledger(mariadb, database, 10)
     mariadb.execute(
         "DROP USER IF EXISTS 'reader'@'%'",
         "CREATE USER 'reader'@'%' IDENTIFIED BY 'r'",
@@ -492,7 +485,7 @@ def test_a_user_without_watermark_grants_is_told_which_grant(mariadb, database, 
 
 
 def test_concurrent_dumps_of_different_tables_do_not_block_each_other(mariadb, database, make_capture):
-    _populate(mariadb, database, 500)
+    populate_ledger(mariadb, database, 500)
     mariadb.execute("CREATE TABLE other LIKE ledger", "INSERT INTO other SELECT * FROM ledger", database=database)
     capture = make_capture([f"{database}.*"]).start()
     capture.wait_running()

@@ -18,7 +18,7 @@ from capture.dump.engine import DumpEngine, DumpRequest
 from capture.output.landing import Position, read_position
 from capture.sources import open_chunk_source
 from capture.status import outputs_status
-from tests.integration.dumping import Workload, reconciled_state, table_state, wait_until_landed
+from tests.integration.dumping import Workload, populate_ledger, reconciled_state, table_state, wait_until_landed
 from tests.integration.outputs import (
     add_outputs,
     debezium_state,
@@ -34,18 +34,10 @@ from tests.servers import NatsServer, wait_for
 pytestmark = pytest.mark.integration
 
 
-def _populate(mariadb, database: str, rows: int) -> None:
-    mariadb.execute(
-        "CREATE TABLE ledger (id INT PRIMARY KEY, v INT, note VARCHAR(20))",
-        f"INSERT INTO ledger SELECT seq, seq % 100, CONCAT('row', seq) FROM seq_1_to_{rows}",
-        database=database,
-    )
-
-
 def test_jetstream_gets_the_log_and_dump_rows_interleaved_through_kills_of_capture_and_relay(
     mariadb, database, make_capture, nats_server, tmp_path, make_relay
 ):
-    _populate(mariadb, database, 3000)  # history before capture started: only the dump brings it
+    populate_ledger(mariadb, database, 3000)  # history before capture started: only the dump brings it
     capture = make_capture([f"{database}.*"])
     stream, prefix = f"S{uuid.uuid4().hex[:8]}", f"p{uuid.uuid4().hex[:8]}"
     output = {"source": "src", "kind": "nats", "url": nats_server.url, "stream": stream, "subject_prefix": prefix}
@@ -120,7 +112,7 @@ class _Hook(BaseHTTPRequestHandler):
 def test_webhook_retries_failures_and_timeouts_and_loses_nothing_in_debeziums_envelope(
     mariadb, database, make_capture, tmp_path, make_relay
 ):
-    _populate(mariadb, database, 400)
+    populate_ledger(mariadb, database, 400)
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Hook)
     server.posts, server.received, server.lock = 0, [], threading.Lock()  # type: ignore[attr-defined]
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -198,7 +190,7 @@ class _PauseAfterLow:
 def test_an_output_added_inside_a_dump_window_starts_at_the_checkpoint_and_rebuilds_the_window(
     mariadb, database, make_capture, nats_server, tmp_path, make_relay
 ):
-    _populate(mariadb, database, 1000)
+    populate_ledger(mariadb, database, 1000)
     capture = make_capture([f"{database}.*"])
     capture.start().wait_running()
     source = open_chunk_source("src", capture.config.source("src"))
@@ -242,7 +234,7 @@ def test_an_output_added_inside_a_dump_window_starts_at_the_checkpoint_and_rebui
 def test_jetstream_down_for_a_while_delays_delivery_and_loses_nothing(
     mariadb, database, make_capture, tmp_path, make_relay
 ):
-    _populate(mariadb, database, 10)
+    populate_ledger(mariadb, database, 10)
     server = NatsServer(tmp_path / "nats")
     server.start()
     try:
@@ -292,7 +284,7 @@ class _SlowHook(BaseHTTPRequestHandler):
 def test_a_slow_output_holds_a_dump_back_to_one_chunk_ahead_of_it(
     mariadb, database, make_capture, tmp_path, make_relay
 ):
-    _populate(mariadb, database, 400)
+    populate_ledger(mariadb, database, 400)
     server = ThreadingHTTPServer(("127.0.0.1", 0), _SlowHook)
     server.received = []  # type: ignore[attr-defined]
     threading.Thread(target=server.serve_forever, daemon=True).start()
