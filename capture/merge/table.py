@@ -1,4 +1,7 @@
-"""The Spark merge: DBLog's reconciliation of chunks with the log, applied to Apache Iceberg.
+"""The Spark merge of one table: DBLog's reconciliation of chunks with the log, applied to Apache
+Iceberg (`TableMerge`), with what it needs: Arrow-to-Spark types, the landing zone as the driver
+sees it, Iceberg helpers and the MERGE's key filter. capture/merge/app.py runs it for a source
+(`run_merge`, `main`); capture/merge/session.py builds the Spark session.
 
     logtide --config F merge --source S [--table db.t ...]        (runs spark-submit for you)
     spark-submit --jars <var/jars/*.jar> spark_apps/merge.py --config F --source S [--table db.t ...]
@@ -21,7 +24,7 @@ For every table of the source with landed log events or chunks, one run:
      any key order: when the run merges the last chunk of a full dump, the keys none of the
      dump's chunks returned and no event touched during the dump (`_completed_dump_repairs`).
      PostgreSQL: a key change's create that leaves TOASTed columns out gets them from the old
-     key's state (target row, the run's events and chunk rows; spark_apps/key_changes.py); a
+     key's state (target row, the run's events and chunk rows; capture/merge/key_changes.py); a
      value nothing held is NULL, warned and counted (`logtide.unknown-values`, shown by status).
   5. Appends that stream (log events, chunk rows at HIGH, repair deletes, ordered by LSN and
      order) to the changelog table, in one commit carrying F (`logtide.frontier` of its own).
@@ -33,7 +36,7 @@ For every table of the source with landed log events or chunks, one run:
      written range-clustered by key in small files, and the MERGE's ON clause bounds the key by
      ranges around the run's keys, so it reads only the files that can hold them (`key_filter`).
 
-One table never stops the others (`run_merge`): a table without a key (none landed, none named in
+One table never stops the others (`run_merge`, app.py): a table without a key (none landed, none named in
 the configuration's `keys`) is skipped with `merge.table_skipped` (reason and fix), a table whose
 merge fails is logged with `merge.table_failed`, and the other tables are merged; the summary
 lists both, and `main` exits 1 when a table failed.
@@ -46,10 +49,7 @@ the dump recorded that it is the database's (README, "Merge": keys and their ord
 
 from __future__ import annotations
 
-import argparse
 import json
-import logging
-import os
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -63,23 +63,19 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:  # spark-submit runs this file from a checkout: make `capture` importable
-    sys.path.insert(0, str(ROOT))
-
-from capture.config import LogtideConfig, MergeConfig, load_config  # noqa: E402
-from capture.dump.key_changes import Unknown  # noqa: E402
-from capture.dump.keys import encode_key  # noqa: E402
-from capture.errors import LogtideError, UnusableTableError, WatermarkError  # noqa: E402
-from capture.events import lsn_text  # noqa: E402
-from capture.landing import LandingZone  # noqa: E402
-from capture.landing.chunks import META_KEY, ChunkMeta  # noqa: E402
-from capture.landing.files import parse_segment_name  # noqa: E402
-from capture.landing.zone import table_folder  # noqa: E402
-from capture.log import get_logger, setup_logging  # noqa: E402
-from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE  # noqa: E402
-from capture.sources.table_keys import no_key  # noqa: E402
-from spark_apps.key_changes import KeyChanges, created_lsns  # noqa: E402
+from capture.config import LogtideConfig
+from capture.dump.key_changes import Unknown
+from capture.dump.keys import encode_key
+from capture.errors import LogtideError, MergeError, WatermarkError
+from capture.events import lsn_text
+from capture.landing import LandingZone
+from capture.landing.chunks import META_KEY, ChunkMeta
+from capture.landing.files import parse_segment_name
+from capture.landing.zone import table_folder
+from capture.log import get_logger
+from capture.merge.key_changes import KeyChanges, created_lsns
+from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE
+from capture.sources.table_keys import no_key
 
 log = get_logger("logtide.merge")
 
@@ -87,7 +83,6 @@ FRONTIER = "logtide.frontier"
 # values key changes left out that nothing held (written NULL): the count since the target was
 # created and the newest few, in the MERGE's snapshot summary and as table properties (`status`)
 UNKNOWN_VALUES, UNKNOWN_SAMPLE, SAMPLE_SIZE = "logtide.unknown-values", "logtide.unknown-sample", 10
-ICEBERG_RUNTIME = "org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.10.2"  # for spark.jars.packages
 CHANGELOG_SUFFIX = "__changelog"
 # bookkeeping columns of the targets and the changelog (source columns may not use these names)
 TARGET_META = (("_lsn", "decimal(38,0)"), ("_applied_at", "timestamp"))
@@ -114,77 +109,8 @@ PRUNE_MAX_KEYS = 100_000
 PRUNE_RANGES = 32
 
 
-class MergeError(LogtideError):
-    """The merge cannot apply what landed (unsupported type, a column that changed type, no jars)."""
-
-
 def quote(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
-
-
-# -- the Spark session -----------------------------------------------------------------------
-
-
-def _uri(location: str) -> str:
-    return location if "://" in location or location.startswith("file:") else Path(location).resolve().as_uri()
-
-
-def jar_paths(cfg: MergeConfig) -> list[str]:
-    jars = sorted(str(p.resolve()) for p in Path(cfg.jars_dir).glob("*.jar"))
-    if not any("iceberg-spark-runtime" in Path(j).name for j in jars):
-        raise MergeError(
-            f"no Iceberg runtime jar in {cfg.jars_dir}: run scripts/jars.sh (or scripts/setup.sh), or set "
-            f"merge.jars_dir; with Maven access set spark_conf spark.jars.packages={ICEBERG_RUNTIME}"
-        )
-    return jars
-
-
-def session_conf(cfg: MergeConfig, with_jars: bool = True) -> dict[str, str]:
-    """Spark settings for the merge: Iceberg's extensions and the configured catalog."""
-    prefix = f"spark.sql.catalog.{cfg.catalog_name}"
-    conf = {
-        "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
-        prefix: "org.apache.iceberg.spark.SparkCatalog",
-        f"{prefix}.warehouse": _uri(cfg.warehouse),
-        f"{prefix}.cache-enabled": "false",  # always see the latest commit (frontiers)
-        "spark.sql.session.timeZone": "UTC",
-        # The landing zone's files are pyarrow's: dates and timestamps in the proleptic Gregorian
-        # calendar, as Spark 3 and Iceberg count them. Spark's default (EXCEPTION) refuses dates before
-        # 1582-10-15 and timestamps before 1900 in files it did not write; LEGACY would shift them.
-        "spark.sql.parquet.datetimeRebaseModeInRead": "CORRECTED",
-        "spark.sql.parquet.int96RebaseModeInRead": "CORRECTED",
-        "spark.sql.parquet.datetimeRebaseModeInWrite": "CORRECTED",
-        "spark.sql.parquet.int96RebaseModeInWrite": "CORRECTED",
-        "spark.sql.shuffle.partitions": "8",
-        # the landing zone's files are named one by one: list them on the driver, not in a Spark job
-        "spark.sql.sources.parallelPartitionDiscovery.threshold": "1000000",
-        "spark.ui.enabled": "false",
-        "spark.ui.showConsoleProgress": "false",
-    }
-    if cfg.catalog == "hadoop":
-        conf[f"{prefix}.type"] = "hadoop"
-    else:
-        conf[f"{prefix}.catalog-impl"] = "org.apache.iceberg.jdbc.JdbcCatalog"
-        conf[f"{prefix}.uri"] = cfg.jdbc_uri or ""
-        if cfg.jdbc_user:
-            conf[f"{prefix}.jdbc.user"] = cfg.jdbc_user
-        if cfg.jdbc_password.get_secret_value():
-            conf[f"{prefix}.jdbc.password"] = cfg.jdbc_password.get_secret_value()
-    if with_jars and "spark.jars.packages" not in cfg.spark_conf:
-        conf["spark.jars"] = ",".join(jar_paths(cfg))
-    conf.update(cfg.spark_conf)
-    return conf
-
-
-def build_session(conf: dict[str, str], master: str | None = None, app_name: str = "logtide-merge") -> Any:
-    from pyspark.sql import SparkSession
-
-    builder = SparkSession.builder.appName(app_name)
-    if master:
-        builder = builder.master(master)
-    for key, value in conf.items():
-        builder = builder.config(key, value)
-    return builder.getOrCreate()
 
 
 # -- Arrow (landing zone) types -> Spark types ---------------------------------------------------
@@ -1451,132 +1377,3 @@ def _all(conditions: list[Any]) -> Any:
     for condition in conditions[1:]:
         result = result & condition
     return result
-
-
-# -- entry points --------------------------------------------------------------------------------
-
-
-def run_merge(
-    spark: Any, config: LogtideConfig, source: str, tables: list[str] | None = None, frontier: int | None = None
-) -> dict[str, Any]:
-    """Merge what the source's landing zone holds up to its committed frontier (or up to an
-    earlier `frontier`, as a merge that ran then would have) into Iceberg.
-
-    One table never stops the others: a table the merge cannot handle (no key:
-    UnusableTableError) is skipped, a table whose merge fails is reported as failed, and the
-    rest are merged; the summary's `skipped` and `failed` list them (`main` exits non-zero when
-    one failed)."""
-    config.source(source)
-    zone = LandingZone(config.landing.path, source)
-    checkpoint = zone.checkpoint()
-    began = time.monotonic()
-    if checkpoint is None:
-        log.info("merge.nothing_landed", source=source, landing=str(zone.root))
-        return {"source": source, "frontier": None, "tables": [], "skipped": [], "failed": []}
-    committed = checkpoint.frontier.encode()
-    if frontier is None or frontier > committed:
-        frontier = committed
-    known = zone.merge_tables()
-    names = tables or known
-    for name in names:
-        if name.count(".") < 1:
-            raise MergeError(f"table {name!r} must be given as database.table")
-    ctx = Context(spark, config, source, zone, frontier, Watermarks(zone, frontier), datetime.now(UTC))
-    log.info("merge.started", source=source, frontier=frontier, tables=len(names))
-    reports = []
-    for name in names:
-        schema, _, table = name.partition(".")
-        if name not in known:
-            reports.append({"table": name, "skipped": "nothing landed"})
-            continue
-        reports.append(_merge_table(ctx, schema, table))
-    seconds = round(time.monotonic() - began, 3)
-    skipped = [r for r in reports if "fix" in r]
-    failed = [r for r in reports if "failed" in r]
-    log.info(
-        "merge.finished",
-        source=source,
-        frontier=frontier,
-        tables=len(reports),
-        seconds=seconds,
-        skipped=",".join(r["table"] for r in skipped) or "none",
-        failed=",".join(r["table"] for r in failed) or "none",
-    )
-    return {
-        "source": source,
-        "frontier": lsn_text(frontier),
-        "seconds": seconds,
-        "tables": reports,
-        "skipped": [{"table": r["table"], "reason": r["skipped"], "fix": r["fix"]} for r in skipped],
-        "failed": [{k: r[k] for k in ("table", "error_type", "failed")} for r in failed],
-    }
-
-
-def _merge_table(ctx: Context, schema: str, table: str) -> dict[str, Any]:
-    """One table's report: merged, skipped (with reason and fix) or failed (with the error)."""
-    merge = TableMerge(ctx, schema, table)
-    try:
-        return merge.run()
-    except UnusableTableError as exc:
-        log.warning("merge.table_skipped", table=exc.table, reason=exc.reason, fix=exc.fix)
-        return {"table": merge.name, "skipped": exc.reason, "fix": exc.fix}
-    except Exception as exc:  # one table's failure stops none of the others; `main` exits non-zero
-        error = str(exc) if isinstance(exc, LogtideError) else error_line(exc)
-        log.debug("merge.traceback", table=merge.name, exc_info=True)
-        log.error(
-            "merge.table_failed",
-            table=merge.name,
-            error_type=type(exc).__name__,
-            error=error,
-            action="the other tables are merged; fix the cause and rerun: the table resumes at its applied frontier",
-        )
-        return {"table": merge.name, "failed": error, "error_type": type(exc).__name__}
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Logtide: merge landed log events and dump chunks into Iceberg")
-    parser.add_argument("--config", help="YAML configuration (default: $LOGTIDE_CONFIG)")
-    parser.add_argument("--source", required=True)
-    parser.add_argument("--table", action="append", help="database.table; repeat for several; none: all")
-    parser.add_argument("--master", help="Spark master (default: spark-submit's, else merge.spark_master)")
-    args = parser.parse_args(argv)
-    setup_logging()
-    try:
-        config = load_config(args.config, require_env=False)
-        setup_logging(config.log_level)
-        debug = config.log_level == "DEBUG"
-        if not debug:  # py4j logs the traceback of a failed commit, which `commit_with` raises again
-            logging.getLogger("py4j").setLevel(logging.CRITICAL)
-        config.source(args.source)
-        under_submit = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit already chose the master
-        master = args.master or (None if under_submit else config.merge.spark_master)
-        spark = build_session(session_conf(config.merge), master, f"logtide-merge-{args.source}")
-        try:
-            # Spark's own log (a failed task's Java stack traces): only at DEBUG; its reason is in the error line
-            spark.sparkContext.setLogLevel("WARN" if debug else "OFF")
-            summary = run_merge(spark, config, args.source, args.table)
-        except LogtideError:
-            raise
-        except Exception as exc:  # read Spark's reason while its JVM still runs
-            raise MergeError(f"the merge failed: {error_line(exc)}; fix the cause and run it again") from exc
-        finally:
-            spark.stop()
-    except Exception as exc:  # one line that says what failed and what to do; the traceback at DEBUG
-        log.debug("merge.traceback", exc_info=True)
-        message = str(exc) if isinstance(exc, LogtideError) else f"the merge failed: {error_line(exc)}"
-        log.error("merge.failed", error_type=type(exc).__name__, error=message)
-        print(f"error: {message}", file=sys.stderr)
-        return 2
-    # one line: under spark-submit the driver's stderr (our log) and stdout reach the same stream
-    print(json.dumps(summary, default=str), flush=True)
-    if summary.get("failed"):
-        names = ", ".join(r["table"] for r in summary["failed"])
-        log.error("merge.failed", source=args.source, failed=names, action="see merge.table_failed above")
-        for failed in summary["failed"]:  # one line per table: the table, the step and Spark's reason
-            print(f"error: {failed['failed']}", file=sys.stderr)
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
