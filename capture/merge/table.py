@@ -4,7 +4,7 @@ sees it, Iceberg helpers and the MERGE's key filter. capture/merge/app.py runs i
 (`run_merge`, `main`); capture/merge/session.py builds the Spark session.
 
     logtide --config F merge --source S [--table db.t ...]        (runs spark-submit for you)
-    spark-submit --jars <var/jars/*.jar> spark_apps/merge.py --config F --source S [--table db.t ...]
+    spark-submit --jars <var/jars/*.jar> capture/merge/__main__.py --config F --source S [--table db.t ...]
 
 For every table of the source with landed log events or chunks, one run:
 
