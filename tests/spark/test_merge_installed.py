@@ -1,7 +1,8 @@
 """`logtide merge` from an installed wheel, outside the checkout: the merge is part of the package
 (capture/merge/), so spark-submit runs the installed package's capture/merge/__main__.py, and the
-Iceberg target holds the landed rows. No network: the wheel is built without build isolation and
-installed without dependencies into a fresh venv that finds them in this venv's site-packages."""
+Iceberg target holds the landed rows. The wheel is built from a copy of pyproject.toml and capture/ and
+installed without dependencies into a fresh venv that finds them in this venv's site-packages. Building
+the wheel needs pyproject's build backend (setuptools>=68), which pip takes from its configured index."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def _install_wheel(tmp_path: Path) -> Path:
     wheels = tmp_path / "wheels"
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input"]
     subprocess.run(
-        [*pip, "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q", "-w", str(wheels), str(source)],
+        [*pip, "wheel", "--no-deps", "-q", "-w", str(wheels), str(source)],
         check=True,
         timeout=120,
     )
