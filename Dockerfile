@@ -37,8 +37,9 @@ WORKDIR /opt/logtide
 COPY pyproject.toml constraints.txt ./
 COPY capture ./capture
 COPY spark_apps ./spark_apps
-# Editable: `logtide merge` finds spark_apps/merge.py beside the capture package, and spark-submit
-# and spark-class are installed beside the Python that runs it (/usr/local/bin). constraints.txt:
+# `logtide merge` submits the package's own capture/merge/__main__.py (spark_apps/merge.py: the same for
+# a hand-written spark-submit); spark-submit and spark-class are installed beside the Python that runs
+# it (/usr/local/bin). constraints.txt:
 # the versions the test suite passed with (the airflow image keeps Airflow's own constraints).
 RUN pip install -e . "pyspark==${PYSPARK_VERSION}" -c constraints.txt
 

@@ -209,7 +209,7 @@ def _events(config: LogtideConfig, args: argparse.Namespace) -> int:
 
 
 def _merge(config: LogtideConfig, args: argparse.Namespace) -> int:
-    """spark-submit spark_apps/merge.py with the jars of merge.jars_dir (see README, "Merge").
+    """spark-submit capture/merge/__main__.py with the jars of merge.jars_dir (see README, "Merge").
     The command is built by capture.merge_submit, which the Airflow DAGs use too."""
     import os
     import subprocess

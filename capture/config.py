@@ -188,7 +188,7 @@ class CoordinationConfig(_Strict):
 
 
 class MergeConfig(_Strict):
-    """The Spark merge of the landing zone into Apache Iceberg (spark_apps/merge.py, `logtide merge`)."""
+    """The Spark merge of the landing zone into Apache Iceberg (capture/merge/, `logtide merge`)."""
 
     catalog: Literal["hadoop", "jdbc"] = Field("hadoop", description="Iceberg catalog: hadoop (files) or jdbc")
     catalog_name: str = Field("logtide", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="Spark's name for it")

@@ -85,3 +85,7 @@ class UnusableTableError(DumpInputError):
 class OutputError(LogtideError):
     """An output cannot go on: its enrichment hook failed or cannot be loaded. Its position stays at the
     last acknowledged message, so nothing is lost when it is started again."""
+
+
+class MergeError(LogtideError):
+    """The merge cannot apply what landed (unsupported type, a column that changed type, no jars)."""

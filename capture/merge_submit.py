@@ -24,13 +24,14 @@ from capture.log import get_logger
 
 log = get_logger(__name__)
 
-APPLICATION = Path(__file__).resolve().parent.parent / "spark_apps" / "merge.py"
+# the merge package's own entry file: part of the package, so an installed wheel has it as a checkout does
+APPLICATION = Path(__file__).resolve().parent / "merge" / "__main__.py"
 PACKAGES_KEY = "spark.jars.packages"
 
 
 @dataclass(frozen=True)
 class MergeSubmit:
-    """What spark-submit needs to run spark_apps/merge.py for one source."""
+    """What spark-submit needs to run the merge (capture/merge/__main__.py) for one source."""
 
     application: str
     application_args: list[str]

@@ -49,7 +49,7 @@ from capture.landing.files import parse_segment_name
 from capture.landing.zone import folder_table, table_folder
 from capture.sources.table_keys import no_key
 
-FRONTIER = "logtide.frontier"  # as spark_apps/merge.py writes it
+FRONTIER = "logtide.frontier"  # as capture/merge/table.py writes it
 UNKNOWN_VALUES, UNKNOWN_SAMPLE = "logtide.unknown-values", "logtide.unknown-sample"
 CHANGELOG_SUFFIX = "__changelog"
 
@@ -332,7 +332,7 @@ def targets_status(
 def unmergeable(
     zone: LandingZone, source: str, config: SourceConfig, schema: str, table: str
 ) -> UnusableTableError | None:
-    """Why the merge skips this table (as spark_apps.merge.TableMerge._key decides it): its newest
+    """Why the merge skips this table (as capture.merge.table.TableMerge._key decides it): its newest
     landed file records no key, no chunk of it has one, and the configuration names none."""
     files = zone.committed_files(table_folder(schema, table))
     if files and (pq.read_schema(files[-1]).metadata or {}).get(b"logtide.key"):
@@ -344,7 +344,7 @@ def unmergeable(
 
 def recorded(metadata: dict[str, Any], key: str) -> str | None:
     """`key` of the newest snapshot summary in the current ancestry that has it, else the table
-    property (as spark_apps.merge.recorded, from the metadata JSON)."""
+    property (as capture.merge.table.recorded, from the metadata JSON)."""
     snapshots = {s["snapshot-id"]: s for s in metadata.get("snapshots") or []}
     current = metadata.get("current-snapshot-id")
     snapshot = snapshots.get(current) if current not in (None, -1) else None

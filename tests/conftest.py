@@ -227,7 +227,7 @@ def catalogs(iceberg_dir: Path) -> dict[str, MergeConfig]:
 
 @pytest.fixture(scope="session")
 def spark(catalogs: dict[str, MergeConfig]) -> Iterator:
-    from spark_apps.merge import build_session, session_conf  # pyspark only where Spark runs
+    from capture.merge.session import build_session, session_conf  # pyspark only where Spark runs
 
     conf = {
         **session_conf(catalogs["hadoop"]),

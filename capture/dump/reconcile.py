@@ -25,7 +25,7 @@ For one table, given the landed log (up to the committed frontier) and the chunk
 
 Keys from the log and from chunks are tuples of the same typed values (both come through
 the source's one type mapping), so they compare as the database stored them. The merge's
-repair deletes (spark_apps/merge.py, step 4) have no counterpart here: this reference builds a
+repair deletes (capture/merge/table.py, step 4) have no counterpart here: this reference builds a
 table from nothing, where a dump finds nothing to delete.
 """
 

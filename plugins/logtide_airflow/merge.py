@@ -2,7 +2,7 @@
 that lets a dump's merge see the dump's last chunks.
 
 - `LogtideMergeOperator` is the Spark provider's `SparkSubmitOperator` running
-  spark_apps/merge.py with the application arguments, jars and Spark settings that
+  capture/merge/__main__.py with the application arguments, jars and Spark settings that
   `capture.merge_submit` builds (the same as `logtide merge`). The master is the Airflow
   connection `spark_default` when it exists, else the config's `merge.spark_master`.
 - Assets: each target table is the Asset `iceberg://<catalog_name>/<namespace>/<db>__<table>`.
@@ -184,7 +184,7 @@ def _spark_connection_exists(conn_id: str) -> bool:
 
 
 class LogtideMergeOperator(SparkSubmitOperator):
-    """Merge `tables` of `source` into Iceberg: spark-submit of spark_apps/merge.py.
+    """Merge `tables` of `source` into Iceberg: spark-submit of capture/merge/__main__.py.
 
     `tables` (templated, or an upstream task's output) is a list of `db.table`; None merges
     every table with landed data, an empty list skips. Returns the merge's JSON report and
@@ -261,7 +261,7 @@ class LogtideMergeOperator(SparkSubmitOperator):
         return hook
 
     def _summary(self) -> dict[str, Any] | None:
-        """The JSON line spark_apps/merge.py prints at the end (client mode: the driver's stdout)."""
+        """The JSON line the merge (capture/merge/app.py) prints at the end (client mode: the driver's stdout)."""
         for line in reversed(self._lines):
             if line.startswith("{"):
                 try:

@@ -3,7 +3,7 @@
 `logtide_merge` (on demand with params, and on the config's `merge.schedule`), for each source of
 the configuration:
 
-    plan_<source>  ->  merge_<source> (LogtideMergeOperator: spark-submit of spark_apps/merge.py)
+    plan_<source>  ->  merge_<source> (LogtideMergeOperator: spark-submit of capture/merge/__main__.py)
 
 `plan_<source>` fails the run on a conf key that is no param, skips unless the run's `source`
 param is null (every source) or names its source, and checks the `tables` param against the

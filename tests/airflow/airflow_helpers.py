@@ -19,7 +19,7 @@ from tests.integration.postgres import dumping as pg
 @contextmanager
 def iceberg(config: LogtideConfig) -> Iterator[Any]:
     """A local Spark session on the config's catalog, to read the targets as a user would."""
-    from spark_apps.merge import build_session, session_conf
+    from capture.merge.session import build_session, session_conf
 
     spark = build_session(session_conf(config.merge), "local[1]", "logtide-airflow-tests")
     spark.sparkContext.setLogLevel("ERROR")

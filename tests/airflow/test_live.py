@@ -64,7 +64,7 @@ class Live:
         return module.Workload(self.servers[source], DATABASE, table, 100_000, seed)
 
     def targets_equal_sources(self, sources: tuple[str, ...] = ("maria", "pg")) -> None:
-        from spark_apps.merge import quote
+        from capture.merge.table import quote
 
         with iceberg(self.config) as spark:
             for source in sources:

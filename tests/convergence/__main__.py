@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _spark(warehouse: Path):
-    from spark_apps.merge import build_session, session_conf
+    from capture.merge.session import build_session, session_conf
 
     config = MergeConfig(catalog_name=CATALOG, warehouse=str(warehouse), jars_dir=ROOT / "var" / "jars")
     session = build_session(

@@ -180,7 +180,8 @@ def test_postgres_lag_is_the_slots_unconfirmed_wal(postgres, request):
 @pytest.mark.parametrize("kind", ["hadoop", "jdbc"])
 def test_applied_frontier_is_read_from_iceberg_metadata(mariadb, database, make_capture, request, kind):
     session, with_merge = request.getfixturevalue("spark"), request.getfixturevalue("merge_config")
-    from spark_apps.merge import applied_frontier, run_merge
+    from capture.merge.app import run_merge
+    from capture.merge.table import applied_frontier
 
     mariadb.execute(
         "CREATE TABLE kv (k INT PRIMARY KEY, v INT)",

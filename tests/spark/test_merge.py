@@ -17,8 +17,8 @@ import yaml
 from capture.dump.control import DumpSettings, FileControl
 from capture.dump.engine import DumpEngine, DumpRequest
 from capture.dump.progress import dump_dir
+from capture.merge.app import run_merge
 from capture.sources import open_chunk_source
-from spark_apps.merge import run_merge
 from tests.conftest import ROOT
 from tests.integration.dumping import wait_until_landed
 from tests.integration.postgres.conftest import make_pg_capture, pg_database  # noqa: F401 - fixtures for `source`

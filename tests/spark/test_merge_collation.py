@@ -18,7 +18,8 @@ from capture.dump.control import DumpSettings
 from capture.dump.engine import DumpRequest
 from capture.landing.chunks import chunk_files, read_chunk_meta
 from capture.landing.zone import table_folder
-from spark_apps.merge import Watermarks, run_merge
+from capture.merge.app import run_merge
+from capture.merge.table import Watermarks
 from tests.integration.dumping import wait_until_landed
 from tests.integration.postgres import dumping as pg
 from tests.integration.postgres.conftest import make_pg_capture, pg_database  # noqa: F401 - fixtures

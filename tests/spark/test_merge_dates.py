@@ -23,7 +23,7 @@ import yaml
 from capture.dump.control import DumpSettings
 from capture.dump.engine import DumpRequest
 from capture.events import Change, Column, Lsn, Op, TableSchema
-from spark_apps.merge import run_merge
+from capture.merge.app import run_merge
 from tests.conftest import ROOT
 from tests.integration import dumping as maria
 from tests.integration.dumping import open_engine

@@ -13,9 +13,9 @@ import yaml
 
 from capture.config import LogtideConfig, load_config
 from capture.dump.engine import DumpEngine, DumpRequest
+from capture.merge.app import run_merge
 from capture.sources import open_chunk_source
 from capture.status import collect
-from spark_apps.merge import run_merge
 from tests.conftest import CaptureProcess
 from tests.integration.keyless import TABLES, Db, cli, open_db
 from tests.integration.postgres.conftest import make_pg_capture, pg_database  # noqa: F401 - fixtures

@@ -9,7 +9,7 @@ import pytest
 
 from capture.dump.reconcile import apply, reconcile_table
 from capture.events import Change, Lsn, Op
-from spark_apps.merge import run_merge
+from capture.merge.app import run_merge
 from tests.spark.landing import DOCS, Landing
 from tests.spark.merging import changelog_replay, iceberg_state
 

@@ -14,8 +14,9 @@ from capture.dump.reconcile import apply, reconcile_table
 from capture.events import Change, ChangeBatch, Column, Lsn, Op, TableSchema, TransactionEnd
 from capture.landing import Checkpoint, LandingZone
 from capture.landing.log_writer import LogWriter
-from spark_apps import merge
-from spark_apps.merge import key_filter, run_merge
+from capture.merge import table as merge_table
+from capture.merge.app import run_merge
+from capture.merge.table import key_filter
 from tests.spark.merging import iceberg_state
 
 pytestmark = pytest.mark.spark
@@ -107,8 +108,10 @@ def test_a_merge_of_recent_keys_reads_only_the_files_that_can_hold_them(spark, c
         log.transaction(ITEMS, [(c, None, (i, "v0")) for i in range(block * 1000, block * 1000 + 1000)])
         run_merge(spark, config, "src")
     name = "logtide.layout_files.db__items"
-    properties = merge._iceberg_table(spark, name).properties()
-    assert properties.get("write.distribution-mode") == "range" and properties.get("logtide.layout") == merge.LAYOUT
+    properties = merge_table._iceberg_table(spark, name).properties()
+    assert (
+        properties.get("write.distribution-mode") == "range" and properties.get("logtide.layout") == merge_table.LAYOUT
+    )
 
     keys = [3990, 3995, 2999]
     source = spark.createDataFrame([(k,) for k in keys], "id bigint")
@@ -119,7 +122,7 @@ def test_a_merge_of_recent_keys_reads_only_the_files_that_can_hold_them(spark, c
     assert read == 2 and skipped >= 2  # the files of keys 3000..3999 and 2000..2999
     assert _data_files(spark.table(name)) == (read + skipped, 0)
 
-    monkeypatch.setattr(merge, "PRUNE_MAX_KEYS", 2)  # more keys than that: no filter, same result
+    monkeypatch.setattr(merge_table, "PRUNE_MAX_KEYS", 2)  # more keys than that: no filter, same result
     log.transaction(ITEMS, [(u, (k, "v0"), (k, "v1")) for k in keys])
     report = run_merge(spark, config, "src")["tables"][0]
     assert report["key_filter"] is False
@@ -142,8 +145,10 @@ def test_a_table_of_the_older_layout_gets_the_new_one_and_keeps_merging(spark, c
     run_merge(spark, config, "src")
     log.transaction(ITEMS, [(Op.UPDATE, (3, "a"), (3, "b")), (Op.DELETE, (4, "a"), None)])
     run_merge(spark, config, "src")
-    properties = merge._iceberg_table(spark, name).properties()
-    assert properties.get("logtide.layout") == merge.LAYOUT and properties.get("write.distribution-mode") == "range"
+    properties = merge_table._iceberg_table(spark, name).properties()
+    assert (
+        properties.get("logtide.layout") == merge_table.LAYOUT and properties.get("write.distribution-mode") == "range"
+    )
     assert iceberg_state(spark, name) == _reference(zone, "items")
 
 

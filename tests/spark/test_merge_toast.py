@@ -11,8 +11,8 @@ import pytest
 
 from capture.dump.reconcile import apply, reconcile_table
 from capture.events import Change, Lsn, Op
+from capture.merge.app import run_merge
 from capture.status import collect, render
-from spark_apps.merge import run_merge
 from tests.integration.postgres.conftest import make_pg_capture, pg_database  # noqa: F401 - fixtures
 from tests.integration.postgres.dumping import table_state, wait_until_landed
 from tests.spark.landing import DOCS, Landing

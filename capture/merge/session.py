@@ -1,0 +1,73 @@
+"""The merge's Spark session: Iceberg's extensions, the configured catalog and the jars."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from capture.config import MergeConfig
+from capture.errors import MergeError
+
+ICEBERG_RUNTIME = "org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.10.2"  # for spark.jars.packages
+
+
+def _uri(location: str) -> str:
+    return location if "://" in location or location.startswith("file:") else Path(location).resolve().as_uri()
+
+
+def jar_paths(cfg: MergeConfig) -> list[str]:
+    jars = sorted(str(p.resolve()) for p in Path(cfg.jars_dir).glob("*.jar"))
+    if not any("iceberg-spark-runtime" in Path(j).name for j in jars):
+        raise MergeError(
+            f"no Iceberg runtime jar in {cfg.jars_dir}: run scripts/jars.sh (or scripts/setup.sh), or set "
+            f"merge.jars_dir; with Maven access set spark_conf spark.jars.packages={ICEBERG_RUNTIME}"
+        )
+    return jars
+
+
+def session_conf(cfg: MergeConfig, with_jars: bool = True) -> dict[str, str]:
+    """Spark settings for the merge: Iceberg's extensions and the configured catalog."""
+    prefix = f"spark.sql.catalog.{cfg.catalog_name}"
+    conf = {
+        "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
+        prefix: "org.apache.iceberg.spark.SparkCatalog",
+        f"{prefix}.warehouse": _uri(cfg.warehouse),
+        f"{prefix}.cache-enabled": "false",  # always see the latest commit (frontiers)
+        "spark.sql.session.timeZone": "UTC",
+        # The landing zone's files are pyarrow's: dates and timestamps in the proleptic Gregorian
+        # calendar, as Spark 3 and Iceberg count them. Spark's default (EXCEPTION) refuses dates before
+        # 1582-10-15 and timestamps before 1900 in files it did not write; LEGACY would shift them.
+        "spark.sql.parquet.datetimeRebaseModeInRead": "CORRECTED",
+        "spark.sql.parquet.int96RebaseModeInRead": "CORRECTED",
+        "spark.sql.parquet.datetimeRebaseModeInWrite": "CORRECTED",
+        "spark.sql.parquet.int96RebaseModeInWrite": "CORRECTED",
+        "spark.sql.shuffle.partitions": "8",
+        # the landing zone's files are named one by one: list them on the driver, not in a Spark job
+        "spark.sql.sources.parallelPartitionDiscovery.threshold": "1000000",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+    }
+    if cfg.catalog == "hadoop":
+        conf[f"{prefix}.type"] = "hadoop"
+    else:
+        conf[f"{prefix}.catalog-impl"] = "org.apache.iceberg.jdbc.JdbcCatalog"
+        conf[f"{prefix}.uri"] = cfg.jdbc_uri or ""
+        if cfg.jdbc_user:
+            conf[f"{prefix}.jdbc.user"] = cfg.jdbc_user
+        if cfg.jdbc_password.get_secret_value():
+            conf[f"{prefix}.jdbc.password"] = cfg.jdbc_password.get_secret_value()
+    if with_jars and "spark.jars.packages" not in cfg.spark_conf:
+        conf["spark.jars"] = ",".join(jar_paths(cfg))
+    conf.update(cfg.spark_conf)
+    return conf
+
+
+def build_session(conf: dict[str, str], master: str | None = None, app_name: str = "logtide-merge") -> Any:
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName(app_name)
+    if master:
+        builder = builder.master(master)
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()

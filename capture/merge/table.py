@@ -1,0 +1,1379 @@
+"""The Spark merge of one table: DBLog's reconciliation of chunks with the log, applied to Apache
+Iceberg (`TableMerge`), with what it needs: Arrow-to-Spark types, the landing zone as the driver
+sees it, Iceberg helpers and the MERGE's key filter. capture/merge/app.py runs it for a source
+(`run_merge`, `main`); capture/merge/session.py builds the Spark session.
+
+    logtide --config F merge --source S [--table db.t ...]        (runs spark-submit for you)
+    spark-submit --jars <var/jars/*.jar> capture/merge/__main__.py --config F --source S [--table db.t ...]
+
+For every table of the source with landed log events or chunks, one run:
+
+  1. A = the frontier the target already holds: the `logtide.frontier` summary property of
+     the latest merge snapshot in the table's current ancestry (0 for a new table);
+     F = the landing zone's committed frontier. A >= F: nothing to do.
+  2. Reads the table's log events with A <= LSN < F, and the chunks whose HIGH watermark is in
+     [A, F) (HIGH and LOW found by watermark id in the log of `logtide.watermarks`); the log is
+     read from the earliest LOW of those chunks, since a window may begin before A.
+  3. Drops chunk rows whose key has a log event of the table strictly between the chunk's LOW
+     and HIGH (PostgreSQL: also those a log event before LOW changed that the chunk's snapshot
+     could not see); places the survivors at HIGH (op 'r', ordered by their position in the chunk).
+  4. Repair: keys the target holds among the keys a key-list chunk asked for, or inside the key
+     range of a chunk whose key orders in the database as in Spark (`ChunkMeta.exact_order`),
+     that no chunk of the run returned, that no log event in the window touched (nor one hidden
+     from the chunk's snapshot) and whose stored LSN is below HIGH become deletes at HIGH. Under
+     any key order: when the run merges the last chunk of a full dump, the keys none of the
+     dump's chunks returned and no event touched during the dump (`_completed_dump_repairs`).
+     PostgreSQL: a key change's create that leaves TOASTed columns out gets them from the old
+     key's state (target row, the run's events and chunk rows; capture/merge/key_changes.py); a
+     value nothing held is NULL, warned and counted (`logtide.unknown-values`, shown by status).
+  5. Appends that stream (log events, chunk rows at HIGH, repair deletes, ordered by LSN and
+     order) to the changelog table, in one commit carrying F (`logtide.frontier` of its own).
+  6. Reads the stream back from the changelog (all of [A, F), also rows a killed run appended
+     before its MERGE), keeps the latest event per key by (LSN, order) and MERGEs it into the
+     target: update or delete only where the incoming LSN is greater than the stored one, insert
+     what is new, in ONE Iceberg commit that also carries F, so a rerun applies nothing twice.
+     Columns an event does not carry (PostgreSQL TOAST) keep the stored value. Targets are
+     written range-clustered by key in small files, and the MERGE's ON clause bounds the key by
+     ranges around the run's keys, so it reads only the files that can hold them (`key_filter`).
+
+One table never stops the others (`run_merge`, app.py): a table without a key (none landed, none named in
+the configuration's `keys`) is skipped with `merge.table_skipped` (reason and fix), a table whose
+merge fails is logged with `merge.table_failed`, and the other tables are merged; the summary
+lists both, and `main` exits 1 when a table failed.
+
+capture/dump/reconcile.py is the same algorithm in plain Python (the reference the tests check
+this against). Keys from the log and from chunks have the same types (one type mapping), and
+are compared by Spark as values; key *ranges* (repair only) use Spark's ordering, and only where
+the dump recorded that it is the database's (README, "Merge": keys and their order).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from capture.config import LogtideConfig
+from capture.dump.key_changes import Unknown
+from capture.dump.keys import encode_key
+from capture.errors import LogtideError, MergeError, WatermarkError
+from capture.events import lsn_text
+from capture.landing import LandingZone
+from capture.landing.chunks import META_KEY, ChunkMeta
+from capture.landing.files import parse_segment_name
+from capture.landing.zone import table_folder
+from capture.log import get_logger
+from capture.merge.key_changes import KeyChanges, created_lsns
+from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE
+from capture.sources.table_keys import no_key
+
+log = get_logger("logtide.merge")
+
+FRONTIER = "logtide.frontier"
+# values key changes left out that nothing held (written NULL): the count since the target was
+# created and the newest few, in the MERGE's snapshot summary and as table properties (`status`)
+UNKNOWN_VALUES, UNKNOWN_SAMPLE, SAMPLE_SIZE = "logtide.unknown-values", "logtide.unknown-sample", 10
+CHANGELOG_SUFFIX = "__changelog"
+# bookkeeping columns of the targets and the changelog (source columns may not use these names)
+TARGET_META = (("_lsn", "decimal(38,0)"), ("_applied_at", "timestamp"))
+CHANGELOG_META = (
+    ("_lsn", "decimal(38,0)"),  # the event's LSN; chunk rows and repairs: their HIGH watermark's
+    ("_order", "bigint"),  # 0 log event (-1: the delete half of a key change), 1 + position: chunk row
+    ("_op", "string"),  # c u d from the log, r a chunk row, d a repair delete
+    ("_source", "string"),  # log | chunk | repair
+    ("_txid", "string"),
+    ("_commit_ts", "timestamp"),  # the transaction's; chunk rows and repairs: their HIGH watermark's
+    ("_dump_id", "string"),
+    ("_chunk", "int"),
+    ("_missing", "array<string>"),  # columns the event does not carry (PostgreSQL TOAST): keep the stored value
+    ("_applied_at", "timestamp"),
+)
+RESERVED = {name for name, _ in TARGET_META + CHANGELOG_META}
+# Target layout: rows range-distributed by key before a write (`WRITE ORDERED BY`), files of at
+# most this size, so that each file holds a narrow key range and a MERGE can skip the files its
+# keys miss (`key_filter`). Tables created before carry no `logtide.layout`: `ensure_table` adds it.
+LAYOUT = "2"
+TARGET_FILE_SIZE = 16 * 1024 * 1024
+# `key_filter`: up to this many distinct keys, bounded by at most this many ranges
+PRUNE_MAX_KEYS = 100_000
+PRUNE_RANGES = 32
+
+
+def quote(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+# -- Arrow (landing zone) types -> Spark types ---------------------------------------------------
+
+
+def spark_type(arrow_type: pa.DataType) -> Any:
+    """The Spark type Spark's Parquet reader gives a column of this Arrow type."""
+    from pyspark.sql import types as T
+
+    t = arrow_type
+    simple = [
+        (pa.types.is_boolean, T.BooleanType),
+        (pa.types.is_int8, T.ByteType),
+        (pa.types.is_int16, T.ShortType),
+        (pa.types.is_int32, T.IntegerType),
+        (pa.types.is_int64, T.LongType),
+        (pa.types.is_float32, T.FloatType),
+        (pa.types.is_float64, T.DoubleType),
+        (pa.types.is_string, T.StringType),
+        (pa.types.is_large_string, T.StringType),
+        (pa.types.is_binary, T.BinaryType),
+        (pa.types.is_large_binary, T.BinaryType),
+        (pa.types.is_fixed_size_binary, T.BinaryType),
+        (pa.types.is_date32, T.DateType),
+        (pa.types.is_duration, T.LongType),  # TIME: microseconds (Iceberg has no interval type)
+        (pa.types.is_time64, T.LongType),  # PostgreSQL time: microseconds since midnight (Spark 3.5 has no TIME)
+    ]
+    for test, spark in simple:
+        if test(t):
+            return spark()
+    if pa.types.is_decimal(t):
+        return T.DecimalType(t.precision, t.scale)
+    if pa.types.is_timestamp(t):
+        return T.TimestampNTZType() if t.tz is None else T.TimestampType()
+    if pa.types.is_struct(t):
+        return T.StructType([T.StructField(f.name, spark_type(f.type), True) for f in t])
+    if pa.types.is_list(t):  # PostgreSQL arrays
+        return T.ArrayType(spark_type(t.value_type), True)
+    raise MergeError(f"Arrow type {t} is not supported by the merge")
+
+
+def target_type(arrow_type: pa.DataType) -> Any:
+    """The Iceberg column type: Spark's, with TINYINT/SMALLINT widened to int (Iceberg has neither)."""
+    from pyspark.sql import types as T
+
+    if pa.types.is_list(arrow_type):
+        return T.ArrayType(target_type(arrow_type.value_type), True)
+    spark = spark_type(arrow_type)
+    return T.IntegerType() if isinstance(spark, (T.ByteType, T.ShortType)) else spark
+
+
+def spark_value(value: Any, spark: Any) -> Any:
+    """A key value from chunk metadata as the Python value Spark expects for its column type."""
+    from pyspark.sql import types as T
+
+    if value is None:
+        return None
+    if isinstance(value, timedelta):
+        return value // timedelta(microseconds=1)
+    if isinstance(spark, T.DecimalType) and not isinstance(value, Decimal):
+        return Decimal(value)
+    if isinstance(spark, T.TimestampType) and isinstance(value, datetime) and value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    return value
+
+
+# -- the landing zone, as the driver sees it ---------------------------------------------------
+
+
+def _segments(folder: Path, frontier: int) -> list[tuple[int, int, Path]]:
+    """Files of a log folder holding events below the frontier, in LSN order. With the checkpoint's
+    frontier these are exactly the committed files; with an earlier one (a merge "as of" then) the
+    last file may reach past it, so readers also filter events by LSN."""
+    if not folder.exists():
+        return []
+    found = []
+    for path in folder.iterdir():
+        span = parse_segment_name(path.name)
+        if span is not None and span[0] < frontier:
+            found.append((span[0], span[1], path))
+    return sorted(found)
+
+
+@dataclass(frozen=True)
+class Mark:
+    lsn: int
+    id: str
+    dump_id: str
+    table: str
+    chunk: int
+    kind: str
+    commit_ts: datetime | None
+
+
+class Watermarks:
+    """The watermark events of one source, read backwards from the frontier only as far as needed."""
+
+    def __init__(self, zone: LandingZone, frontier: int) -> None:
+        self.files = _segments(zone.log_dir / table_folder(WATERMARK_SCHEMA, WATERMARK_TABLE), frontier)
+        self.frontier = frontier
+        self._next = len(self.files)  # files[_next:] are loaded
+        self.by_id: dict[str, Mark] = {}
+
+    def _load_previous(self) -> None:
+        self._next -= 1
+        data = pq.read_table(self.files[self._next][2], columns=["_lsn", "_commit_ts", "after"])
+        for event in data.to_pylist():
+            after = event["after"]
+            if after is not None and int(event["_lsn"]) < self.frontier:
+                self.by_id[after["watermark_id"]] = Mark(
+                    int(event["_lsn"]),
+                    after["watermark_id"],
+                    after["dump_id"],
+                    after["table_name"],
+                    int(after["chunk"]),
+                    after["kind"],
+                    event["_commit_ts"],
+                )
+
+    def since(self, lsn: int) -> list[Mark]:
+        while self._next > 0 and self.files[self._next - 1][1] >= lsn:
+            self._load_previous()
+        return sorted((m for m in self.by_id.values() if m.lsn >= lsn), key=lambda m: m.lsn)
+
+    def find(self, watermark_id: str) -> Mark | None:
+        while watermark_id not in self.by_id and self._next > 0:
+            self._load_previous()
+        return self.by_id.get(watermark_id)
+
+
+@dataclass
+class Chunk:
+    id: int
+    path: Path
+    meta: ChunkMeta
+    low: int
+    high: int
+    high_ts: datetime | None
+    row_type: pa.StructType
+
+
+def _chunks(zone: LandingZone, marks: Watermarks, schema: str, table: str, since: int) -> tuple[list[Chunk], int]:
+    """Chunks whose HIGH watermark is at or after `since`; and how many HIGHs were stale (redone chunks)."""
+    name = f"{schema}.{table}"
+    chunks, stale = [], 0
+    for mark in marks.since(since):
+        if mark.kind != "HIGH" or mark.table != name:
+            continue
+        path = zone.root / "chunks" / mark.dump_id / table_folder(schema, table) / f"{mark.chunk:08d}.parquet"
+        try:
+            file_schema = pq.read_schema(path)
+        except FileNotFoundError:
+            log.warning("merge.chunk_missing", table=name, dump_id=mark.dump_id, chunk=mark.chunk, path=str(path))
+            stale += 1
+            continue
+        meta = ChunkMeta.from_json(file_schema.metadata[META_KEY])
+        if meta.high_id != mark.id:  # the chunk was redone: a later HIGH carries its rows
+            stale += 1
+            continue
+        low = marks.find(meta.low_id)
+        if low is None or low.lsn >= mark.lsn:
+            raise WatermarkError(
+                f"{name} chunk {meta.chunk} of dump {meta.dump_id}: HIGH watermark at {mark.lsn} has "
+                f"{'no LOW' if low is None else f'its LOW after it ({low.lsn})'} in the log"
+            )
+        row_type = file_schema.field("after").type
+        chunks.append(Chunk(len(chunks), path, meta, low.lsn, mark.lsn, mark.commit_ts, row_type))
+    return chunks, stale
+
+
+@dataclass
+class CompletedDump:
+    """A full dump of the table (one key range, no start or stop, chunks 1..N) whose last chunk
+    the run merges, with every chunk's LOW and HIGH: together its chunks covered the whole key
+    space in the database's own order, whatever the collation (`_completed_dump_repairs`)."""
+
+    dump_id: str
+    chunks: list[Chunk]
+
+    @property
+    def first_low(self) -> int:
+        return min(c.low for c in self.chunks)
+
+    @property
+    def last(self) -> Chunk:
+        return max(self.chunks, key=lambda c: c.high)
+
+
+def _completed_dumps(
+    zone: LandingZone, marks: Watermarks, schema: str, table: str, run: list[Chunk]
+) -> list[CompletedDump]:
+    """The full dumps whose last chunk is among the run's chunks and that need the completed-dump
+    repair: some chunk's order is not exact (exact ones are repaired range by range). A dump
+    whose chunk files or watermarks are not all there (a chunk redone after the frontier) is left out."""
+    found = []
+    for final in run:
+        meta = final.meta
+        if not meta.last or meta.keys is not None or meta.start is not None or meta.stop is not None:
+            continue
+        folder = zone.root / "chunks" / meta.dump_id / table_folder(schema, table)
+        paths = sorted(folder.glob("[0-9]*.parquet"))
+        metas = [ChunkMeta.from_json(pq.read_schema(p).metadata[META_KEY]) for p in paths]
+        if [m.chunk for m in metas] != list(range(1, meta.chunk + 1)) or metas[-1].high_id != meta.high_id:
+            continue
+        if all(m.exact_order for m in metas) or metas[0].after is not None:
+            continue
+        if any(m.keys is not None or m.start is not None or m.stop is not None for m in metas):
+            continue
+        chunks = []
+        for path, m in zip(paths, metas, strict=True):
+            low, high = marks.find(m.low_id), marks.find(m.high_id)
+            if low is None or high is None:
+                break
+            chunks.append(Chunk(len(chunks), path, m, low.lsn, high.lsn, high.commit_ts, final.row_type))
+        if len(chunks) == len(metas):
+            found.append(CompletedDump(meta.dump_id, chunks))
+    return found
+
+
+def _unify(row_types: Iterable[tuple[pa.StructType, str]], table: str) -> dict[str, pa.DataType]:
+    """Columns in order of appearance; a column whose type changed is refused with its name."""
+    columns: dict[str, pa.DataType] = {}
+    for row_type, origin in row_types:
+        for f in row_type:
+            known = columns.get(f.name)
+            if known is None:
+                columns[f.name] = f.type
+            elif known != f.type:
+                raise MergeError(
+                    f"{table}: column {f.name!r} changed type from {known} to {f.type} ({origin}); the merge "
+                    "cannot change a column's type in place: drop the target tables and run a full dump"
+                )
+    return columns
+
+
+# -- Iceberg -----------------------------------------------------------------------------------
+
+
+class _Call:
+    """A py4j callback (java.util.concurrent.Callable) running a Python function on the JVM's behalf."""
+
+    def __init__(self, function: Callable[[], None]) -> None:
+        self.function = function
+        self.error: BaseException | None = None
+
+    def call(self) -> None:
+        try:
+            self.function()
+        except BaseException as exc:
+            self.error = exc
+            raise
+        return None
+
+    class Java:
+        implements = ["java.util.concurrent.Callable"]  # noqa: RUF012 - py4j's protocol
+
+
+def commit_with(spark: Any, properties: dict[str, str], function: Callable[[], None]) -> None:
+    """Run `function` (one Iceberg write) so that its commit's snapshot summary carries `properties`."""
+    from py4j.protocol import Py4JJavaError
+
+    jvm = spark._jvm
+    props = jvm.java.util.HashMap()
+    for key, value in properties.items():
+        props.put(key, value)
+    callback = _Call(function)
+    try:
+        jvm.org.apache.iceberg.spark.CommitMetadata.withCommitProperties(
+            props, callback, jvm.java.lang.RuntimeException().getClass()
+        )
+    except Py4JJavaError:
+        if callback.error is not None:
+            raise callback.error from None
+        raise
+
+
+def spark_file_path(spark: Any, path: str) -> str:
+    """How Spark spells a local file in `_metadata.file_path`, without its scheme (`_chunk_rows`)."""
+    jvm = spark._jvm
+    return str(jvm.org.apache.spark.paths.SparkPath.fromPath(jvm.org.apache.hadoop.fs.Path(path)).urlEncoded())
+
+
+def _iceberg_table(spark: Any, name: str) -> Any:
+    return spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, name)
+
+
+def recorded(spark: Any, name: str, key: str) -> str | None:
+    """`key` of the newest snapshot summary in the current ancestry that has it; when snapshot
+    expiry removed them all (after compactions), the table property the merge sets after each
+    commit; None for a table no merge wrote it to."""
+    table = _iceberg_table(spark, name)
+    table.refresh()
+    snapshot = table.currentSnapshot()
+    while snapshot is not None:
+        value = snapshot.summary().get(key)
+        if value is not None:
+            return str(value)
+        parent = snapshot.parentId()
+        snapshot = table.snapshot(parent) if parent is not None else None
+    value = table.properties().get(key) if table.currentSnapshot() is not None else None
+    return str(value) if value is not None else None
+
+
+def applied_frontier(spark: Any, name: str) -> int:
+    """`logtide.frontier` the target or changelog holds (0 for a table no merge wrote)."""
+    value = recorded(spark, name, FRONTIER)
+    return int(value) if value is not None else 0
+
+
+def is_empty(spark: Any, name: str) -> bool:
+    snapshot = _iceberg_table(spark, name).currentSnapshot()
+    return snapshot is None or snapshot.summary().get("total-records") == "0"
+
+
+def table_exists(spark: Any, name: str) -> bool:
+    return bool(spark.catalog.tableExists(name))
+
+
+def _columns_ddl(columns: Iterable[tuple[str, str]]) -> str:
+    return ", ".join(f"{quote(c)} {t}" for c, t in columns)
+
+
+def ensure_table(
+    spark: Any,
+    name: str,
+    columns: list[tuple[str, Any]],
+    meta: tuple[tuple[str, str], ...],
+    properties: dict[str, str],
+    clustered_by: list[str] | None = None,
+) -> None:
+    """Create the table, or add the columns it lacks (Iceberg schema evolution). `clustered_by`
+    (targets: the key): rows range-distributed by it before every write and files of at most
+    TARGET_FILE_SIZE, so that files hold narrow key ranges a MERGE can skip; a table created
+    before without that layout gets it for its future writes. Without it (changelogs) rows are
+    written as computed: every run appends its own LSN range, and readers order by `_lsn`."""
+    clustered = clustered_by is not None
+    layout = {"write.target-file-size-bytes": str(TARGET_FILE_SIZE), "logtide.layout": LAYOUT} if clustered else {}
+    ordered = f"WRITE ORDERED BY {', '.join(quote(c) for c in clustered_by or ())}"
+    if not table_exists(spark, name):
+        props = {
+            "format-version": "2",
+            "write.delete.mode": "merge-on-read",
+            "write.update.mode": "merge-on-read",
+            "write.merge.mode": "merge-on-read",
+            "write.metadata.delete-after-commit.enabled": "true",
+            "write.metadata.previous-versions-max": "50",
+            **layout,
+            **properties,
+        }
+        ddl = _columns_ddl([(c, t.simpleString()) for c, t in columns] + list(meta))
+        tblprops = ", ".join(f"'{k}' = '{v}'" for k, v in props.items())
+        spark.sql(f"CREATE TABLE IF NOT EXISTS {name} ({ddl}) USING iceberg TBLPROPERTIES ({tblprops})")
+        if clustered:
+            spark.sql(f"ALTER TABLE {name} {ordered}")
+        log.info("merge.table_created", table=name, columns=len(columns))
+        return
+    if clustered and _iceberg_table(spark, name).properties().get("logtide.layout") != LAYOUT:
+        # metadata only: files written from now on are range-clustered; older ones keep their key
+        # spread until rewritten (README, Merge: rewrite_data_files with strategy => 'sort')
+        spark.sql(f"ALTER TABLE {name} {ordered}")
+        tblprops = ", ".join(f"'{k}' = '{v}'" for k, v in layout.items())
+        spark.sql(f"ALTER TABLE {name} SET TBLPROPERTIES ({tblprops})")
+        log.info("merge.layout_upgraded", table=name, layout=LAYOUT)
+    existing = {f.name.lower(): f.dataType for f in spark.table(name).schema.fields}
+    for c, t in columns:
+        have = existing.get(c.lower())
+        if have is not None and have != t:
+            _evolve_type(spark, name, c, have, t)
+    missing = [(c, t.simpleString()) for c, t in columns if c.lower() not in existing]
+    missing += [(c, t) for c, t in meta if c.lower() not in existing]
+    if missing:
+        spark.sql(f"ALTER TABLE {name} ADD COLUMNS ({_columns_ddl(missing)})")
+        log.info("merge.columns_added", table=name, columns=",".join(c for c, _ in missing))
+
+
+def _evolve_type(spark: Any, name: str, column: str, have: Any, want: Any) -> None:
+    from pyspark.sql import types as T
+
+    widen = (isinstance(have, T.IntegerType) and isinstance(want, T.LongType)) or (
+        isinstance(have, T.FloatType) and isinstance(want, T.DoubleType)
+    )
+    if isinstance(have, T.DecimalType) and isinstance(want, T.DecimalType):
+        widen = want.scale == have.scale and want.precision > have.precision
+    narrower = (isinstance(have, T.LongType) and isinstance(want, T.IntegerType)) or (
+        isinstance(have, T.DoubleType) and isinstance(want, T.FloatType)
+    )
+    if isinstance(have, T.DecimalType) and isinstance(want, T.DecimalType):
+        narrower = want.scale == have.scale and want.precision < have.precision
+    if widen:
+        spark.sql(f"ALTER TABLE {name} ALTER COLUMN {quote(column)} TYPE {want.simpleString()}")
+        log.info("merge.column_widened", table=name, column=column, type=want.simpleString())
+    elif not narrower:
+        raise MergeError(
+            f"{name}: column {column!r} is {have.simpleString()} in the target but {want.simpleString()} in the "
+            "landing zone; Iceberg cannot make that change: drop the target tables and run a full dump"
+        )
+
+
+# -- the MERGE's key filter ---------------------------------------------------------------------
+
+
+def _literal_source(column: str, spark_type: Any) -> Any | None:
+    """How a key value is collected for `_literal`: integers as they are, binary as hex, any other
+    scalar as the hex of Spark's own text for it (cast back exactly in the same session); None:
+    a type the filter does not handle (the MERGE then reads the whole table)."""
+    from pyspark.sql import functions as sf
+    from pyspark.sql import types as T
+
+    col = sf.col(quote(column))
+    if isinstance(spark_type, (T.ByteType, T.ShortType, T.IntegerType, T.LongType)):
+        return col
+    if isinstance(spark_type, T.BinaryType):
+        return sf.hex(col)
+    scalar = (T.StringType, T.DecimalType, T.DateType, T.TimestampType, T.TimestampNTZType, T.BooleanType)
+    if isinstance(spark_type, scalar):  # not FLOAT/DOUBLE keys: NaN and -0.0 compare unlike other values
+        return sf.hex(col.cast("string"))
+    return None
+
+
+def _literal(value: Any, spark_type: Any) -> str:
+    """SQL for one collected key value. Only digits and hex digits reach the statement's text
+    (no quoting to get wrong); constant folding turns it back into a literal Iceberg can use."""
+    from pyspark.sql import types as T
+
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    text = str(value)
+    if any(ch not in "0123456789ABCDEF" for ch in text):  # '' is the empty string's (or binary's) hex
+        raise MergeError(f"unexpected key text {text[:40]!r} for the MERGE's key filter")
+    if isinstance(spark_type, T.BinaryType):
+        return f"X'{text}'"
+    if isinstance(spark_type, T.StringType):
+        return f"CAST(X'{text}' AS STRING)"
+    return f"CAST(CAST(X'{text}' AS STRING) AS {spark_type.simpleString().upper()})"
+
+
+def _cuts(values: list[Any], numeric: bool, ranges: int) -> list[tuple[int, int]]:
+    """Split sorted values into at most `ranges` runs [i, j]: at the largest gaps for numbers (the
+    changes of a run cluster: new keys at the end, updates of recent rows), else by count."""
+    n = len(values)
+    if n <= ranges:
+        return [(i, i) for i in range(n)]
+    if numeric:
+        gaps = sorted(range(1, n), key=lambda i: values[i] - values[i - 1], reverse=True)[: ranges - 1]
+        starts = [0, *sorted(gaps)]
+    else:
+        starts = [i * n // ranges for i in range(ranges)]
+    return [(s, e - 1) for s, e in zip(starts, [*starts[1:], n], strict=True)]
+
+
+def key_filter(source: Any, keys: list[str], types: dict[str, Any], alias: str = "t") -> str | None:
+    """A predicate on the target's first key column that every row the MERGE can match satisfies
+    (so adding it to the ON clause changes nothing the MERGE does, only what it reads): up to
+    PRUNE_RANGES ranges around the run's keys. Iceberg gets it as a scan filter and skips the
+    data files (and Parquet row groups) whose min/max lie outside every range. None when the run
+    has more than PRUNE_MAX_KEYS distinct first-key values or a key type without a literal."""
+    from pyspark.sql import functions as sf
+    from pyspark.sql import types as T
+
+    first, spark_type = keys[0], types[keys[0]]
+    text = _literal_source(first, spark_type)
+    if text is None:
+        return None
+    numeric = isinstance(spark_type, (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.DecimalType))
+    rows = (
+        source.where(sf.col(quote(first)).isNotNull())
+        .select(text.alias("_text"), sf.col(quote(first)).alias("_value"))
+        .distinct()
+        .orderBy("_value")
+        .limit(PRUNE_MAX_KEYS + 1)
+        # values only where `_cuts` measures gaps: Python turns a timestamp into local time, where
+        # 9999-12-31 23:59 UTC may be past year 9999 (and 0001-01-01 before year 1)
+        .select("_text", *(["_value"] if numeric else []))
+        .collect()
+    )
+    if len(rows) > PRUNE_MAX_KEYS:
+        return None
+    if not rows:
+        return "false"
+    column = f"{alias}.{quote(first)}"
+    spans = []
+    for i, j in _cuts([r["_value"] if numeric else None for r in rows], numeric, PRUNE_RANGES):
+        lo, hi = _literal(rows[i]["_text"], spark_type), _literal(rows[j]["_text"], spark_type)
+        spans.append(f"{column} = {lo}" if i == j else f"({column} >= {lo} AND {column} <= {hi})")
+    return "(" + " OR ".join(spans) + ")"
+
+
+# -- one table ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Context:
+    spark: Any
+    config: LogtideConfig
+    source: str
+    zone: LandingZone
+    frontier: int
+    marks: Watermarks
+    applied_at: datetime
+    namespace: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.namespace = self.config.merge.namespace or self.source
+
+    def target_name(self, schema: str, table: str, suffix: str = "") -> str:
+        cfg = self.config.merge
+        return ".".join(quote(p) for p in (cfg.catalog_name, self.namespace, f"{schema}__{table}{suffix}"))
+
+
+class TableMerge:
+    def __init__(self, ctx: Context, schema: str, table: str) -> None:
+        self.ctx, self.schema, self.table = ctx, schema, table
+        self.name = f"{schema}.{table}"
+        self.target = ctx.target_name(schema, table)
+        self.changelog = ctx.target_name(schema, table, CHANGELOG_SUFFIX)
+        self.report: dict[str, Any] = {"table": self.name, "target": self.target, "changelog": self.changelog}
+        self.timings: dict[str, float] = {}
+        self.step = "plan"  # the step under way: a failure names it
+        self.has_missing = False  # some log event of the run leaves columns out (PostgreSQL TOAST)
+        self.unknown_record: dict[str, str] = {}  # UNKNOWN_VALUES, UNKNOWN_SAMPLE after this run
+
+    @contextmanager
+    def _step(self, name: str) -> Iterator[None]:
+        began = time.monotonic()
+        self.step = name
+        try:
+            yield
+        finally:
+            self.timings[name] = round(self.timings.get(name, 0.0) + time.monotonic() - began, 3)
+
+    def run(self) -> dict[str, Any]:
+        """Merge the table; a failure of Spark, py4j or a landed file becomes a MergeError naming the
+        table, the step and the cause in one line (the traceback stays on the exception's chain)."""
+        began = time.monotonic()
+        try:
+            self._run()
+        except LogtideError:
+            raise
+        except Exception as exc:
+            raise MergeError(
+                f"{self.name}: the merge failed in step {self.step!r}: {error_line(exc)}. Fix the cause and run "
+                "the merge again: it resumes from what this run committed and applies nothing twice "
+                "(log_level DEBUG shows the traceback)"
+            ) from exc
+        finally:
+            self.report["seconds"] = round(time.monotonic() - began, 3)
+            self.report["step_seconds"] = self.timings
+        return self.report
+
+    def _run(self) -> None:
+        from pyspark import StorageLevel
+
+        ctx, spark, F = self.ctx, self.ctx.spark, self.ctx.frontier
+        with self._step("plan"):
+            a_target = applied_frontier(spark, self.target) if table_exists(spark, self.target) else 0
+            a_changelog = applied_frontier(spark, self.changelog) if table_exists(spark, self.changelog) else 0
+            a = min(a_target, a_changelog)
+            self.report.update(  # LSNs as text: the report crosses into XCom and JSON readers
+                applied_before=lsn_text(a_target), changelog_applied_before=lsn_text(a_changelog), frontier=lsn_text(F)
+            )
+            if a >= F:
+                self.report["skipped"] = "up to date"
+                return
+            chunks, stale = _chunks(ctx.zone, ctx.marks, self.schema, self.table, a)
+            completed = _completed_dumps(ctx.zone, ctx.marks, self.schema, self.table, chunks)
+            read = chunks + [c for d in completed for c in d.chunks]  # the log is read back to every LOW
+            start = min([a, *(c.low for c in read), *(int(v["before_low"]) for c in read if (v := _view(c)))])
+            folder = ctx.zone.log_dir / table_folder(self.schema, self.table)
+            log_files = [s for s in _segments(folder, F) if s[1] >= start]
+            if not chunks and not any(s[1] >= a for s in log_files):
+                self.report["skipped"] = "nothing new"
+                return
+            schemas = [(pq.read_schema(p), p) for _, _, p in log_files]
+            self.has_missing = any("_missing" in schema.names for schema, _ in schemas)
+            columns = _unify(
+                [(s.field("after").type, str(p)) for s, p in schemas] + [(c.row_type, str(c.path)) for c in chunks],
+                self.name,
+            )
+            clash = RESERVED & set(columns)
+            if clash:
+                raise MergeError(f"{self.name}: column(s) {sorted(clash)} clash with the merge's bookkeeping columns")
+            keys = self._key(schemas, chunks, columns)
+            self.columns, self.keys = list(columns), keys
+            self.types = {c: target_type(t) for c, t in columns.items()}
+            row_struct = spark_type(pa.struct([pa.field(c, t) for c, t in columns.items()]))
+        with self._step("tables"):
+            self._ensure_tables()
+        log.info(
+            "merge.table_started",
+            table=self.name,
+            applied=a,
+            frontier=F,
+            log_files=len(log_files),
+            chunks=len(chunks),
+            stale_highs=stale,
+        )
+
+        cached = []
+        props = {FRONTIER: str(F), "logtide.source": ctx.source, "logtide.table": self.name}
+        try:
+            with self._step("read"):
+                events = self._log_events([p for _, _, p in log_files], row_struct, start)
+                stream = events.where(events["_lsn"] >= _lsn(a)).drop("_xid")
+                chunk_rows = hidden = None
+                if chunks:
+                    chunk_rows = self._chunk_rows(chunks, row_struct)
+                    window = events.select(*keys, "_lsn")
+                    survivors = chunk_rows.join(
+                        window,
+                        [chunk_rows[k] == window[k] for k in keys]
+                        + [window["_lsn"] > chunk_rows["_low"], window["_lsn"] < chunk_rows["_high"]],
+                        "left_anti",
+                    )
+                    hidden = self._hidden(chunks, events)
+                    if hidden is not None:
+                        survivors = survivors.join(hidden.select("_cid", *keys), ["_cid", *keys], "left_anti")
+                    stream = stream.unionByName(self._chunk_stream(survivors))
+                    if self.has_missing:
+                        stream = stream.unionByName(self._bases(chunk_rows, events, hidden))
+            if chunks and a_target < F and not is_empty(spark, self.target):
+                with self._step("repair"):
+                    chunk_keys = chunk_rows.select(*keys, "_cid", "_row").persist(StorageLevel.MEMORY_AND_DISK)
+                    cached.append(chunk_keys)
+                    found = [
+                        self._repairs(chunks, chunk_keys, window, hidden, completed, a_target),
+                        *(self._completed_dump_repairs(d, events, row_struct, a_target) for d in completed),
+                    ]
+                    if any(f is not None for f in found):
+                        stream = stream.unionByName(self._repair_deletes([f for f in found if f is not None]))
+            moved = created_lsns(schemas, a, F) if self.has_missing else []
+            if moved:
+                with self._step("key_changes"):
+                    stream = stream.persist(StorageLevel.MEMORY_AND_DISK)  # collected from, then appended
+                    cached.append(stream)
+                    completion = KeyChanges(spark, self.target, keys, self.types)
+                    stream, filled, unknown = completion.complete(stream, events, moved, chunk_rows, hidden)
+                    self._report_unknown(filled, [u for u in unknown if u.lsn >= a_target])
+            # The changelog is the stream, materialized once: the MERGE reads its rows back
+            # (all of [A, F), also those a run killed before its MERGE had appended already).
+            if a_changelog < F:
+                with self._step("changelog"):
+                    self._append_changelog(stream.where(stream["_lsn"] >= _lsn(a_changelog)), props)
+                log.info("merge.changelog_committed", table=self.name, frontier=F)
+            with self._step("stream"):
+                appended = spark.table(self.changelog)
+                appended = appended.where((appended["_lsn"] >= _lsn(a)) & (appended["_lsn"] < _lsn(F)))
+                counts = {
+                    (r["_source"], r["_op"]): r["count"] for r in appended.groupBy("_source", "_op").count().collect()
+                }
+            chunk_survivors = sum(n for (s, _), n in counts.items() if s == "chunk")
+            self.report.update(
+                log_events=sum(n for (s, _), n in counts.items() if s == "log"),
+                chunks=len(chunks),
+                stale_highs=stale,
+                chunk_rows=sum(c.meta.rows for c in chunks),
+                dropped_by_window=sum(c.meta.rows for c in chunks) - chunk_survivors,
+                repair_deletes=sum(n for (s, _), n in counts.items() if s == "repair"),
+            )
+            if a_target < F:
+                with self._step("merge"):
+                    self._merge(appended.where(appended["_lsn"] >= _lsn(a_target)), {**props, **self.unknown_record})
+            with self._step("properties"):  # the fallback of applied_frontier, after the commits
+                for name, applied in ((self.changelog, a_changelog), (self.target, a_target)):
+                    if applied < F:
+                        spark.sql(f"ALTER TABLE {name} SET TBLPROPERTIES ('{FRONTIER}' = '{F}')")
+                if self.unknown_record and a_target < F:
+                    update = _iceberg_table(spark, self.target).updateProperties()
+                    for key, value in self.unknown_record.items():
+                        update = update.set(key, value)
+                    update.commit()
+        finally:
+            for frame in cached:
+                frame.unpersist()
+        log.info(
+            "merge.table_finished",
+            **{k: v for k, v in self.report.items() if k not in ("target", "changelog", "step_seconds")},
+        )
+
+    def _report_unknown(self, completed: int, unknown: list[Unknown]) -> None:
+        """Key changes completed; each value nothing held warned (the first few), counted in the
+        report and added to the target's record (`unknown_record`, read by `logtide status`)."""
+        self.report.update(key_changes_completed=completed, unknown_values=len(unknown))
+        if not unknown:
+            return
+        sample = [{"key": encode_key(u.key), "column": u.column, "lsn": u.lsn} for u in unknown[:SAMPLE_SIZE]]
+        for u, entry in zip(unknown, sample, strict=False):
+            log.warning(
+                "merge.value_unknown",
+                table=self.name,
+                key=json.dumps(entry["key"]),
+                column=u.column,
+                lsn=u.lsn,
+                moved_from=json.dumps(encode_key(u.old_key)),
+                problem="a key change left this TOASTed value out and neither the target nor this run held the "
+                "old key's row (written before capture started, not dumped yet): the target holds NULL",
+                fix="dump these keys or the table (logtide dump); REPLICA IDENTITY FULL on the source table "
+                "makes key changes carry the value",
+            )
+        if len(unknown) > SAMPLE_SIZE:
+            log.warning("merge.values_unknown", table=self.name, count=len(unknown), logged=SAMPLE_SIZE)
+        before = int(recorded(self.ctx.spark, self.target, UNKNOWN_VALUES) or 0)
+        earlier = json.loads(recorded(self.ctx.spark, self.target, UNKNOWN_SAMPLE) or "[]")
+        self.unknown_record = {
+            UNKNOWN_VALUES: str(before + len(unknown)),
+            UNKNOWN_SAMPLE: json.dumps([*sample, *earlier][:SAMPLE_SIZE]),
+        }
+
+    def _key(self, schemas: list[tuple[pa.Schema, Path]], chunks: list[Chunk], columns: dict[str, Any]) -> list[str]:
+        """The key the newest landed file records (`logtide.key`), else the last chunk's, else the
+        one the configuration names (files landed before it was named); UnusableTableError (the
+        run skips the table) when there is none."""
+        for schema, _ in reversed(schemas):
+            text = (schema.metadata or {}).get(b"logtide.key", b"").decode()
+            if text:
+                return text.split(",")
+        if chunks:
+            return list(chunks[-1].meta.key)
+        source = self.ctx.config.source(self.ctx.source)
+        named = source.named_key(self.schema, self.table)
+        if named is not None and all(k in columns for k in named):
+            return list(named)
+        raise no_key(self.ctx.source, self.name)
+
+    def _ensure_tables(self) -> None:
+        spark, cfg = self.ctx.spark, self.ctx.config.merge
+        spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {quote(cfg.catalog_name)}.{quote(self.ctx.namespace)}")
+        columns = [(c, self.types[c]) for c in self.columns]
+        props = {"logtide.source": self.ctx.source, "logtide.table": self.name, "logtide.key": ",".join(self.keys)}
+        ensure_table(spark, self.target, columns, TARGET_META, props, clustered_by=self.keys)
+        ensure_table(spark, self.changelog, columns, CHANGELOG_META, props)
+
+    # -- building the stream -----------------------------------------------------------------
+
+    def _log_events(self, paths: list[Path], row_struct: Any, start: int) -> Any:
+        """Log events with start <= LSN < F: one row per event and key (a key change that the log
+        did not split becomes a delete of the old key at order -1, as in reconcile.py)."""
+        from pyspark.sql import functions as sf
+        from pyspark.sql import types as T
+
+        spark, keys = self.ctx.spark, self.keys
+        schema = T.StructType(
+            [
+                T.StructField("_lsn", T.DecimalType(38, 0)),
+                T.StructField("_op", T.StringType()),
+                T.StructField("_txid", T.StringType()),
+                T.StructField("_commit_ts", T.TimestampType()),
+                T.StructField("before", row_struct),
+                T.StructField("after", row_struct),
+            ]
+            + ([T.StructField("_missing", T.ArrayType(T.StringType()))] if self.has_missing else [])
+        )
+        if not paths:
+            return spark.createDataFrame([], self._stream_schema())
+        raw = spark.read.schema(schema).parquet(*[str(p.resolve()) for p in paths])
+        raw = raw.where((raw["_lsn"] >= _lsn(start)) & (raw["_lsn"] < _lsn(self.ctx.frontier)))
+
+        def rows(image: Any, op: Any, order: int, missing: Any) -> list[Any]:
+            return [
+                *(image.getField(c).cast(self.types[c]).alias(c) for c in self.columns),
+                sf.col("_lsn"),
+                sf.lit(order).cast("bigint").alias("_order"),
+                op.alias("_op"),
+                sf.lit("log").alias("_source"),
+                sf.col("_txid"),
+                sf.col("_commit_ts"),
+                sf.lit(None).cast("string").alias("_dump_id"),
+                sf.lit(None).cast("int").alias("_chunk"),
+                missing.cast("array<string>").alias("_missing"),
+                xid.alias("_xid"),
+            ]
+
+        # PostgreSQL's _txid is the transaction's 32-bit xid (for chunk visibility); else null
+        xid = sf.when(sf.col("_txid").rlike("^[0-9]+$"), sf.col("_txid").cast("bigint"))
+        before, after = sf.col("before"), sf.col("after")
+        image = sf.when(sf.col("_op") == "d", before).otherwise(after)
+        # as reconcile.py: missing columns apply to an after image only
+        missing = sf.when(after.isNotNull(), sf.col("_missing")) if self.has_missing else sf.lit(None)
+        main = raw.select(*rows(image, sf.col("_op"), 0, missing))
+        same_key = [before.getField(k).eqNullSafe(after.getField(k)) for k in keys]
+        moved = before.isNotNull() & after.isNotNull() & ~_all(same_key)
+        split = raw.where(moved).select(*rows(before, sf.lit("d"), -1, sf.lit(None)))
+        return main.unionByName(split)
+
+    def _stream_schema(self) -> Any:
+        from pyspark.sql import types as T
+
+        fields = [T.StructField(c, self.types[c]) for c in self.columns]
+        fields += [
+            T.StructField("_lsn", T.DecimalType(38, 0)),
+            T.StructField("_order", T.LongType()),
+            T.StructField("_op", T.StringType()),
+            T.StructField("_source", T.StringType()),
+            T.StructField("_txid", T.StringType()),
+            T.StructField("_commit_ts", T.TimestampType()),
+            T.StructField("_dump_id", T.StringType()),
+            T.StructField("_chunk", T.IntegerType()),
+            T.StructField("_missing", T.ArrayType(T.StringType())),
+            T.StructField("_xid", T.LongType()),
+        ]
+        return T.StructType(fields)
+
+    def _chunk_rows(self, chunks: list[Chunk], row_struct: Any) -> Any:
+        """Every row of the run's chunks with its chunk's id, LOW, HIGH and position."""
+        from pyspark.sql import functions as sf
+        from pyspark.sql import types as T
+
+        spark = self.ctx.spark
+        paths = [str(c.path.resolve()) for c in chunks]
+        raw = spark.read.schema(T.StructType([T.StructField("after", row_struct)])).parquet(*paths)
+        raw = raw.select(
+            *(sf.col("after").getField(c).cast(self.types[c]).alias(c) for c in self.columns),
+            sf.col("_metadata.file_path").alias("_file"),
+            sf.col("_metadata.row_index").alias("_row"),
+        )
+        folders = {str(Path(p).parent) for p in paths}  # chunk file names are <digits>.parquet: never encoded
+        spelled_folder = {f: spark_file_path(spark, f) for f in folders}
+        spelled = {p: f"{spelled_folder[str(Path(p).parent)]}/{Path(p).name}" for p in paths}
+        # The scheme Spark puts before a path in `_metadata.file_path` (file: or file://), read once
+        # from the first row rather than stripped from every row (a regexp per row cost 3 s per 1M rows).
+        first = raw.select("_file").first()
+        if first is not None:
+            uri = first[0]
+            known = next((path for path in spelled.values() if uri.endswith(path)), None)
+            if known is None:
+                raise MergeError(f"Spark names a chunk file {uri}, which is none of the run's chunk files")
+            spelled = {p: uri[: len(uri) - len(known)] + path for p, path in spelled.items()}
+        meta = spark.createDataFrame(
+            [
+                (spelled[p], c.id, Decimal(c.low), Decimal(c.high), c.high_ts, c.meta.dump_id, c.meta.chunk)
+                for p, c in zip(paths, chunks, strict=True)
+            ],
+            "_file string, _cid int, _low decimal(38,0), _high decimal(38,0), _high_ts timestamp, "
+            "_dump_id string, _chunk int",
+        )
+        return raw.join(sf.broadcast(meta), "_file")
+
+    def _hidden(self, chunks: list[Chunk], events: Any) -> Any | None:
+        """PostgreSQL: the log events before a chunk's LOW whose transaction the chunk's snapshot
+        could not see, with the chunk's `_cid` (reconcile.py `hidden_events`): a commit is in the WAL
+        slightly before it is visible, so such a chunk row is older than the log and is dropped
+        like a window's (and, as with a window's, `_bases` keeps the columns those events left out).
+        Events are looked for back to the chunk's `before_low` (and for in-progress transactions
+        back to the start of what the run reads: its frontier or the earliest LOW / before_low)."""
+        from pyspark.sql import functions as sf
+        from pyspark.sql import types as T
+
+        views = []
+        for c in chunks:
+            view = _view(c)
+            if view is not None:
+                _xmin, xmax, xip = view["snapshot"].split(":")
+                in_progress = [int(x) for x in xip.split(",") if x]
+                views.append((c.id, Decimal(c.low), Decimal(int(view["before_low"])), int(xmax), in_progress))
+        if not views:
+            return None
+        keys, spark = self.keys, self.ctx.spark
+        frame = sf.broadcast(
+            spark.createDataFrame(
+                views,
+                T.StructType(
+                    [
+                        T.StructField("_cid", T.IntegerType()),
+                        T.StructField("_low", T.DecimalType(38, 0)),
+                        T.StructField("_before_low", T.DecimalType(38, 0)),
+                        T.StructField("_xmax", T.LongType()),
+                        T.StructField("_xip", T.ArrayType(T.LongType())),
+                    ]
+                ),
+            )
+        )
+        xids = events.where(sf.col("_xid").isNotNull()).select(*keys, "_lsn", "_order", "_op", "_missing", "_xid")
+        widened = _widen(sf.col("_xid"), sf.col("_xmax"))
+        recent = xids.join(frame, (xids["_lsn"] >= frame["_before_low"]) & (xids["_lsn"] < frame["_low"])).where(
+            (widened >= sf.col("_xmax")) | sf.array_contains(sf.col("_xip"), widened)
+        )
+        running = frame.select("_cid", "_low", "_xmax", sf.explode("_xip").alias("_full"))
+        running = running.withColumn("_x32", sf.col("_full").bitwiseAND(sf.lit(0xFFFFFFFF)))
+        in_xip = xids.join(running, (xids["_xid"] == running["_x32"]) & (xids["_lsn"] < running["_low"])).where(
+            _widen(sf.col("_x32"), sf.col("_xmax")) == sf.col("_full")
+        )
+        picked = ["_cid", *keys, "_lsn", "_order", "_op", "_missing"]
+        return recent.select(*picked).unionByName(in_xip.select(*picked)).distinct()
+
+    def _chunk_stream(self, survivors: Any, missing: Any | None = None) -> Any:
+        from pyspark.sql import functions as sf
+
+        return survivors.select(
+            *self.columns,
+            sf.col("_high").alias("_lsn"),
+            (sf.col("_row") + 1).cast("bigint").alias("_order"),
+            sf.lit("r").alias("_op"),
+            sf.lit("chunk").alias("_source"),
+            sf.lit(None).cast("string").alias("_txid"),
+            sf.col("_high_ts").alias("_commit_ts"),
+            "_dump_id",
+            "_chunk",
+            (sf.lit(None) if missing is None else missing).cast("array<string>").alias("_missing"),
+        )
+
+    def _bases(self, chunk_rows: Any, events: Any, hidden: Any | None) -> Any:
+        """PostgreSQL leaves unchanged TOASTed values out of update events (`_missing`). A chunk row
+        dropped for events (in its window, or hidden from its snapshot) that all leave a column out
+        is the only full copy of that column, which none of them changed: place it at HIGH with
+        every column some such event carried marked missing (unless the key ends deleted), as
+        reconcile.py's `_base_missing`."""
+        from pyspark.sql import functions as sf
+
+        keys = self.keys
+        others = [c for c in self.columns if c not in keys]
+        window = events.select(
+            *(sf.col(k).alias(f"_w{i}") for i, k in enumerate(keys)), "_lsn", "_order", "_op", "_missing"
+        )
+        rows = chunk_rows.select(*keys, "_cid", "_low", "_high")
+        newer = rows.join(
+            window,
+            [rows[k] == window[f"_w{i}"] for i, k in enumerate(keys)]
+            + [window["_lsn"] > rows["_low"], window["_lsn"] < rows["_high"]],
+        ).select("_cid", *keys, "_lsn", "_order", "_op", "_missing")
+        if hidden is not None:
+            newer = newer.unionByName(hidden)
+        carried = sf.coalesce(sf.col("_missing"), sf.array().cast("array<string>"))
+        per_key = newer.groupBy("_cid", *keys).agg(
+            sf.max_by("_op", sf.struct("_lsn", "_order")).alias("_last_op"),
+            sf.array_compact(
+                sf.array(
+                    *(
+                        sf.max(sf.when((sf.col("_op") != "d") & ~sf.array_contains(carried, c), sf.lit(c)))
+                        for c in others
+                    )
+                )
+            ).alias("_carried"),
+        )
+        per_key = per_key.where((sf.col("_last_op") != "d") & (sf.size("_carried") < len(others)))
+        based = chunk_rows.join(per_key, ["_cid", *keys])
+        return self._chunk_stream(based, sf.col("_carried"))
+
+    def _repairs(
+        self,
+        chunks: list[Chunk],
+        chunk_rows: Any,
+        window: Any,
+        hidden: Any | None,
+        completed: list[CompletedDump],
+        a_target: int,
+    ) -> Any | None:
+        """Deletes at HIGH for target keys a chunk covers that no chunk of the run returned: the
+        keys a key-list chunk asked for (compared by equality, the same in Spark as in the
+        database: a key asked as 'a' that the database finds as 'A' returned 'A', and the target's
+        'a' goes), and the keys inside a range chunk's bounds, but only where the dump recorded
+        that the database orders the key as Spark does (`ChunkMeta.exact_order`); under any other
+        collation Spark's order cannot tell which keys lie in the range, and none are deleted.
+        Keys a log event in the window touched, or one the chunk's snapshot could not see
+        (`hidden`), are left alone. `chunk_rows`: the key columns, _cid and _row of every chunk
+        row of the run. Returns the keys to delete with the chunk's _high, _high_ts, _dump_id and
+        _chunk (`_repair_deletes`)."""
+        from pyspark.sql import functions as sf
+        from pyspark.sql import types as T
+
+        spark, keys = self.ctx.spark, self.keys
+        key_struct = T.StructType([T.StructField(k, self.types[k]) for k in keys])
+        relevant = [c for c in chunks if c.high >= a_target]
+        covered = {d.dump_id for d in completed}
+        inexact = [c for c in relevant if c.meta.keys is None and not c.meta.exact_order]
+        if any(c.meta.dump_id not in covered for c in inexact):
+            log.warning(
+                "merge.repair_skipped",
+                table=self.name,
+                chunks=sum(c.meta.dump_id not in covered for c in inexact),
+                dumps=",".join(sorted({c.meta.dump_id for c in inexact} - covered)),
+                reason="the database does not order this table's key as Spark orders its values (a collation "
+                "that is not byte order and NO PAD, a float key, or chunks dumped before Logtide recorded the "
+                "order): Spark cannot tell which target keys lie in these chunks' ranges, and deletes none",
+                action="a full dump (no --from/--to) deletes the rows the source no longer has when its last "
+                "chunk is merged; key-range dumps never do",
+            )
+        relevant = [c for c in relevant if c.meta.keys is not None or c.meta.exact_order]
+        if not relevant:
+            return None
+
+        def bound(row: tuple[Any, ...] | None) -> tuple[Any, ...] | None:
+            return None if row is None else tuple(spark_value(v, self.types[k]) for k, v in zip(keys, row, strict=True))
+
+        info = spark.createDataFrame(
+            [
+                (
+                    *(c.id, Decimal(c.low), Decimal(c.high), c.high_ts, c.meta.dump_id, c.meta.chunk),
+                    *(c.meta.keys is not None, c.meta.last, bound(c.meta.after or c.meta.start)),
+                    *(c.meta.after is None and c.meta.start is not None, bound(c.meta.stop)),
+                )
+                for c in relevant
+            ],
+            T.StructType(
+                [
+                    T.StructField("_cid", T.IntegerType()),
+                    T.StructField("_low", T.DecimalType(38, 0)),
+                    T.StructField("_high", T.DecimalType(38, 0)),
+                    T.StructField("_high_ts", T.TimestampType()),
+                    T.StructField("_dump_id", T.StringType()),
+                    T.StructField("_chunk", T.IntegerType()),
+                    T.StructField("_keyed", T.BooleanType()),
+                    T.StructField("_last", T.BooleanType()),
+                    T.StructField("_lo", key_struct),
+                    T.StructField("_lo_incl", T.BooleanType()),
+                    T.StructField("_stop", key_struct),
+                ]
+            ),
+        )
+        key = sf.struct(*(sf.col(k) for k in keys))
+        # a range chunk covers up to its last row's key (in the database's order, which is Spark's
+        # here), or to its `stop` (none: no end) when it was the range's last
+        ends = chunk_rows.groupBy("_cid").agg(sf.max_by(key, "_row").alias("_end"))
+        ranges = info.where(~sf.col("_keyed")).join(ends, "_cid", "left")
+        hi = sf.when(sf.col("_last"), sf.col("_stop")).otherwise(sf.col("_end"))
+        ranges = sf.broadcast(ranges.withColumn("_hi", hi))
+
+        target = spark.table(self.target).select(*keys, sf.col("_lsn").alias("_tlsn"))
+        orphans = target.join(chunk_rows.select(*keys), keys, "left_anti")
+        o_key = sf.struct(*(orphans[k] for k in keys))
+        lower_ok = (
+            ranges["_lo"].isNull()
+            | (ranges["_lo_incl"] & (o_key >= ranges["_lo"]))
+            | (~ranges["_lo_incl"] & (o_key > ranges["_lo"]))
+        )
+        upper_ok = ranges["_hi"].isNull() | (o_key <= ranges["_hi"])
+        candidates = orphans.join(ranges, lower_ok & upper_ok).select(
+            *keys, "_tlsn", "_cid", "_low", "_high", "_high_ts", "_dump_id", "_chunk"
+        )
+        asked = [
+            (c.id, *bound(k))  # type: ignore[misc]
+            for c in relevant
+            if c.meta.keys is not None
+            for k in c.meta.keys
+        ]
+        if asked:
+            asked_df = spark.createDataFrame(
+                asked, T.StructType([T.StructField("_cid", T.IntegerType()), *key_struct.fields])
+            )
+            listed = (
+                orphans.join(sf.broadcast(asked_df), keys)
+                .join(sf.broadcast(info.where(sf.col("_keyed"))), "_cid")
+                .select(*keys, "_tlsn", "_cid", "_low", "_high", "_high_ts", "_dump_id", "_chunk")
+            )
+            candidates = candidates.unionByName(listed)
+        if hidden is not None:
+            candidates = candidates.join(hidden.select("_cid", *keys).distinct(), ["_cid", *keys], "left_anti")
+        candidates = candidates.where(sf.col("_tlsn").isNull() | (sf.col("_tlsn") < sf.col("_high")))
+        untouched = candidates.join(
+            window,
+            [candidates[k] == window[k] for k in keys]
+            + [window["_lsn"] > candidates["_low"], window["_lsn"] < candidates["_high"]],
+            "left_anti",
+        )
+        return untouched.select(*keys, "_high", "_high_ts", "_dump_id", "_chunk")
+
+    def _completed_dump_repairs(self, dump: CompletedDump, events: Any, row_struct: Any, a_target: int) -> Any | None:
+        """Deletes at a completed full dump's last HIGH, under any collation: target keys that none
+        of its chunks returned, whose stored LSN is below its first LOW, and that no log event
+        touched from its first LOW to its last HIGH (nor one hidden from a chunk's PostgreSQL
+        snapshot). Why that is sound: each chunk read the keys after the previous chunk's last key,
+        in the database's order, so the chunks together covered every key; a row the database held
+        with key k from the first LOW to the last HIGH was in some chunk's range at its SELECT and
+        came back with its key as stored. A key no chunk returned was therefore not in the source
+        at some moment of the dump, and with no event on it from the first LOW on, not at the
+        last HIGH either. The dump's chunks may have been merged over several runs: all of its
+        chunk files are read again here. Returns what `_repairs` returns."""
+        from pyspark.sql import functions as sf
+        from pyspark.sql import types as T
+
+        last = dump.last
+        if last.high < a_target:
+            return None
+        spark, keys = self.ctx.spark, self.keys
+        first_low = _lsn(dump.first_low)
+        key_struct = T.StructType([f for f in row_struct.fields if f.name in keys])
+        paths = [str(c.path.resolve()) for c in dump.chunks]
+        returned = (
+            spark.read.schema(T.StructType([T.StructField("after", key_struct)]))
+            .parquet(*paths)
+            .select(*(sf.col("after").getField(k).cast(self.types[k]).alias(k) for k in keys))
+        )
+        target = spark.table(self.target).select(*keys, sf.col("_lsn").alias("_tlsn"))
+        candidates = target.where(
+            _all([sf.col(k).isNotNull() for k in keys]) & (sf.col("_tlsn").isNull() | (sf.col("_tlsn") < first_low))
+        ).join(returned, keys, "left_anti")
+        touched = events.where((events["_lsn"] >= first_low) & (events["_lsn"] <= _lsn(last.high))).select(*keys)
+        candidates = candidates.join(touched, keys, "left_anti")
+        hidden = self._hidden(dump.chunks, events)
+        if hidden is not None:
+            candidates = candidates.join(hidden.select(*keys), keys, "left_anti")
+        return candidates.select(
+            *keys,
+            _lsn(last.high).alias("_high"),
+            sf.lit(last.high_ts).cast("timestamp").alias("_high_ts"),
+            sf.lit(dump.dump_id).alias("_dump_id"),
+            sf.lit(last.meta.chunk).alias("_chunk"),
+        )
+
+    def _repair_deletes(self, found: list[Any]) -> Any:
+        """The stream's delete events for the keys the repairs found (each key once per HIGH)."""
+        from pyspark.sql import functions as sf
+
+        keys = self.keys
+        deletes = found[0]
+        for more in found[1:]:
+            deletes = deletes.unionByName(more)
+        return deletes.dropDuplicates([*keys, "_high"]).select(
+            *(sf.col(k) if k in keys else sf.lit(None).cast(self.types[k]).alias(k) for k in self.columns),
+            sf.col("_high").alias("_lsn"),
+            sf.lit(0).cast("bigint").alias("_order"),
+            sf.lit("d").alias("_op"),
+            sf.lit("repair").alias("_source"),
+            sf.lit(None).cast("string").alias("_txid"),
+            sf.col("_high_ts").alias("_commit_ts"),
+            sf.col("_dump_id"),
+            sf.col("_chunk").cast("int"),
+            sf.lit(None).cast("array<string>").alias("_missing"),
+        )
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def _aligned(self, frame: Any, table: str, extra: tuple[str, ...] = ()) -> Any:
+        """`frame` with every column of the table, in its order and types (absent ones null),
+        then the `extra` columns of the frame."""
+        from pyspark.sql import functions as sf
+
+        present = {c.lower(): c for c in frame.columns}
+        out = []
+        for f in self.ctx.spark.table(table).schema.fields:
+            if f.name == "_applied_at":
+                out.append(sf.lit(self.ctx.applied_at).cast("timestamp").alias(f.name))
+            elif f.name.lower() in present:
+                out.append(sf.col(quote(present[f.name.lower()])).cast(f.dataType).alias(f.name))
+            else:
+                out.append(sf.lit(None).cast(f.dataType).alias(f.name))
+        return frame.select(*out, *extra)
+
+    def _append_changelog(self, stream: Any, props: dict[str, str]) -> None:
+        rows = self._aligned(stream, self.changelog)
+        commit_with(self.ctx.spark, props, lambda: rows.writeTo(self.changelog).append())
+
+    def _merge(self, stream: Any, props: dict[str, str]) -> None:
+        from pyspark import StorageLevel
+        from pyspark.sql import Window
+        from pyspark.sql import functions as sf
+
+        spark, keys = self.ctx.spark, self.keys
+        latest = stream.withColumn(
+            "_rank",
+            sf.row_number().over(Window.partitionBy(*keys).orderBy(sf.col("_lsn").desc(), sf.col("_order").desc())),
+        )
+        keep: dict[str, str] = {}  # column -> flag: no event of the run carries its value (keep the stored one)
+        if self.has_missing:
+            everything = (
+                Window.partitionBy(*keys)
+                .orderBy("_lsn", "_order")
+                .rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
+            )
+            carried = sf.coalesce(sf.col("_missing"), sf.array().cast("array<string>"))
+            for i, c in enumerate(c for c in self.columns if c not in keys):
+                known = sf.last(sf.when(~sf.array_contains(carried, c), sf.struct(sf.col(quote(c)).alias("v"))), True)
+                latest = latest.withColumn(f"_known{i}", known.over(everything))
+                latest = latest.withColumn(c, sf.col(f"_known{i}.v")).withColumn(
+                    f"_keep{i}", sf.col(f"_known{i}").isNull()
+                )
+                keep[c] = f"_keep{i}"
+        latest = latest.where("_rank = 1")
+        target_fields = spark.table(self.target).schema.fields
+        target_columns = [f.name for f in target_fields]
+        source = self._aligned(latest, self.target, ("_op", *keep.values()))
+        view = "logtide_merge_source"
+        cols = ", ".join(quote(c) for c in target_columns)
+        if is_empty(spark, self.target):
+            source.createOrReplaceTempView(view)
+            sql = f"INSERT INTO {self.target} ({cols}) SELECT {cols} FROM {view} WHERE _op <> 'd'"
+            try:
+                commit_with(spark, props, lambda: spark.sql(sql))
+            finally:
+                spark.catalog.dropTempView(view)
+        else:
+            source = source.persist(StorageLevel.MEMORY_AND_DISK)  # read by the key filter, then the MERGE
+            source.createOrReplaceTempView(view)
+            try:
+                on = " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in keys)
+                pruning = key_filter(source, keys, {f.name: f.dataType for f in target_fields})
+                self.report["key_filter"] = pruning is not None
+                if pruning is not None:
+                    on = f"{on} AND {pruning}"
+                newer = "s._lsn > coalesce(t._lsn, -1)"
+
+                def value(c: str) -> str:
+                    flag = keep.get(c)
+                    return f"CASE WHEN s.{flag} THEN t.{quote(c)} ELSE s.{quote(c)} END" if flag else f"s.{quote(c)}"
+
+                updates = ", ".join(f"t.{quote(c)} = {value(c)}" for c in target_columns)
+                values = ", ".join(f"s.{quote(c)}" for c in target_columns)
+                sql = (
+                    f"MERGE INTO {self.target} t USING {view} s ON {on} "
+                    f"WHEN MATCHED AND {newer} AND s._op = 'd' THEN DELETE "
+                    f"WHEN MATCHED AND {newer} THEN UPDATE SET {updates} "
+                    f"WHEN NOT MATCHED AND s._op <> 'd' THEN INSERT ({cols}) VALUES ({values})"
+                )
+                commit_with(spark, props, lambda: spark.sql(sql))
+            finally:
+                spark.catalog.dropTempView(view)
+                source.unpersist()
+        summary = _iceberg_table(spark, self.target).currentSnapshot().summary()
+        for name in ("added-records", "deleted-records", "added-position-deletes", "total-records"):
+            value = summary.get(name)
+            self.report[name.replace("-", "_")] = int(value) if value is not None else 0
+
+
+def error_line(exc: BaseException) -> str:
+    """An exception as one line: its type and the first line of its message; for Spark's (a Java
+    exception, through py4j), those of its root cause, where Spark says what went wrong."""
+    name, text = _spark_root_cause(exc) or (type(exc).__name__, str(exc))
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "").rstrip(":")
+    return f"{name}: {first}" if first else name
+
+
+def _spark_root_cause(exc: BaseException) -> tuple[str, str] | None:
+    """(type, message) of the innermost cause of a Spark error; None for any other exception."""
+    if "pyspark" not in sys.modules:  # Spark's exceptions exist only once pyspark is imported
+        return None
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors.exceptions.captured import CapturedException
+
+    if isinstance(exc, CapturedException):
+        root = exc
+        while root.cause is not None:
+            root = root.cause
+        return type(root).__name__, root.desc or ""
+    if isinstance(exc, Py4JJavaError):
+        cause = exc.java_exception
+        while cause.getCause() is not None:
+            cause = cause.getCause()
+        return str(cause.getClass().getSimpleName()), str(cause.getMessage() or "")
+    return None
+
+
+def _view(chunk: Chunk) -> dict[str, Any] | None:
+    return getattr(chunk.meta, "read_view", None)  # PostgreSQL chunks only
+
+
+def _widen(xid: Any, near: Any) -> Any:
+    """A 32-bit xid as the 64-bit xid (epoch | xid) closest to `near` (reconcile.py `_widen`)."""
+    from pyspark.sql import functions as sf
+
+    full = sf.shiftleft(sf.shiftright(near, 32), 32).bitwiseOR(xid)
+    return (
+        sf.when(full > near + (1 << 31), full - (1 << 32))
+        .when(full < near - (1 << 31), full + (1 << 32))
+        .otherwise(full)
+    )
+
+
+def _lsn(value: int) -> Any:
+    from pyspark.sql import functions as sf
+
+    return sf.lit(Decimal(value)).cast("decimal(38,0)")
+
+
+def _all(conditions: list[Any]) -> Any:
+    result = conditions[0]
+    for condition in conditions[1:]:
+        result = result & condition
+    return result

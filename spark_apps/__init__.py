@@ -1,1 +1,0 @@
-"""Spark applications of Logtide (run by spark-submit; importable for tests and benchmarks)."""
