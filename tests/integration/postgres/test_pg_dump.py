@@ -212,7 +212,8 @@ def test_progress_of_a_table_never_analysed_is_estimated(postgres, pg_database, 
     caplog.set_level(logging.INFO, logger="capture")
     engine, source = open_engine(make_pg_capture())
     try:
-        engine.run(DumpRequest(tables=["public.fresh"], settings=DumpSettings(chunk_size=500)))
+        # 0.1 s between chunks: a chunk read in a few ms otherwise gives an ETA that rounds to 0.0 s
+        engine.run(DumpRequest(tables=["public.fresh"], settings=DumpSettings(chunk_size=500, delay_s=0.1)))
     finally:
         source.close()
     lines = [r.fields for r in caplog.records if getattr(r, "event", None) == "dump.chunk"]
