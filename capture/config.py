@@ -241,7 +241,9 @@ class OutputConfig(_Strict):
     max_inflight: int = Field(1000, ge=1, le=100_000, description="nats: publishes awaiting their ack at once")
     headers: dict[str, str] = Field(default_factory=dict, description="webhook: extra request headers")
     backpressure: bool = Field(
-        True, description="dumps of the source wait, after each chunk, until this output delivered the one before"
+        False,
+        description="dumps of the source wait, after each chunk, until this output delivered the one before "
+        "(opt-in: a dump of a source with a retrying output stalled in tests, see the README)",
     )
     transforms: dict[str, str] = Field(
         default_factory=dict,

@@ -289,7 +289,13 @@ def test_a_slow_output_holds_a_dump_back_to_one_chunk_ahead_of_it(
     server.received = []  # type: ignore[attr-defined]
     threading.Thread(target=server.serve_forever, daemon=True).start()
     capture = make_capture([f"{database}.*"])
-    hook = {"source": "src", "kind": "webhook", "url": f"http://127.0.0.1:{server.server_port}/", "batch_size": 20}
+    hook = {
+        "source": "src",
+        "kind": "webhook",
+        "url": f"http://127.0.0.1:{server.server_port}/",
+        "batch_size": 20,
+        "backpressure": True,
+    }
     add_outputs(capture.config_path, {"slow": hook})
     capture.start().wait_running()
     relay = make_relay(capture.config_path).start()
