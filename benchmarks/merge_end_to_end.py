@@ -54,13 +54,17 @@ TABLE_DDL = (
     " created timestamptz NOT NULL, flag smallint NOT NULL)"
 )
 ROWS_SQL = (
-    "INSERT INTO {name} SELECT i, 'name-' || i, (i % 100000) / 100.0, timestamptz '2026-01-01' - i * interval '1 second',"
-    " i % 2 FROM generate_series(1, {rows}) i"
+    "INSERT INTO {name} SELECT i, 'name-' || i, (i % 100000) / 100.0,"
+    " timestamptz '2026-01-01' - i * interval '1 second', i % 2 FROM generate_series(1, {rows}) i"
 )
 # what the target must agree on with the source (sums of every column; timestamps as epoch microseconds)
-CHECK_PG = "SELECT count(*), sum(id), sum(length(name)), sum(amount), sum(extract(epoch FROM created) * 1000000), sum(flag) FROM {}"
+CHECK_PG = (
+    "SELECT count(*), sum(id), sum(length(name)), sum(amount), sum(extract(epoch FROM created) * 1000000),"
+    " sum(flag) FROM {}"
+)
 CHECK_SPARK = (
-    "SELECT count(*), sum(id), sum(length(name)), sum(amount), sum(cast(unix_micros(created) AS decimal(38,0))), sum(flag) FROM {}"
+    "SELECT count(*), sum(id), sum(length(name)), sum(amount), sum(cast(unix_micros(created) AS decimal(38,0))),"
+    " sum(flag) FROM {}"
 )
 
 
@@ -181,7 +185,11 @@ def _steps(summary: dict[str, Any]) -> str:
 def run(args: argparse.Namespace, bench: Bench) -> list[tuple[str, float, str, bool]]:
     server = bench.server
     server.execute(f"CREATE DATABASE {DATABASE}")
-    statements = ["CREATE TABLE bench_marker (id bigserial PRIMARY KEY)", TABLE_DDL.format(name="big"), ROWS_SQL.format(name="big", rows=args.rows)]
+    statements = [
+        "CREATE TABLE bench_marker (id bigserial PRIMARY KEY)",
+        TABLE_DDL.format(name="big"),
+        ROWS_SQL.format(name="big", rows=args.rows),
+    ]
     for i in range(SMALL_TABLES):
         statements += [TABLE_DDL.format(name=f"small_{i}"), ROWS_SQL.format(name=f"small_{i}", rows=args.small_rows)]
     server.execute(*statements, "VACUUM ANALYZE", database=DATABASE)
@@ -199,7 +207,9 @@ def run(args: argparse.Namespace, bench: Bench) -> list[tuple[str, float, str, b
     bench.check_equal("big")
     note = f"dump {dumped:.1f} s, landed +{landed - dumped:.1f} s, logtide merge {merged:.1f} s ({_steps(summary)})"
     print(f"   {total:.1f} s: {note}; {_load()}", flush=True)
-    results.append((f"dump start to Iceberg equal, {args.rows:,d} rows", total, f"<= {FLOOR_LOAD_S:.0f} s", total <= FLOOR_LOAD_S))
+    results.append(
+        (f"dump start to Iceberg equal, {args.rows:,d} rows", total, f"<= {FLOOR_LOAD_S:.0f} s", total <= FLOOR_LOAD_S)
+    )
 
     print(f"-- 2. {args.changes:,d} changes into it; {_load()}", flush=True)
     updates, inserts = args.changes * 7 // 10, args.changes * 2 // 10
@@ -207,7 +217,8 @@ def run(args: argparse.Namespace, bench: Bench) -> list[tuple[str, float, str, b
     server.execute(
         f"UPDATE big SET name = name || '+', amount = amount + 1 WHERE id IN"
         f" (SELECT i * {args.rows // updates} FROM generate_series(1, {updates}) i)",
-        f"INSERT INTO big SELECT i, 'new-' || i, 1.5, now(), 1 FROM generate_series({args.rows + 1}, {args.rows + inserts}) i",
+        f"INSERT INTO big SELECT i, 'new-' || i, 1.5, now(), 1"
+        f" FROM generate_series({args.rows + 1}, {args.rows + inserts}) i",
         f"DELETE FROM big WHERE id IN (SELECT i * {args.rows // deletes} - 1 FROM generate_series(1, {deletes}) i)",
         database=DATABASE,
     )
@@ -215,10 +226,23 @@ def run(args: argparse.Namespace, bench: Bench) -> list[tuple[str, float, str, b
     merged, summary = bench.merge(["big"], "merge-changes.log")
     bench.check_equal("big")
     print(f"   {merged:.1f} s: {_steps(summary)}; {_load()}", flush=True)
-    results.append((f"{args.changes:,d} changes into {args.rows:,d} rows", merged, f"<= {FLOOR_CHANGES_S:.0f} s", merged <= FLOOR_CHANGES_S))
+    results.append(
+        (
+            f"{args.changes:,d} changes into {args.rows:,d} rows",
+            merged,
+            f"<= {FLOOR_CHANGES_S:.0f} s",
+            merged <= FLOOR_CHANGES_S,
+        )
+    )
 
     print(f"-- 3. one {args.small_rows:,d}-row table, then six in one run; {_load()}", flush=True)
-    bench.logtide("dump", "--source", SOURCE, *(a for i in range(SMALL_TABLES) for a in ("--table", f"public.small_{i}")), log="dump-small.log")
+    bench.logtide(
+        "dump",
+        "--source",
+        SOURCE,
+        *(a for i in range(SMALL_TABLES) for a in ("--table", f"public.small_{i}")),
+        log="dump-small.log",
+    )
     bench.wait_landed()
     one, summary = bench.merge(["small_0"], "merge-one.log")
     print(f"   one table {one:.1f} s: {_steps(summary)}; {_load()}", flush=True)
@@ -227,7 +251,9 @@ def run(args: argparse.Namespace, bench: Bench) -> list[tuple[str, float, str, b
     for i in range(SMALL_TABLES):
         bench.check_equal(f"small_{i}")
     ratio = six / one
-    results.append(("six tables / one table (logtide merge wall)", ratio, f"<= {FLOOR_TABLES_RATIO}x", ratio <= FLOOR_TABLES_RATIO))
+    results.append(
+        ("six tables / one table (logtide merge wall)", ratio, f"<= {FLOOR_TABLES_RATIO}x", ratio <= FLOOR_TABLES_RATIO)
+    )
     return results
 
 

@@ -200,6 +200,9 @@ class MergeConfig(_Strict):
     spark_master: str = "local[2]"
     jars_dir: Path = Path("var/jars")
     spark_conf: dict[str, str] = Field(default_factory=dict, description="extra Spark settings")
+    parallel_tables: int = Field(
+        2, ge=1, le=64, description="tables merged at once in one Spark application (each commits alone)"
+    )
     schedule: str | None = Field(None, description="cron or preset of the logtide_merge DAG; null: on demand only")
     landed_timeout_s: float = Field(
         600.0, gt=0, le=86_400, description="Airflow: how long a dump's merge waits for capture to land its watermarks"

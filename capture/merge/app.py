@@ -13,6 +13,7 @@ import logging
 import os
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
@@ -33,10 +34,12 @@ def run_merge(
     """Merge what the source's landing zone holds up to its committed frontier (or up to an
     earlier `frontier`, as a merge that ran then would have) into Iceberg.
 
-    One table never stops the others: a table the merge cannot handle (no key:
-    UnusableTableError) is skipped, a table whose merge fails is reported as failed, and the
-    rest are merged; the summary's `skipped` and `failed` list them (`main` exits non-zero when
-    one failed)."""
+    Up to merge.parallel_tables tables are merged at once, each in a thread of its own whose
+    Spark jobs share the one session. One table never stops the others: a table the merge cannot
+    handle (no key: UnusableTableError) is skipped, a table whose merge fails is reported as
+    failed (its own commits stay as they were: each table commits alone), and the rest are
+    merged; the summary lists every table in the order asked, and its `skipped` and `failed`
+    (`main` exits non-zero when one failed)."""
     config.source(source)
     zone = LandingZone(config.landing.path, source)
     checkpoint = zone.checkpoint()
@@ -53,14 +56,10 @@ def run_merge(
         if name.count(".") < 1:
             raise MergeError(f"table {name!r} must be given as database.table")
     ctx = Context(spark, config, source, zone, frontier, Watermarks(zone, frontier), datetime.now(UTC))
-    log.info("merge.started", source=source, frontier=frontier, tables=len(names))
-    reports = []
-    for name in names:
-        schema, _, table = name.partition(".")
-        if name not in known:
-            reports.append({"table": name, "skipped": "nothing landed"})
-            continue
-        reports.append(_merge_table(ctx, schema, table))
+    workers = max(1, min(config.merge.parallel_tables, len(names)))
+    log.info("merge.started", source=source, frontier=frontier, tables=len(names), parallel=workers)
+    with ThreadPoolExecutor(workers, thread_name_prefix="merge") as pool:
+        reports = list(pool.map(lambda name: _merge_named(ctx, name, known), names))
     seconds = round(time.monotonic() - began, 3)
     skipped = [r for r in reports if "fix" in r]
     failed = [r for r in reports if "failed" in r]
@@ -81,6 +80,20 @@ def run_merge(
         "skipped": [{"table": r["table"], "reason": r["skipped"], "fix": r["fix"]} for r in skipped],
         "failed": [{k: r[k] for k in ("table", "error_type", "failed")} for r in failed],
     }
+
+
+def _merge_named(ctx: Context, name: str, known: list[str]) -> dict[str, Any]:
+    """One table's report, in a thread of the run's pool: its Spark jobs run in a FAIR scheduler
+    pool of their own (spark.scheduler.pool, a property of the calling thread), so a large table's
+    tasks do not queue every other table's behind them."""
+    if name not in known:
+        return {"table": name, "skipped": "nothing landed"}
+    schema, _, table = name.partition(".")
+    ctx.spark.sparkContext.setLocalProperty("spark.scheduler.pool", name)
+    try:
+        return _merge_table(ctx, schema, table)
+    finally:
+        ctx.spark.sparkContext.setLocalProperty("spark.scheduler.pool", None)
 
 
 def _merge_table(ctx: Context, schema: str, table: str) -> dict[str, Any]:

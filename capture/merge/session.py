@@ -42,6 +42,8 @@ def session_conf(cfg: MergeConfig, with_jars: bool = True) -> dict[str, str]:
         "spark.sql.parquet.datetimeRebaseModeInWrite": "CORRECTED",
         "spark.sql.parquet.int96RebaseModeInWrite": "CORRECTED",
         "spark.sql.shuffle.partitions": "8",
+        # the tables of a run merge at once (merge.parallel_tables), each in a pool of its own
+        "spark.scheduler.mode": "FAIR",
         # the landing zone's files are named one by one: list them on the driver, not in a Spark job
         "spark.sql.sources.parallelPartitionDiscovery.threshold": "1000000",
         "spark.ui.enabled": "false",

@@ -51,7 +51,9 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
+import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -611,6 +613,7 @@ class Context:
     marks: Watermarks
     applied_at: datetime
     namespace: str = field(init=False)
+    marks_lock: threading.Lock = field(init=False, default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
         self.namespace = self.config.merge.namespace or self.source
@@ -674,8 +677,9 @@ class TableMerge:
             if a >= F:
                 self.report["skipped"] = "up to date"
                 return
-            chunks, stale = _chunks(ctx.zone, ctx.marks, self.schema, self.table, a)
-            completed = _completed_dumps(ctx.zone, ctx.marks, self.schema, self.table, chunks)
+            with ctx.marks_lock:  # the watermark index loads lazily, for every table of the run
+                chunks, stale = _chunks(ctx.zone, ctx.marks, self.schema, self.table, a)
+                completed = _completed_dumps(ctx.zone, ctx.marks, self.schema, self.table, chunks)
             read = chunks + [c for d in completed for c in d.chunks]  # the log is read back to every LOW
             start = min([a, *(c.low for c in read), *(int(v["before_low"]) for c in read if (v := _view(c)))])
             folder = ctx.zone.log_dir / table_folder(self.schema, self.table)
@@ -1280,7 +1284,7 @@ class TableMerge:
         target_fields = spark.table(self.target).schema.fields
         target_columns = [f.name for f in target_fields]
         source = self._aligned(latest, self.target, ("_op", *keep.values()))
-        view = "logtide_merge_source"
+        view = f"logtide_merge_source_{uuid.uuid4().hex}"  # the session's views are shared by the run's threads
         cols = ", ".join(quote(c) for c in target_columns)
         if is_empty(spark, self.target):
             source.createOrReplaceTempView(view)
