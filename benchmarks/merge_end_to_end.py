@@ -48,7 +48,7 @@ DATABASE = "bench"
 FLOOR_LOAD_S = 20.0
 FLOOR_CHANGES_S = 10.0
 FLOOR_TABLES_RATIO = 1.5
-SMALL_TABLES = 7
+SMALL_TABLES = 7  # small_0: one table; small_1 to small_6: six in one run
 TABLE_DDL = (
     "CREATE TABLE {name} (id bigint PRIMARY KEY, name varchar(64) NOT NULL, amount numeric(12,2) NOT NULL,"
     " created timestamptz NOT NULL, flag smallint NOT NULL)"
@@ -75,7 +75,7 @@ def _load() -> str:
 class Bench:
     """The private server, the capture child process and the commands a user runs."""
 
-    def __init__(self, work: Path, server: PostgreSQL) -> None:
+    def __init__(self, work: Path, server: PostgreSQL, event_log: Path | None = None) -> None:
         self.work, self.server = work, server
         self.config_path = work / "logtide.yaml"
         self.config_path.write_text(
@@ -99,6 +99,10 @@ class Bench:
                         "warehouse": str(work / "warehouse"),
                         "jars_dir": str(ROOT / "var" / "jars"),
                         "spark_master": "local[2]",
+                        "class_archive_dir": str(work / "jvm"),  # fresh: step 0 writes it
+                        "spark_conf": {"spark.eventLog.enabled": "true", "spark.eventLog.dir": str(event_log)}
+                        if event_log
+                        else {},
                     },
                 }
             )
@@ -190,11 +194,18 @@ def run(args: argparse.Namespace, bench: Bench) -> list[tuple[str, float, str, b
         TABLE_DDL.format(name="big"),
         ROWS_SQL.format(name="big", rows=args.rows),
     ]
+    statements += [TABLE_DDL.format(name="first"), ROWS_SQL.format(name="first", rows=args.small_rows)]
     for i in range(SMALL_TABLES):
         statements += [TABLE_DDL.format(name=f"small_{i}"), ROWS_SQL.format(name=f"small_{i}", rows=args.small_rows)]
     server.execute(*statements, "VACUUM ANALYZE", database=DATABASE)
     bench.start_capture()
     results = []
+
+    print(f"-- 0. the first merge on this host (writes the driver JVM's class archive, once); {_load()}", flush=True)
+    bench.logtide("dump", "--source", SOURCE, "--table", "public.first", log="dump-first.log")
+    bench.wait_landed()
+    first, summary = bench.merge(["first"], "merge-first.log")
+    print(f"   {first:.1f} s: {_steps(summary)}; {_load()}", flush=True)
 
     print(f"-- 1. dump start to Iceberg equal, {args.rows:,d} rows; {_load()}", flush=True)
     began = time.perf_counter()
@@ -263,13 +274,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--changes", type=int, default=10_000, help="changes merged into it (10,000)")
     parser.add_argument("--small-rows", type=int, default=10_000, help="rows of each of the 7 small tables (10,000)")
     parser.add_argument("--keep", action="store_true", help="keep the work folder (logs of every command)")
+    parser.add_argument("--event-log", type=Path, help="write Spark's event log of every merge into this folder")
     args = parser.parse_args(argv)
     if not any((ROOT / "var" / "jars").glob("iceberg-spark-runtime-*.jar")):
         raise SystemExit("no Iceberg jars in var/jars: run scripts/jars.sh (or scripts/setup.sh) first")
     work = Path(tempfile.mkdtemp(prefix="logtide-merge-e2e-"))
     server = PostgreSQL(work / "pg")
     server.start()
-    bench = Bench(work, server)
+    if args.event_log:
+        args.event_log.mkdir(parents=True, exist_ok=True)
+    bench = Bench(work, server, args.event_log.resolve() if args.event_log else None)
     started = time.perf_counter()
     try:
         results = run(args, bench)

@@ -216,11 +216,15 @@ def _merge(config: LogtideConfig, args: argparse.Namespace) -> int:
 
     from capture.merge_submit import build_merge_submit, merge_lock, spark_submit_binary
 
-    submit = build_merge_submit(config, args.source, args.table or [], config_path=args.config, master=args.master)
+    submit = build_merge_submit(
+        config, args.source, args.table or [], config_path=args.config, master=args.master, write_archive=True
+    )
     cmd = submit.command(spark_submit_binary())
     with merge_lock(config, args.source):
         log.info("merge.submit", source=args.source, master=submit.master, app=submit.application)
-        return subprocess.run(cmd, env={**os.environ, **submit.env}).returncode
+        returncode = subprocess.run(cmd, env={**os.environ, **submit.env}).returncode
+        submit.finish(returncode)
+        return returncode
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -200,6 +200,9 @@ class MergeConfig(_Strict):
     spark_master: str = "local[2]"
     jars_dir: Path = Path("var/jars")
     spark_conf: dict[str, str] = Field(default_factory=dict, description="extra Spark settings")
+    class_archive_dir: Path | None = Field(
+        Path("var/jvm"), description="the driver JVM's class archive (local masters): faster starts; null: none"
+    )
     parallel_tables: int = Field(
         2, ge=1, le=64, description="tables merged at once in one Spark application (each commits alone)"
     )

@@ -26,6 +26,25 @@ from capture.dump.reconcile import StreamEvent
 from capture.events import Row
 
 
+def misses_columns(schemas: list[tuple[pa.Schema, Path]], start: int, frontier: int) -> bool:
+    """Whether an event in [start, frontier) with an after image leaves columns out (PostgreSQL's
+    unchanged TOASTed values). Only those need the merge's column-keeping steps; a file has
+    `_missing` also when only deletes left columns out (a key-only old row), which changes nothing."""
+    for schema, path in schemas:
+        if "_missing" not in schema.names:
+            continue
+        data = pq.read_table(path, columns=["_lsn", "_op", "_missing"])
+        lsn = data["_lsn"]
+        in_run = pc.and_(
+            pc.greater_equal(lsn, pa.scalar(Decimal(start), lsn.type)),
+            pc.less(lsn, pa.scalar(Decimal(frontier), lsn.type)),
+        )
+        missing = pc.greater(pc.fill_null(pc.list_value_length(data["_missing"]), 0), 0)
+        if pc.any(pc.and_(pc.and_(in_run, missing), pc.not_equal(data["_op"], "d"))).as_py():
+            return True
+    return False
+
+
 def created_lsns(schemas: list[tuple[pa.Schema, Path]], start: int, frontier: int) -> list[int]:
     """LSNs in [start, frontier) of creates that miss columns: the new halves of key changes (an
     insert carries every column). Read on the driver from the files that have `_missing`."""

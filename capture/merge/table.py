@@ -75,7 +75,7 @@ from capture.landing.chunks import META_KEY, ChunkMeta
 from capture.landing.files import parse_segment_name
 from capture.landing.zone import table_folder
 from capture.log import get_logger
-from capture.merge.key_changes import KeyChanges, created_lsns
+from capture.merge.key_changes import KeyChanges, created_lsns, misses_columns
 from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE
 from capture.sources.table_keys import no_key
 
@@ -106,6 +106,12 @@ RESERVED = {name for name, _ in TARGET_META + CHANGELOG_META}
 # keys miss (`key_filter`). Tables created before carry no `logtide.layout`: `ensure_table` adds it.
 LAYOUT = "2"
 TARGET_FILE_SIZE = 16 * 1024 * 1024
+# A first load (empty target) writes files of about this many rows, in at most this many tasks
+LOAD_ROWS_PER_FILE = 250_000
+LOAD_PARTITIONS = 64
+# A PostgreSQL run with at most this many log events broadcasts the keys its chunks' snapshots could
+# not see (instead of shuffling every chunk row to compare them)
+BROADCAST_EVENTS = 1_000_000
 # `key_filter`: up to this many distinct keys, bounded by at most this many ranges
 PRUNE_MAX_KEYS = 100_000
 PRUNE_RANGES = 32
@@ -633,6 +639,7 @@ class TableMerge:
         self.timings: dict[str, float] = {}
         self.step = "plan"  # the step under way: a failure names it
         self.has_missing = False  # some log event of the run leaves columns out (PostgreSQL TOAST)
+        self.rows_in = 0  # log events and chunk rows the run reads at most
         self.unknown_record: dict[str, str] = {}  # UNKNOWN_VALUES, UNKNOWN_SAMPLE after this run
 
     @contextmanager
@@ -665,6 +672,7 @@ class TableMerge:
 
     def _run(self) -> None:
         from pyspark import StorageLevel
+        from pyspark.sql import functions as sf
 
         ctx, spark, F = self.ctx, self.ctx.spark, self.ctx.frontier
         with self._step("plan"):
@@ -687,8 +695,11 @@ class TableMerge:
             if not chunks and not any(s[1] >= a for s in log_files):
                 self.report["skipped"] = "nothing new"
                 return
-            schemas = [(pq.read_schema(p), p) for _, _, p in log_files]
-            self.has_missing = any("_missing" in schema.names for schema, _ in schemas)
+            metas = [(pq.read_metadata(p), p) for _, _, p in log_files]
+            schemas = [(m.schema.to_arrow_schema(), p) for m, p in metas]
+            self.has_missing = misses_columns(schemas, start, F)
+            # rows the run reads at most: sizes its first load's write and its broadcasts
+            self.rows_in = sum(m.num_rows for m, _ in metas) + sum(c.meta.rows for c in chunks)
             columns = _unify(
                 [(s.field("after").type, str(p)) for s, p in schemas] + [(c.row_type, str(c.path)) for c in chunks],
                 self.name,
@@ -729,8 +740,11 @@ class TableMerge:
                         "left_anti",
                     )
                     hidden = self._hidden(chunks, events)
-                    if hidden is not None:
-                        survivors = survivors.join(hidden.select("_cid", *keys), ["_cid", *keys], "left_anti")
+                    if hidden is not None:  # at most a few events per chunk: not worth shuffling the chunks for
+                        hidden_keys = hidden.select("_cid", *keys)
+                        if sum(m.num_rows for m, _ in metas) <= BROADCAST_EVENTS:
+                            hidden_keys = sf.broadcast(hidden_keys)
+                        survivors = survivors.join(hidden_keys, ["_cid", *keys], "left_anti")
                     stream = stream.unionByName(self._chunk_stream(survivors))
                     if self.has_missing:
                         stream = stream.unionByName(self._bases(chunk_rows, events, hidden))
@@ -1261,6 +1275,12 @@ class TableMerge:
         from pyspark.sql import functions as sf
 
         spark, keys = self.ctx.spark, self.keys
+        first_load = is_empty(spark, self.target)
+        if first_load:
+            # one shuffle serves both the latest event per key (the window below keeps Spark's range
+            # partitioning by key) and the target's layout (files of narrow key ranges, sorted)
+            partitions = max(1, min(LOAD_PARTITIONS, -(-self.rows_in // LOAD_ROWS_PER_FILE)))
+            stream = stream.repartitionByRange(partitions, *(sf.col(quote(k)) for k in keys))
         latest = stream.withColumn(
             "_rank",
             sf.row_number().over(Window.partitionBy(*keys).orderBy(sf.col("_lsn").desc(), sf.col("_order").desc())),
@@ -1286,13 +1306,10 @@ class TableMerge:
         source = self._aligned(latest, self.target, ("_op", *keep.values()))
         view = f"logtide_merge_source_{uuid.uuid4().hex}"  # the session's views are shared by the run's threads
         cols = ", ".join(quote(c) for c in target_columns)
-        if is_empty(spark, self.target):
-            source.createOrReplaceTempView(view)
-            sql = f"INSERT INTO {self.target} ({cols}) SELECT {cols} FROM {view} WHERE _op <> 'd'"
-            try:
-                commit_with(spark, props, lambda: spark.sql(sql))
-            finally:
-                spark.catalog.dropTempView(view)
+        if first_load:  # nothing to match: a plain append, already distributed and sorted by key
+            rows = source.where(sf.col("_op") != "d").select(*(quote(c) for c in target_columns))
+            write = rows.writeTo(self.target).option("distribution-mode", "none")
+            commit_with(spark, props, write.append)
         else:
             source = source.persist(StorageLevel.MEMORY_AND_DISK)  # read by the key filter, then the MERGE
             source.createOrReplaceTempView(view)

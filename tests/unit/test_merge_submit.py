@@ -24,7 +24,9 @@ def test_the_command_carries_jars_settings_and_the_tables(tmp_path):
     (tmp_path / "jars").mkdir()
     for name in ("b.jar", "a.jar", "notes.txt"):
         (tmp_path / "jars" / name).write_text("")
-    config = _config(tmp_path, spark_master="local[3]", spark_conf={"spark.driver.memory": "2g"})
+    config = _config(
+        tmp_path, spark_master="local[3]", spark_conf={"spark.driver.memory": "2g"}, class_archive_dir=None
+    )
     submit = build_merge_submit(config, "shop", ["shop.orders", "shop.lines"], config_path=tmp_path / "c.yaml")
     jars = f"{tmp_path / 'jars' / 'a.jar'},{tmp_path / 'jars' / 'b.jar'}"
     assert submit.command("spark-submit") == [
@@ -35,6 +37,8 @@ def test_the_command_carries_jars_settings_and_the_tables(tmp_path):
         jars,
         "--conf",
         "spark.driver.memory=2g",
+        "--conf",
+        "spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1",
         str(APPLICATION),
         "--source",
         "shop",
@@ -48,10 +52,40 @@ def test_the_command_carries_jars_settings_and_the_tables(tmp_path):
     assert build_merge_submit(config, "shop", master="yarn").master == "yarn"
 
 
+def test_the_first_local_merge_writes_the_jvm_class_archive_and_later_ones_map_it(tmp_path):
+    (tmp_path / "jars").mkdir()
+    (tmp_path / "jars" / "a.jar").write_text("")
+    archives = tmp_path / "jvm"
+    config = _config(tmp_path, class_archive_dir=str(archives), spark_conf={"spark.driver.extraJavaOptions": "-Xss4m"})
+    assert build_merge_submit(config, "shop").archive is None  # Airflow's: uses one, never writes it
+
+    first = build_merge_submit(config, "shop", write_archive=True)
+    writing = first.archive.writing
+    assert (
+        first.conf["spark.driver.extraJavaOptions"]
+        == f"-XX:TieredStopAtLevel=1 -XX:ArchiveClassesAtExit={writing} -Xss4m"
+    )
+    assert first.conf["spark.driver.extraClassPath"] == str(tmp_path / "jars" / "a.jar")
+    writing.write_text("a failed run's archive")
+    first.finish(1)
+    assert list(archives.iterdir()) == []
+    writing.write_text("archive")
+    first.finish(0)
+    assert [p.name for p in archives.iterdir()] == [first.archive.path.name]
+
+    later = build_merge_submit(config, "shop", write_archive=True)
+    assert later.archive.writing is None
+    assert f"-XX:SharedArchiveFile={first.archive.path} " in later.conf["spark.driver.extraJavaOptions"]
+    (tmp_path / "jars" / "b.jar").write_text("")  # another jar: another archive
+    assert build_merge_submit(config, "shop", write_archive=True).archive.writing is not None
+    remote = build_merge_submit(config, "shop", master="yarn", write_archive=True)
+    assert remote.archive is None and remote.conf == {"spark.driver.extraJavaOptions": "-Xss4m"}
+
+
 def test_packages_replace_the_jars(tmp_path):
     config = _config(tmp_path, spark_conf={"spark.jars.packages": "org.apache.iceberg:x:1"})
     submit = build_merge_submit(config, "shop")
-    assert submit.jars == [] and submit.conf == {}
+    assert submit.jars == [] and submit.conf == {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1"}
     assert submit.command("s")[:5] == ["s", "--master", "local[2]", "--packages", "org.apache.iceberg:x:1"]
 
 
