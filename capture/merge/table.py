@@ -880,8 +880,8 @@ class TableMerge:
             ]
             + ([T.StructField("_missing", T.ArrayType(T.StringType()))] if self.has_missing else [])
         )
-        if not paths:
-            return spark.createDataFrame([], self._stream_schema())
+        if not paths:  # empty by plan (limit 0): Spark drops the joins with it instead of running them
+            return spark.createDataFrame([], self._stream_schema()).limit(0)
         raw = spark.read.schema(schema).parquet(*[str(p.resolve()) for p in paths])
         raw = raw.where((raw["_lsn"] >= _lsn(start)) & (raw["_lsn"] < _lsn(self.ctx.frontier)))
 
