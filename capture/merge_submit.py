@@ -15,6 +15,7 @@ import importlib.util
 import os
 import shutil
 import sys
+import time
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -30,11 +31,12 @@ log = get_logger(__name__)
 # the merge package's own entry file: part of the package, so an installed wheel has it as a checkout does
 APPLICATION = Path(__file__).resolve().parent / "merge" / "__main__.py"
 PACKAGES_KEY = "spark.jars.packages"
-# A merge's driver JVM lives for seconds to minutes, most of it warming up: C1 compiles alone
-# (no C2 threads competing for 2 cores; a cold merge of a 10,000-row table took 16 s instead of
-# 40 s at load 15, and the 1M-row first load ... s instead of ... s). merge.spark_conf's
+# A merge's driver JVM lives for seconds to minutes, most of them warming up: C1 compiles alone,
+# with no C2 threads competing for the cores (`logtide merge` of a 10,000-row table: 16.5 and
+# 19.7 s instead of 39.6 and 40.7 s, back to back at load 15 on 2 cores). merge.spark_conf's
 # spark.driver.extraJavaOptions come after these, so they win.
 LOCAL_DRIVER_OPTIONS = ("-XX:TieredStopAtLevel=1",)
+STALE_ARCHIVE_S = 6 * 3600  # an archive still being written after this long belongs to a killed merge
 
 
 @dataclass(frozen=True)
@@ -112,6 +114,9 @@ def class_archive(folder: Path, jars: Sequence[str], write: bool) -> ClassArchiv
     if not write:
         return None
     folder.mkdir(parents=True, exist_ok=True)
+    for stale in folder.glob("merge-*.jsa.*.tmp"):  # a killed merge's; a running one's is minutes old at most
+        if time.time() - stale.stat().st_mtime > STALE_ARCHIVE_S:
+            stale.unlink(missing_ok=True)
     return ClassArchive(path, path.with_name(f"{path.name}.{uuid.uuid4().hex[:8]}.tmp"))
 
 

@@ -36,7 +36,9 @@ For every table of the source with landed log events or chunks, one run:
      written range-clustered by key in small files, and the MERGE's ON clause bounds the key by
      ranges around the run's keys, so it reads only the files that can hold them (`key_filter`).
 
-One table never stops the others (`run_merge`, app.py): a table without a key (none landed, none named in
+Up to merge.parallel_tables tables merge at once, each in a thread (`run_merge`, app.py); what
+they share (the session, `Context.marks`) is used under a lock or with names of their own. One
+table never stops the others: a table without a key (none landed, none named in
 the configuration's `keys`) is skipped with `merge.table_skipped` (reason and fix), a table whose
 merge fails is logged with `merge.table_failed`, and the other tables are merged; the summary
 lists both, and `main` exits 1 when a table failed.
