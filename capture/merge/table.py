@@ -957,13 +957,20 @@ class TableMerge:
             if known is None:
                 raise MergeError(f"Spark names a chunk file {uri}, which is none of the run's chunk files")
             spelled = {p: uri[: len(uri) - len(known)] + path for p, path in spelled.items()}
-        meta = spark.createDataFrame(
+        meta = _literal_rows(
+            spark,
             [
-                (spelled[p], c.id, Decimal(c.low), Decimal(c.high), c.high_ts, c.meta.dump_id, c.meta.chunk)
+                sf.struct(
+                    sf.lit(spelled[p]).alias("_file"),
+                    sf.lit(c.id).cast("int").alias("_cid"),
+                    _lsn(c.low).alias("_low"),
+                    _lsn(c.high).alias("_high"),
+                    sf.lit(c.high_ts).cast("timestamp").alias("_high_ts"),
+                    sf.lit(c.meta.dump_id).cast("string").alias("_dump_id"),
+                    sf.lit(c.meta.chunk).cast("int").alias("_chunk"),
+                )
                 for p, c in zip(paths, chunks, strict=True)
             ],
-            "_file string, _cid int, _low decimal(38,0), _high decimal(38,0), _high_ts timestamp, "
-            "_dump_id string, _chunk int",
         )
         return raw.join(sf.broadcast(meta), "_file")
 
@@ -975,7 +982,6 @@ class TableMerge:
         Events are looked for back to the chunk's `before_low` (and for in-progress transactions
         back to the start of what the run reads: its frontier or the earliest LOW / before_low)."""
         from pyspark.sql import functions as sf
-        from pyspark.sql import types as T
 
         views = []
         for c in chunks:
@@ -983,24 +989,19 @@ class TableMerge:
             if view is not None:
                 _xmin, xmax, xip = view["snapshot"].split(":")
                 in_progress = [int(x) for x in xip.split(",") if x]
-                views.append((c.id, Decimal(c.low), Decimal(int(view["before_low"])), int(xmax), in_progress))
+                views.append(
+                    sf.struct(
+                        sf.lit(c.id).cast("int").alias("_cid"),
+                        _lsn(c.low).alias("_low"),
+                        _lsn(int(view["before_low"])).alias("_before_low"),
+                        sf.lit(int(xmax)).cast("bigint").alias("_xmax"),
+                        sf.array(*(sf.lit(x) for x in in_progress)).cast("array<bigint>").alias("_xip"),
+                    )
+                )
         if not views:
             return None
         keys, spark = self.keys, self.ctx.spark
-        frame = sf.broadcast(
-            spark.createDataFrame(
-                views,
-                T.StructType(
-                    [
-                        T.StructField("_cid", T.IntegerType()),
-                        T.StructField("_low", T.DecimalType(38, 0)),
-                        T.StructField("_before_low", T.DecimalType(38, 0)),
-                        T.StructField("_xmax", T.LongType()),
-                        T.StructField("_xip", T.ArrayType(T.LongType())),
-                    ]
-                ),
-            )
-        )
+        frame = sf.broadcast(_literal_rows(spark, views))
         xids = events.where(sf.col("_xid").isNotNull()).select(*keys, "_lsn", "_order", "_op", "_missing", "_xid")
         widened = _widen(sf.col("_xid"), sf.col("_xmax"))
         recent = xids.join(frame, (xids["_lsn"] >= frame["_before_low"]) & (xids["_lsn"] < frame["_low"])).where(
@@ -1387,6 +1388,15 @@ def _widen(xid: Any, near: Any) -> Any:
         .when(full < near - (1 << 31), full + (1 << 32))
         .otherwise(full)
     )
+
+
+def _literal_rows(spark: Any, rows: list[Any]) -> Any:
+    """A small frame of literal rows (`sf.struct`s of `sf.lit`s, at least one), built in the JVM:
+    `createDataFrame` ships Python rows through Python worker processes when the frame is read
+    (a worker daemon started for a broadcast of 50 rows, seconds in a cold merge)."""
+    from pyspark.sql import functions as sf
+
+    return spark.range(1).select(sf.inline(sf.array(*rows)))
 
 
 def _lsn(value: int) -> Any:
