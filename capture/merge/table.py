@@ -108,6 +108,9 @@ RESERVED = {name for name, _ in TARGET_META + CHANGELOG_META}
 # keys miss (`key_filter`). Tables created before carry no `logtide.layout`: `ensure_table` adds it.
 LAYOUT = "2"
 TARGET_FILE_SIZE = 16 * 1024 * 1024
+# what `_chunk_rows` adds to each chunk row, by the file it came from
+CHUNK_COLUMNS = [("_file", "string"), ("_cid", "int"), ("_low", "decimal(38,0)"), ("_high", "decimal(38,0)")]
+CHUNK_COLUMNS += [("_high_ts", "timestamp"), ("_dump_id", "string"), ("_chunk", "int")]
 # A first load (empty target) writes files of about this many rows, in at most this many tasks
 LOAD_ROWS_PER_FILE = 250_000
 LOAD_PARTITIONS = 64
@@ -957,18 +960,11 @@ class TableMerge:
             if known is None:
                 raise MergeError(f"Spark names a chunk file {uri}, which is none of the run's chunk files")
             spelled = {p: uri[: len(uri) - len(known)] + path for p, path in spelled.items()}
-        meta = _literal_rows(
+        meta = _values(
             spark,
+            CHUNK_COLUMNS,
             [
-                sf.struct(
-                    sf.lit(spelled[p]).alias("_file"),
-                    sf.lit(c.id).cast("int").alias("_cid"),
-                    _lsn(c.low).alias("_low"),
-                    _lsn(c.high).alias("_high"),
-                    sf.lit(c.high_ts).cast("timestamp").alias("_high_ts"),
-                    sf.lit(c.meta.dump_id).cast("string").alias("_dump_id"),
-                    sf.lit(c.meta.chunk).cast("int").alias("_chunk"),
-                )
+                (spelled[p], c.id, c.low, c.high, c.high_ts, c.meta.dump_id, c.meta.chunk)
                 for p, c in zip(paths, chunks, strict=True)
             ],
         )
@@ -989,19 +985,12 @@ class TableMerge:
             if view is not None:
                 _xmin, xmax, xip = view["snapshot"].split(":")
                 in_progress = [int(x) for x in xip.split(",") if x]
-                views.append(
-                    sf.struct(
-                        sf.lit(c.id).cast("int").alias("_cid"),
-                        _lsn(c.low).alias("_low"),
-                        _lsn(int(view["before_low"])).alias("_before_low"),
-                        sf.lit(int(xmax)).cast("bigint").alias("_xmax"),
-                        sf.array(*(sf.lit(x) for x in in_progress)).cast("array<bigint>").alias("_xip"),
-                    )
-                )
+                views.append((c.id, c.low, int(view["before_low"]), int(xmax), in_progress))
         if not views:
             return None
         keys, spark = self.keys, self.ctx.spark
-        frame = sf.broadcast(_literal_rows(spark, views))
+        columns = [("_cid", "int"), ("_low", "decimal(38,0)"), ("_before_low", "decimal(38,0)"), ("_xmax", "bigint")]
+        frame = sf.broadcast(_values(spark, [*columns, ("_xip", "array<bigint>")], views))
         xids = events.where(sf.col("_xid").isNotNull()).select(*keys, "_lsn", "_order", "_op", "_missing", "_xid")
         widened = _widen(sf.col("_xid"), sf.col("_xmax"))
         recent = xids.join(frame, (xids["_lsn"] >= frame["_before_low"]) & (xids["_lsn"] < frame["_low"])).where(
@@ -1390,13 +1379,32 @@ def _widen(xid: Any, near: Any) -> Any:
     )
 
 
-def _literal_rows(spark: Any, rows: list[Any]) -> Any:
-    """A small frame of literal rows (`sf.struct`s of `sf.lit`s, at least one), built in the JVM:
-    `createDataFrame` ships Python rows through Python worker processes when the frame is read
-    (a worker daemon started for a broadcast of 50 rows, seconds in a cold merge)."""
-    from pyspark.sql import functions as sf
+def _values(spark: Any, columns: list[tuple[str, str]], rows: list[tuple[Any, ...]]) -> Any:
+    """A small frame of the merge's own values (at least one row) as an inline table: a plan
+    without a job (`createDataFrame` passes rows through Python worker processes when they are
+    read: a worker daemon started to broadcast 50 rows, seconds in a cold merge). Only digits
+    and hex digits reach the SQL: integers, LSNs, aware datetimes (as microseconds), text (as
+    UTF-8 hex), lists of integers, None."""
 
-    return spark.range(1).select(sf.inline(sf.array(*rows)))
+    def literal(value: Any, sql_type: str) -> str:
+        if value is None:
+            return f"CAST(NULL AS {sql_type})"
+        if isinstance(value, str):
+            return f"CAST(X'{value.encode().hex()}' AS STRING)"
+        if isinstance(value, datetime):  # the log's commit times: UTC
+            aware = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+            return f"timestamp_micros({(aware - _EPOCH) // timedelta(microseconds=1)})"
+        if isinstance(value, list):
+            return f"CAST(array({', '.join(str(int(v)) for v in value)}) AS {sql_type})"
+        if isinstance(value, (int, Decimal)) and not isinstance(value, bool):
+            return f"CAST({int(value)} AS {sql_type})"
+        raise MergeError(f"the merge cannot write {type(value).__name__} into an inline table")
+
+    body = ", ".join("(" + ", ".join(literal(v, t) for v, (_, t) in zip(r, columns, strict=True)) + ")" for r in rows)
+    return spark.sql(f"SELECT * FROM VALUES {body} AS t({', '.join(quote(n) for n, _ in columns)})")
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def _lsn(value: int) -> Any:
