@@ -386,7 +386,7 @@ def _time2(fsp: int) -> Reader:
     def read(data: bytes, pos: int) -> tuple[timedelta, int]:
         int_part = int.from_bytes(data[pos : pos + 3], "big") - 0x800000
         if fsp <= 4:
-            frac = int.from_bytes(data[pos + 3 : pos + size], "big", signed=True) if frac_bytes else 0
+            frac = int.from_bytes(data[pos + 3 : pos + size], "big")
             if int_part < 0 and frac:
                 int_part += 1
                 frac -= 1 << (8 * frac_bytes)
