@@ -158,3 +158,39 @@ def test_compressed_events_are_refused(mariadb, database):
     with pytest.raises(BinlogDecodeError, match=r"compressed event .*log_bin_compress=OFF"):
         for _item in BinlogReader("src", config, start, threading.Event()):
             pass
+
+
+def test_pre_56_temporal_formats(mariadb, database):
+    """Columns created with mysql56_temporal_format=OFF keep MariaDB 5.3's DATETIME, TIME and
+    TIMESTAMP formats: whole seconds decode as SELECT returns them; with fractional seconds (the
+    binlog does not say how many digits) capture refuses the table, naming the column."""
+    try:
+        mariadb.execute("SET GLOBAL mysql56_temporal_format = OFF")
+        mariadb.execute(
+            "CREATE TABLE old (id INT PRIMARY KEY, dtm DATETIME, tm TIME, ts TIMESTAMP NULL)",
+            "CREATE TABLE hires (id INT PRIMARY KEY, tm TIME, t3 TIME(3))",
+            database=database,
+        )
+    finally:
+        mariadb.execute("SET GLOBAL mysql56_temporal_format = ON")
+    start = _position(mariadb)
+    rows = [
+        "(1, '1000-01-01 00:00:00', '-838:59:59', '1970-01-01 00:00:01')",
+        "(2, '9999-12-31 23:59:59', '838:59:59', '2038-01-19 03:14:07')",
+        "(3, '2020-05-17 10:11:12', '-00:00:01', NULL)",
+        "(4, NULL, '-12:34:56', '2000-02-29 12:00:00')",
+    ]
+    mariadb.execute("SET SESSION time_zone = '+00:00'", f"INSERT INTO old VALUES {', '.join(rows)}", database=database)
+    end = binlog_end(mariadb)
+    ours, _names = _captured(mariadb, database, start, end)
+    with mariadb.connect(database) as conn, conn.cursor() as cur:
+        cur.execute("SELECT id, dtm, tm, ts FROM old ORDER BY id")
+        source = cur.fetchall()
+    assert [after for _, _, _, after in ours] == [tuple(row) for row in source]
+
+    start = _position(mariadb)
+    mariadb.execute("INSERT INTO hires VALUES (1, '-01:02:03', '-01:02:03.456')", database=database)
+    config = SourceConfig(kind="mariadb", port=mariadb.port, user="root", server_id=4246, include=[f"{database}.*"])
+    with pytest.raises(BinlogDecodeError, match=r"hires: column 't3' has fractional seconds in MariaDB 5\.3's format"):
+        for _item in BinlogReader("src", config, start, threading.Event()):
+            pass

@@ -37,9 +37,9 @@ from capture.events import (
 from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE
 from capture.sources.mysql import binlog_events as ev
 from capture.sources.mysql.binlog_events import BinlogStream
-from capture.sources.mysql.catalog import table_keys
+from capture.sources.mysql.catalog import fractional_columns, table_keys
 from capture.sources.mysql.connection import ER_SPECIFIC_ACCESS_DENIED, connection_settings, translate
-from capture.sources.mysql.rows import RowDecoder
+from capture.sources.mysql.rows import OLD_TEMPORAL, RowDecoder
 from capture.sources.mysql.table_maps import TableMap, TableMapCache
 from capture.sources.mysql.types import table_schema
 from capture.sources.table_keys import log_key
@@ -229,6 +229,8 @@ class BinlogReader:
         """Schema and row decoder of a table map, built once per distinct table map (`table_maps`)."""
         compiled = table_map.compiled
         if compiled is None:
+            if any(col.type in OLD_TEMPORAL for col in table_map.columns):
+                self._refuse_old_fractions(table_map)
             decoder = RowDecoder(table_map)
             described = table_schema(table_map.schema, table_map.table, table_map.columns, table_map.key)
             if not described.key:
@@ -236,10 +238,26 @@ class BinlogReader:
             compiled = table_map.compiled = (described, decoder)
         return compiled
 
+    def _refuse_old_fractions(self, table_map: TableMap) -> None:
+        """MariaDB 5.3's temporal formats (columns created with mysql56_temporal_format=OFF) store
+        fractional seconds without saying how many digits in the table map: such a column's values
+        cannot be decoded, whole seconds can. The catalog tells them apart."""
+        fractional = fractional_columns(self._catalog_connection(), table_map.schema, table_map.table)
+        for col in table_map.columns:
+            if col.type in OLD_TEMPORAL and col.name in fractional:
+                raise BinlogDecodeError(
+                    f"{table_map.schema}.{table_map.table}: column {col.name!r} has fractional seconds in MariaDB "
+                    "5.3's format (created with mysql56_temporal_format=OFF), which the binlog cannot describe: "
+                    "rewrite it with ALTER TABLE ... FORCE while mysql56_temporal_format=ON"
+                )
+
+    def _catalog_connection(self) -> pymysql.connections.Connection:
+        if self._catalog is None:
+            self._catalog = pymysql.connect(**connection_settings(self.config), autocommit=True)
+        return self._catalog
+
     def _key(self, table: TableSchema) -> tuple[str, ...]:
         """The key of a table whose table map names no primary key, as the dump finds it: a UNIQUE
         index on NOT NULL columns (read from the catalog now), else the key the configuration names."""
-        if self._catalog is None:
-            self._catalog = pymysql.connect(**connection_settings(self.config), autocommit=True)
-        keys = table_keys(self._catalog, table.schema, table.table)
+        keys = table_keys(self._catalog_connection(), table.schema, table.table)
         return log_key(keys.own if keys else (), self.config.named_key(table.schema, table.table), table.names)

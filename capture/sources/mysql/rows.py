@@ -39,6 +39,8 @@ Reader = Callable[[bytes, int], tuple[Any, int]]
 
 _EPOCH = datetime(1970, 1, 1)
 _ENUM_SET = (FIELD_TYPE.ENUM, FIELD_TYPE.SET)
+# the pre-5.6 formats: whole seconds only (`reader` refuses such columns with fractions)
+OLD_TEMPORAL = (FIELD_TYPE.DATETIME, FIELD_TYPE.TIME, FIELD_TYPE.TIMESTAMP)
 _DECIMAL_BYTES = (0, 1, 1, 2, 2, 3, 3, 4, 4, 4)  # bytes of a group of 0..9 decimal digits
 _INVERT = bytes(255 - b for b in range(256))
 _FRACTION_SCALE = (0, 10_000, 10_000, 100, 100, 1, 1)  # stored fraction unit in µs, per fsp
