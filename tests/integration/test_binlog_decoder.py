@@ -194,3 +194,26 @@ def test_pre_56_temporal_formats(mariadb, database):
     with pytest.raises(BinlogDecodeError, match=r"hires: column 't3' has fractional seconds in MariaDB 5\.3's format"):
         for _item in BinlogReader("src", config, start, threading.Event()):
             pass
+
+
+def test_generated_columns_and_partial_row_images(mariadb, database):
+    """Generated columns land as SELECT returns them. A row image that leaves columns out (a
+    session with binlog_row_image=MINIMAL) is refused: an absent value is not a NULL."""
+    mariadb.execute(
+        "CREATE TABLE gen (id INT PRIMARY KEY, a INT, v INT AS (a * 2) VIRTUAL, s INT AS (a + 1) STORED)",
+        database=database,
+    )
+    start = _position(mariadb)
+    mariadb.execute("INSERT INTO gen (id, a) VALUES (1, 10), (2, NULL)", database=database)
+    end = binlog_end(mariadb)
+    ours, _names = _captured(mariadb, database, start, end)
+    with mariadb.connect(database) as conn, conn.cursor() as cur:
+        cur.execute("SELECT * FROM gen ORDER BY id")
+        assert [after for _, _, _, after in ours] == [tuple(row) for row in cur.fetchall()]
+
+    start = _position(mariadb)
+    mariadb.execute("SET SESSION binlog_row_image = 'MINIMAL'", "UPDATE gen SET a = 11 WHERE id = 1", database=database)
+    config = SourceConfig(kind="mariadb", port=mariadb.port, user="root", server_id=4247, include=[f"{database}.*"])
+    with pytest.raises(BinlogDecodeError, match=r"gen: rows event leaves out column 'a'.*binlog_row_image=FULL"):
+        for _item in BinlogReader("src", config, start, threading.Event()):
+            pass

@@ -13,7 +13,8 @@ SELECT returns, typed as `types.py` says:
   TIME        a signed timedelta (MySQL's packed TIME, negative fractions included)
 
 A column type or charset this module does not know fails the table map's first rows event with
-an error naming the table, column and type: nothing is guessed.
+an error naming the table, column and type, and a row image that leaves columns out (written by a
+session with binlog_row_image MINIMAL or NOBLOB) fails too: nothing is guessed.
 """
 
 from __future__ import annotations
@@ -26,13 +27,12 @@ from datetime import date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-import pymysql.charset
 from pymysqlreplication.constants import FIELD_TYPE
 from pymysqlreplication.json_binary import parse_json
 
 from capture.errors import BinlogDecodeError
 from capture.events import Row
-from capture.sources.mysql.table_maps import BinlogColumn, TableMap
+from capture.sources.mysql.table_maps import BinlogColumn, TableMap, python_encoding
 from capture.sources.mysql.types import MAX_ARROW_DECIMAL
 
 Reader = Callable[[bytes, int], tuple[Any, int]]
@@ -58,14 +58,6 @@ _FIXED = {
 }
 
 
-def python_encoding(charset: str | None) -> str:
-    """The Python codec of a table map's charset name (as mysql-replication maps it)."""
-    if charset is None:
-        return "utf-8"
-    known = pymysql.charset.charset_by_name(charset)
-    return known.encoding if known else charset
-
-
 class RowDecoder:
     """Decodes the row images of one table map's rows events into value tuples."""
 
@@ -74,37 +66,33 @@ class RowDecoder:
         self.columns = table_map.columns
         self.readers = [column_reader(col, self.where) for col in table_map.columns]
         self.width = len(self.readers)
-        self._present: dict[bytes, tuple[int, ...] | None] = {}
+        self._full: set[bytes] = set()  # column bitmaps seen naming every column
 
     def rows(self, data: bytes, pos: int, end: int) -> list[Row]:
         """The rows of a WRITE or DELETE rows event; `pos` is where its column count starts."""
-        pos, present = self._bitmap(data, pos)
+        pos = self._bitmap(data, pos)
         image = self._image
         rows = []
         while pos < end:
-            row, pos = image(data, pos, present)
+            row, pos = image(data, pos)
             rows.append(row)
         self._check_end(pos, end)
         return rows
 
     def pairs(self, data: bytes, pos: int, end: int) -> list[tuple[Row, Row]]:
         """The (before, after) images of an UPDATE rows event."""
-        pos, before_present = self._bitmap(data, pos, images=2)
-        after_present = self._present_columns(data[pos - self._bitmap_size : pos])
+        pos = self._bitmap(data, pos, images=2)
         image = self._image
         pairs = []
         while pos < end:
-            before, pos = image(data, pos, before_present)
-            after, pos = image(data, pos, after_present)
+            before, pos = image(data, pos)
+            after, pos = image(data, pos)
             pairs.append((before, after))
         self._check_end(pos, end)
         return pairs
 
-    @property
-    def _bitmap_size(self) -> int:
-        return (self.width + 7) // 8
-
-    def _bitmap(self, data: bytes, pos: int, images: int = 1) -> tuple[int, tuple[int, ...] | None]:
+    def _bitmap(self, data: bytes, pos: int, images: int = 1) -> int:
+        """Past the column count and the `images` column bitmaps (each must name every column)."""
         count = data[pos]
         if count >= 0xFB:
             size = {0xFC: 2, 0xFD: 3, 0xFE: 8}[count]
@@ -113,45 +101,41 @@ class RowDecoder:
         pos += 1
         if count != self.width:
             raise BinlogDecodeError(f"{self.where}: rows event has {count} columns, its table map {self.width}")
-        size = self._bitmap_size
-        present = self._present_columns(data[pos : pos + size])
-        return pos + size * images, present
+        size = (self.width + 7) >> 3
+        for _ in range(images):
+            self._check_full(data[pos : pos + size])
+            pos += size
+        return pos
 
-    def _present_columns(self, bitmap: bytes) -> tuple[int, ...] | None:
-        """Indexes of the columns a row image carries; None: all of them (binlog_row_image=FULL)."""
-        try:
-            return self._present[bitmap]
-        except KeyError:
-            bits = int.from_bytes(bitmap, "little")
-            indexes = tuple(i for i in range(self.width) if bits >> i & 1)
-            present = self._present[bitmap] = None if len(indexes) == self.width else indexes
-            return present
+    def _check_full(self, bitmap: bytes) -> None:
+        """Check that a row image carries every column (binlog_row_image=FULL): one that leaves
+        columns out (a session with MINIMAL or NOBLOB) cannot say what they hold."""
+        if bitmap in self._full:
+            return
+        bits = int.from_bytes(bitmap, "little")
+        missing = [col.name for i, col in enumerate(self.columns) if not bits >> i & 1]
+        if missing:
+            raise BinlogDecodeError(
+                f"{self.where}: rows event leaves out column {missing[0]!r} ({len(missing)} in all): it was written "
+                "with binlog_row_image other than FULL (a session setting?); capture needs binlog_row_image=FULL"
+            )
+        self._full.add(bitmap)
 
-    def _image(self, data: bytes, pos: int, present: tuple[int, ...] | None) -> tuple[Row, int]:
-        """One row image: its NULL bitmap (one bit per present column), then the non-NULL values."""
-        readers = self.readers
+    def _image(self, data: bytes, pos: int) -> tuple[Row, int]:
+        """One row image: its NULL bitmap, then the non-NULL values."""
         index = -1
         try:
-            if present is None:
-                size = (self.width + 7) >> 3
-                nulls = int.from_bytes(data[pos : pos + size], "little")
-                pos += size
-                values: list[Any] = []
-                append = values.append
-                for index, read in enumerate(readers):
-                    if nulls >> index & 1:
-                        append(None)
-                    else:
-                        value, pos = read(data, pos)
-                        append(value)
-                return tuple(values), pos
-            size = (len(present) + 7) >> 3
+            size = (self.width + 7) >> 3
             nulls = int.from_bytes(data[pos : pos + size], "little")
             pos += size
-            values = [None] * self.width  # columns the image leaves out: None (binlog_row_image != FULL)
-            for bit, index in enumerate(present):
-                if not nulls >> bit & 1:
-                    values[index], pos = readers[index](data, pos)
+            values: list[Any] = []
+            append = values.append
+            for index, read in enumerate(self.readers):
+                if nulls >> index & 1:
+                    append(None)
+                else:
+                    value, pos = read(data, pos)
+                    append(value)
             return tuple(values), pos
         except (ValueError, IndexError, struct.error, UnicodeDecodeError) as exc:
             raise self._error(index, exc) from None

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import pymysql.charset
 from pymysqlreplication.constants import FIELD_TYPE
 from pymysqlreplication.row_event import find_charset
 
@@ -245,6 +246,12 @@ def _member(raw: bytes, charset: str | None) -> str:
     try:
         return raw.decode()
     except UnicodeDecodeError:
-        from capture.sources.mysql.rows import python_encoding
-
         return raw.decode(python_encoding(charset))
+
+
+def python_encoding(charset: str | None) -> str:
+    """The Python codec of a table map's charset name (as mysql-replication maps it)."""
+    if charset is None:
+        return "utf-8"
+    known = pymysql.charset.charset_by_name(charset)
+    return known.encoding if known else charset
