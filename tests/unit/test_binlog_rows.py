@@ -57,3 +57,31 @@ def test_a_row_image_that_does_not_end_with_its_event_is_refused():
     wrong_count = bytes([3]) + data[1:]
     with pytest.raises(BinlogDecodeError, match="rows event has 3 columns, its table map 2"):
         RowDecoder(_table(ID, NAME)).rows(wrong_count, 0, len(wrong_count))
+
+
+def test_a_table_map_with_metadata_it_does_not_understand_is_refused():
+    from capture.sources.mysql.table_maps import parse
+
+    def body(types: bytes, meta: bytes) -> bytes:
+        return (
+            (7).to_bytes(6, "little")
+            + b"\x00\x00\x04shop\x00\x06orders\x00"
+            + bytes([len(types)])
+            + types
+            + bytes([len(meta)])
+            + meta
+            + b"\x00"
+            + b"\x04\x03\x02id"  # COLUMN_NAME: "id"
+        )
+
+    table_map = parse(body(bytes([FIELD_TYPE.LONG]), b""), 8, "mariadb")
+    assert (table_map.table_id, table_map.schema, table_map.table, table_map.columns[0].name) == (
+        7,
+        "shop",
+        "orders",
+        "id",
+    )
+    with pytest.raises(
+        BinlogDecodeError, match=r"shop\.orders: column metadata of types \[3\] is 2 bytes, 0 understood"
+    ):
+        parse(body(bytes([FIELD_TYPE.LONG]), b"\x01\x02"), 8, "mariadb")

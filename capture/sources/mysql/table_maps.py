@@ -147,6 +147,11 @@ def parse(body: bytes, post_header_len: int, dbms: str) -> TableMap:
     types = list(r.take(count))
     meta = _Reader(r.text())
     columns = [_column(kind, meta) for kind in types]
+    if meta.pos != len(meta.data):  # a type whose metadata this parse does not know: the rest would shift
+        raise BinlogDecodeError(
+            f"table map of {schema}.{table}: column metadata of types {sorted(set(types))} is {len(meta.data)} bytes, "
+            f"{meta.pos} understood"
+        )
     nullable = int.from_bytes(r.take((count + 7) // 8), "little")
     for index, col in enumerate(columns):
         col.nullable = bool(nullable >> index & 1)
