@@ -44,8 +44,7 @@ from capture.errors import UnusableTableError
 from capture.events import lsn_text
 from capture.landing import LandingZone
 from capture.landing.checkpoint import Checkpoint
-from capture.landing.chunks import chunk_files
-from capture.landing.files import parse_segment_name
+from capture.landing.reader import chunk_files, committed_frontier, merge_tables, table_segments
 from capture.landing.zone import folder_table, table_folder
 from capture.sources.table_keys import no_key
 
@@ -300,7 +299,7 @@ def targets_status(
     namespace = merge.namespace or source
     landed = checkpoint.frontier.encode() if checkpoint else None
     found = []
-    for name in zone.merge_tables():
+    for name in merge_tables(zone):
         schema, _, table = name.partition(".")
         target = f"{schema}__{table}"
         entry: dict[str, Any] = {"table": name, "target": f"{merge.catalog_name}.{namespace}.{target}"}
@@ -365,15 +364,15 @@ def applied_frontier(metadata: dict[str, Any]) -> int:
 
 def events_past(zone: LandingZone, schema: str, table: str, applied: int) -> int:
     """Committed log events of the table with an LSN at or past `applied` (not yet in the target)."""
+    frontier = committed_frontier(zone)
+    if frontier is None:
+        return 0
     count = 0
-    for path in zone.committed_files(table_folder(schema, table)):
-        span = parse_segment_name(path.name)
-        if span is None or span[1] < applied:
-            continue
-        if span[0] >= applied:
-            count += pq.ParquetFile(path).metadata.num_rows
+    for segment in table_segments(zone, schema, table, frontier, since=applied):
+        if segment.first >= applied:
+            count += pq.ParquetFile(segment.path).metadata.num_rows
         else:
-            lsns = pq.read_table(path, columns=["_lsn"])["_lsn"].to_pylist()
+            lsns = pq.read_table(segment.path, columns=["_lsn"])["_lsn"].to_pylist()
             count += sum(1 for lsn in lsns if int(lsn) >= applied)
     return count
 

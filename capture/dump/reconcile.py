@@ -38,11 +38,10 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from capture.dump.key_changes import Unknown, chunk_knows, is_completed, key_changes, resolve
-from capture.errors import WatermarkError
 from capture.events import Row
 from capture.landing import LandingZone
-from capture.landing.chunks import chunk_files, read_chunk_meta
-from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE
+from capture.landing.chunks import read_chunk_meta
+from capture.landing.reader import Watermarks, chunk_files, chunk_low
 
 
 @dataclass(frozen=True)
@@ -63,18 +62,6 @@ class ReconcileStats:
     dropped_by_window: int = 0
     dropped_by_visibility: int = 0  # of those: only because the chunk's snapshot missed an earlier commit
     unknown_values: list[Unknown] = field(default_factory=list)  # key changes' columns nothing held: NULL
-
-
-def _watermarks(zone: LandingZone) -> dict[str, tuple[int, dict[str, Any]]]:
-    data = zone.read_table(WATERMARK_SCHEMA, WATERMARK_TABLE)
-    if data is None:
-        return {}
-    marks = {}
-    for event in data.select(["_lsn", "after"]).to_pylist():
-        after = event["after"]
-        if after is not None:
-            marks[after["watermark_id"]] = (int(event["_lsn"]), after)
-    return marks
 
 
 def _widen(xid: int, near: int) -> int:
@@ -165,24 +152,19 @@ def reconcile_table(
         if xid is not None:
             by_xid.setdefault(xid, []).append(i)
 
-    marks = _watermarks(zone)
+    marks = Watermarks(zone)
     for meta, path in chunks:
-        high = marks.get(meta.high_id)
+        high = marks.find(meta.high_id)
         if high is None:
             stats.chunks_pending += 1
             continue
-        low = marks.get(meta.low_id)
-        if low is None or low[0] >= high[0]:
-            raise WatermarkError(
-                f"{schema}.{table} chunk {meta.chunk} of dump {meta.dump_id}: HIGH watermark at {high[0]} "
-                f"has {'no LOW' if low is None else f'its LOW after it ({low[0]})'} in the log"
-            )
+        low = chunk_low(marks, meta, high)
         in_window: dict[Row, list[StreamEvent]] = {}
-        for i in range(bisect.bisect_right(lsns, low[0]), bisect.bisect_left(lsns, high[0])):
+        for i in range(bisect.bisect_right(lsns, low), bisect.bisect_left(lsns, high.lsn)):
             in_window.setdefault(stream[i].key, []).append(stream[i])
         hidden: dict[Row, list[StreamEvent]] = {}
         if meta.read_view is not None:
-            for i in hidden_events(meta.read_view, low[0], lsns, xids, by_xid):
+            for i in hidden_events(meta.read_view, low, lsns, xids, by_xid):
                 hidden.setdefault(stream[i].key, []).append(stream[i])
         rows = pq.read_table(path).column("after").to_pylist()
         stats.chunks += 1
@@ -197,9 +179,9 @@ def reconcile_table(
                     fallback[lsn] = {**chunk_knows(row, newer, lsn - 1, key_columns), **fallback.get(lsn, {})}
                 base = _base_missing(row, newer, key_columns)
                 if base is not None:
-                    stream.append(StreamEvent(high[0], 1 + position, "r", key, row, base))
+                    stream.append(StreamEvent(high.lsn, 1 + position, "r", key, row, base))
             else:
-                stream.append(StreamEvent(high[0], 1 + position, "r", key, row))
+                stream.append(StreamEvent(high.lsn, 1 + position, "r", key, row))
     stream.sort(key=lambda e: (e.lsn, e.order))
     if moves:
         fills, stats.unknown_values = resolve(stream, moves, stored or {}, fallback)

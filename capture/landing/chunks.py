@@ -65,12 +65,16 @@ class ChunkMeta:
         return cls(**data)
 
 
-def chunk_path(zone: LandingZone, dump_id: str, table: TableSchema, chunk: int) -> Path:
-    return zone.root / "chunks" / dump_id / table_folder(table.schema, table.table) / f"{chunk:08d}.parquet"
+def chunk_folder(zone: LandingZone, dump_id: str, schema: str, table: str) -> Path:
+    return zone.root / "chunks" / dump_id / table_folder(schema, table)
+
+
+def chunk_path(zone: LandingZone, dump_id: str, schema: str, table: str, chunk: int) -> Path:
+    return chunk_folder(zone, dump_id, schema, table) / f"{chunk:08d}.parquet"
 
 
 def write_chunk(zone: LandingZone, table: TableSchema, meta: ChunkMeta, rows: pa.StructArray) -> Path:
-    path = chunk_path(zone, meta.dump_id, table, meta.chunk)
+    path = chunk_path(zone, meta.dump_id, table.schema, table.table, meta.chunk)
     path.parent.mkdir(parents=True, exist_ok=True)
     schema = pa.schema(
         [pa.field("after", table.row_type)],
@@ -84,12 +88,3 @@ def write_chunk(zone: LandingZone, table: TableSchema, meta: ChunkMeta, rows: pa
 
 def read_chunk_meta(path: Path) -> ChunkMeta:
     return ChunkMeta.from_json(pq.read_schema(path).metadata[META_KEY])
-
-
-def chunk_files(zone: LandingZone, schema: str, table: str) -> list[Path]:
-    """Every chunk file of a table, all dumps (not the hidden temp file of one being written)."""
-    base = zone.root / "chunks"
-    if not base.exists():
-        return []
-    folder = table_folder(schema, table)
-    return sorted(p for dump in base.iterdir() for p in (dump / folder).glob("[0-9]*.parquet"))
