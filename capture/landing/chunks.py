@@ -22,6 +22,8 @@ from capture.dump.keys import decode_key, encode_key
 from capture.events import Row, TableSchema
 from capture.landing.files import fsync_dir, write_parquet_atomic
 from capture.landing.zone import LandingZone, table_folder
+from capture.sources import read_view_from_json
+from capture.sources.base import ReadView
 
 META_KEY = b"logtide.chunk"
 
@@ -42,7 +44,7 @@ class ChunkMeta:
     rows: int
     # PostgreSQL: which transactions the chunk's snapshot could see (ChunkSource.read_view);
     # None for MySQL/MariaDB, where visibility follows binlog order
-    read_view: dict[str, Any] | None = None
+    read_view: ReadView | None = None
     # the database's order of the key is Spark's for this chunk's range and rows (a table with
     # `TableSchema.exact_key_order`, no NULL among its bounds and returned keys): only then may the
     # merge delete target keys it finds inside the range. False in files written before it existed.
@@ -53,6 +55,7 @@ class ChunkMeta:
         for name in ("after", "start", "stop"):
             data[name] = encode_key(data[name])
         data["keys"] = None if self.keys is None else [encode_key(k) for k in self.keys]
+        data["read_view"] = None if self.read_view is None else self.read_view.to_json()
         return json.dumps(data)
 
     @classmethod
@@ -62,6 +65,7 @@ class ChunkMeta:
             data[name] = decode_key(data[name])
         data["key"] = tuple(data["key"])
         data["keys"] = None if data["keys"] is None else tuple(decode_key(k) for k in data["keys"])
+        data["read_view"] = read_view_from_json(data.get("read_view"))
         return cls(**data)
 
 

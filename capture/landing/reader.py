@@ -20,7 +20,10 @@ from capture.errors import WatermarkError
 from capture.landing.chunks import META_KEY, ChunkMeta, chunk_folder, chunk_path
 from capture.landing.files import Segment, segments
 from capture.landing.zone import LandingZone, folder_table, table_folder
+from capture.log import get_logger
 from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE
+
+log = get_logger(__name__)
 
 
 def committed_frontier(zone: LandingZone) -> int | None:
@@ -185,16 +188,17 @@ def closed_chunks(
     for mark in marks.since(since):
         if mark.kind != "HIGH" or mark.table != name:
             continue
+        path = chunk_path(zone, mark.dump_id, schema, table, mark.chunk)
         try:
-            meta, row_type = read_chunk_schema(chunk_path(zone, mark.dump_id, schema, table, mark.chunk))
+            meta, row_type = read_chunk_schema(path)
         except FileNotFoundError:
+            log.warning("landing.chunk_missing", table=name, dump_id=mark.dump_id, chunk=mark.chunk, path=str(path))
             stale.append(mark)
             continue
         if meta.high_id != mark.id:
             stale.append(mark)
             continue
         low = chunk_low(marks, meta, mark)
-        path = chunk_path(zone, mark.dump_id, schema, table, mark.chunk)
         found.append(LandedChunk(path, meta, row_type, low, mark.lsn, mark.commit_ts))
     return found, stale
 

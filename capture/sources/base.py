@@ -73,6 +73,22 @@ class Watermark:
     id: str  # unique per write (uuid4)
 
 
+class ReadView(Protocol):
+    """What a chunk's read could see, where the log's order alone does not say it (PostgreSQL: its
+    snapshot; capture/sources/postgres/read_view.py). Stored with the chunk (`to_json`, read back by
+    `capture.sources.read_view_from_json`); reconciliation only asks it about log events before LOW."""
+
+    @property
+    def lookback(self) -> int:
+        """The encoded LSN from which on the log must be at hand for `hides` to be asked about it."""
+
+    def hides(self, lsn: int, xid: int | None) -> bool:
+        """Whether the read missed the log event at `lsn` (before LOW) of transaction `xid` (the
+        log's transaction id as an integer; None: the log gives none)."""
+
+    def to_json(self) -> dict[str, Any]: ...
+
+
 class ChunkSource(Protocol):
     """What the dump engine needs from a source database. Values are Python values typed as
     the log's (see the source's types module); keys are compared by the database only."""
@@ -117,7 +133,7 @@ class ChunkSource(Protocol):
         """Whether the database orders `key` after `other` in `table`'s key order (the key
         columns' types and collations), without reading a row."""
 
-    def read_view(self) -> dict[str, Any] | None:
+    def read_view(self) -> ReadView | None:
         """What the last chunk read could see, when the log's order alone does not say it
         (PostgreSQL: the snapshot, since visibility can trail the WAL); stored with the chunk
         and used by reconciliation. None for MySQL/MariaDB."""

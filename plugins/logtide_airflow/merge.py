@@ -38,6 +38,7 @@ from capture.landing import LandingZone
 from capture.landing.chunks import read_chunk_meta
 from capture.landing.reader import Watermarks, dump_chunk_files, merge_tables
 from capture.log import get_logger
+from capture.merge.target import target_of
 from capture.merge_submit import APPLICATION, build_merge_submit, merge_lock
 from logtide_airflow.hooks import config_path
 
@@ -62,10 +63,8 @@ def merge_config() -> tuple[str, LogtideConfig]:
 def table_asset_uri(merge: MergeConfig, source: str, table: str) -> str:
     """`iceberg://<catalog_name>/<namespace>/<db>__<table>`: the target table `merge` writes for `table`."""
     schema, _, name = table.partition(".")
-    namespace = merge.namespace or source
-    return f"iceberg://{quote(merge.catalog_name, safe='')}/{quote(namespace, safe='')}/" + quote(
-        f"{schema}__{name}", safe=""
-    )
+    target = target_of(merge, source, schema, name)
+    return "iceberg://" + "/".join(quote(p, safe="") for p in (target.catalog, target.namespace, target.name))
 
 
 def table_asset(merge: MergeConfig, source: str, table: str) -> Asset:
