@@ -46,6 +46,7 @@ from capture.landing.checkpoint import Checkpoint
 from capture.landing.reader import chunk_files, committed_frontier, merge_tables, table_segments
 from capture.landing.zone import folder_table, table_folder
 from capture.merge.target import FRONTIER, UNKNOWN_SAMPLE, UNKNOWN_VALUES, Target, frontier_value, recorded, target_of
+from capture.sources import open_source
 from capture.sources.table_keys import no_key
 
 
@@ -149,77 +150,17 @@ def lag_status(name: str, source: SourceConfig, zone: LandingZone, checkpoint: C
         "since_last_commit_s": round(time.time() - last, 1) if last is not None else None,
     }
     try:
-        if source.kind == "postgresql":
-            report.update(_postgres_lag(name, source))
-        else:
-            report.update(_mysql_lag(source, checkpoint.resume))
+        log_source = open_source(name, source)
+        try:
+            report.update(log_source.log_lag(checkpoint.resume))
+        finally:
+            log_source.close()
     except Exception as exc:  # unreachable, access denied, missing password: say so, show the rest
         report["error"] = f"database unreachable: {type(exc).__name__}: {exc}"
         return report
     waiting = report.get("bytes") or report.get("transactions")
     report["lag_s"] = 0.0 if not waiting else report["since_last_commit_s"]
     return report
-
-
-def gtid_distance(server: str, landed: str) -> int:
-    """Transactions the server has past `landed`, summed over replication domains (MariaDB GTIDs)."""
-
-    def parse(text: str) -> dict[int, int]:
-        found = {}
-        for gtid in filter(None, (g.strip() for g in text.split(","))):
-            domain, _, seq = gtid.split("-")
-            found[int(domain)] = int(seq)
-        return found
-
-    ours = parse(landed)
-    return sum(max(0, seq - ours.get(domain, 0)) for domain, seq in parse(server).items())
-
-
-def _mysql_lag(source: SourceConfig, resume: dict[str, Any]) -> dict[str, Any]:
-    from capture.sources.mysql.connection import connect, query
-    from capture.sources.mysql.source import binlog_distance
-
-    with connect(source) as conn:
-        status = query(conn, "SHOW MASTER STATUS")
-        logs = [(str(r[0]), int(r[1])) for r in query(conn, "SHOW BINARY LOGS")]
-        gtid = query(conn, "SELECT @@gtid_binlog_pos")[0][0] if source.kind == "mariadb" else None
-    end = (str(status[0][0]), int(status[0][1])) if status else None
-    report: dict[str, Any] = {"server_position": {"file": end[0], "pos": end[1]} if end else None}
-    report["bytes"] = binlog_distance(logs, (resume["file"], int(resume["pos"])), end) if end else None
-    if gtid is not None and resume.get("gtid") is not None:
-        report["server_gtid"] = gtid
-        report["transactions"] = gtid_distance(gtid, resume["gtid"])
-    if end and report["bytes"] is None:
-        report["note"] = f"the checkpoint's binlog {resume['file']} is no longer on the server"
-    return report
-
-
-def _postgres_lag(name: str, source: SourceConfig) -> dict[str, Any]:
-    from capture.sources.postgres.connection import connect, query
-
-    slot = source.slot_name(name)
-    conn = connect(source)
-    try:
-        rows = query(
-            conn,
-            "SELECT pg_current_wal_lsn()::text, confirmed_flush_lsn::text,"
-            " pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint,"
-            " pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint"
-            " FROM pg_replication_slots WHERE slot_name = %s",
-            (slot,),
-        )
-    finally:
-        conn.close()
-    if not rows:
-        return {"bytes": None, "note": f"replication slot {slot!r} does not exist"}
-    current, confirmed, behind, retained = rows[0]
-    return {
-        "server_position": {"lsn": current},
-        "slot": slot,
-        "confirmed_flush_lsn": confirmed,
-        "bytes": int(behind) if behind is not None else None,
-        "retained_bytes": int(retained) if retained is not None else None,
-    }
 
 
 # -- dumps ------------------------------------------------------------------------------------

@@ -39,15 +39,16 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from capture.config import CoordinationConfig
 from capture.coordination.claims import DumpClaims
 from capture.dump.control import Controller, ControlStore, DumpSettings
-from capture.dump.keys import coerce_key, encode_key
+from capture.dump.gate import wait_for_outputs
+from capture.dump.keys import coerce_key
 from capture.dump.progress import ProgressStore, TableProgress
 from capture.dump.record import DumpRecord
 from capture.errors import DumpCancelledError, DumpInputError, SourceConnectionError, UnusableTableError
 from capture.events import Row, TableSchema
 from capture.landing import LandingZone
 from capture.landing.chunks import ChunkMeta, write_chunk
+from capture.landing.keys import encode_key
 from capture.log import get_logger
-from capture.output.gate import wait_for_outputs
 from capture.sources.base import ChunkSource, Watermark
 
 log = get_logger(__name__)
@@ -257,7 +258,7 @@ class DumpEngine:
             chunk_began = time.monotonic()
             progress, table, rows_read = self._chunk(dump_id, plan, table, progress, settings)
             store.save(table.schema, table.table, progress)
-            if not progress.done:  # real-time outputs (capture/output/gate.py): at most one chunk ahead of them
+            if not progress.done:  # real-time outputs (capture/dump/gate.py): at most one chunk ahead of them
                 wait_for_outputs(self.zone, dump_id, name, progress.chunk)
             elapsed = time.monotonic() - began
             window_ms = (time.monotonic() - chunk_began) * 1000

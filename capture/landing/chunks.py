@@ -18,9 +18,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from capture.dump.keys import decode_key, encode_key
 from capture.events import Row, TableSchema
 from capture.landing.files import fsync_dir, write_parquet_atomic
+from capture.landing.keys import decode_key, encode_key
 from capture.landing.zone import LandingZone, table_folder
 from capture.sources import read_view_from_json
 from capture.sources.base import ReadView

@@ -65,11 +65,11 @@ import pyarrow.parquet as pq
 
 from capture.config import LogtideConfig
 from capture.dump.key_changes import Unknown
-from capture.dump.keys import encode_key
 from capture.errors import LogtideError, MergeError
 from capture.events import lsn_text
 from capture.landing import LandingZone
 from capture.landing.chunks import ChunkMeta
+from capture.landing.keys import encode_key
 from capture.landing.reader import LandedChunk, Watermarks, closed_chunks, dump_chunks, table_segments
 from capture.log import get_logger
 from capture.merge.key_changes import KeyChanges, created_lsns

@@ -59,6 +59,11 @@ class LogSource(Protocol):
         """Log the server keeps only for this capture (PostgreSQL: WAL held by the slot, from its
         restart LSN); None where the source keeps nothing for a reader (MySQL/MariaDB)."""
 
+    def log_lag(self, resume: dict[str, Any]) -> dict[str, Any]:
+        """For `logtide status`, without a running capture: how far the server's log end is past a
+        checkpoint's resume token. Keys: `server_position`, `bytes` (None when the source cannot
+        tell) and what else the source knows (`transactions`, `slot`, `retained_bytes`, a `note`)."""
+
     def close(self) -> None: ...
 
 
