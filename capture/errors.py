@@ -89,3 +89,8 @@ class OutputError(LogtideError):
 
 class MergeError(LogtideError):
     """The merge cannot apply what landed (unsupported type, a column that changed type, no jars)."""
+
+
+class LandingTimeoutError(LogtideError):
+    """Capture did not land a dump's watermarks in time (it is probably not running): the merge
+    after a dump would miss the dump's last chunks."""

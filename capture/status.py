@@ -306,17 +306,20 @@ class TargetCatalog:
     def __init__(self, merge: MergeConfig) -> None:
         self.merge = merge
         self._sql: Any = None
-        if merge.catalog == "jdbc":
+        self._uri = _sqlalchemy_uri(merge) if merge.catalog == "jdbc" else None
+
+    def load(self, target: Target) -> Any | None:
+        """The pyiceberg table (its metadata only), or None when no merge created it."""
+        if self.merge.catalog == "hadoop":
+            return _hadoop_table(self.merge.warehouse, target)
+        if self._uri is None:  # a SQLite catalog no merge has created yet
+            return None
+        if self._sql is None:
             from pyiceberg.catalog.sql import SqlCatalog
 
             # Iceberg's Java JDBC catalog creates the v0 layout; pyiceberg warns about it on every open
             logging.getLogger("pyiceberg.catalog.sql").setLevel(logging.ERROR)
-            self._sql = SqlCatalog(merge.catalog_name, uri=_sqlalchemy_uri(merge), init_catalog_tables="false")
-
-    def load(self, target: Target) -> Any | None:
-        """The pyiceberg table (its metadata only), or None when no merge created it."""
-        if self._sql is None:
-            return _hadoop_table(self.merge.warehouse, target)
+            self._sql = SqlCatalog(self.merge.catalog_name, uri=self._uri, init_catalog_tables="false")
         from pyiceberg.exceptions import NoSuchTableError
         from sqlalchemy.exc import OperationalError, ProgrammingError
 
@@ -347,12 +350,12 @@ def _hadoop_table(warehouse: str, target: Target) -> Any | None:
     return StaticTable.from_metadata(str(versions[-1])) if versions else None
 
 
-def _sqlalchemy_uri(merge: MergeConfig) -> str:
-    """merge.jdbc_uri in SQLAlchemy's spelling (SQLite opened read-only)."""
+def _sqlalchemy_uri(merge: MergeConfig) -> str | None:
+    """merge.jdbc_uri in SQLAlchemy's spelling (SQLite opened read-only; None: its file does not exist)."""
     uri = merge.jdbc_uri or ""
     if uri.startswith("jdbc:sqlite:"):
-        path = uri.removeprefix("jdbc:sqlite:").removeprefix("file:").split("?")[0]
-        return f"sqlite:///file:{Path(path).resolve()}?mode=ro&uri=true"
+        path = Path(uri.removeprefix("jdbc:sqlite:").removeprefix("file:").split("?")[0]).resolve()
+        return f"sqlite:///file:{path}?mode=ro&uri=true" if path.exists() else None
     if uri.startswith("jdbc:postgresql:"):
         parsed = urlparse(uri.removeprefix("jdbc:"))
         user = quote(merge.jdbc_user or "", safe="")

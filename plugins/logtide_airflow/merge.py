@@ -32,7 +32,7 @@ from airflow.sdk import Asset, AssetAlias, BaseHook
 from airflow.sdk.exceptions import AirflowFailException, AirflowNotFoundException, AirflowSkipException
 
 from capture.config import LogtideConfig, MergeConfig, load_config
-from capture.errors import LogtideError
+from capture.errors import LandingTimeoutError, LogtideError
 from capture.events import lsn_text
 from capture.landing import LandingZone
 from capture.landing.chunks import read_chunk_meta
@@ -45,10 +45,6 @@ from logtide_airflow.hooks import config_path
 log = get_logger(__name__)
 
 SPARK_CONNECTION = "spark_default"
-
-
-class LandingTimeoutError(LogtideError):
-    """Capture did not land a dump's watermarks in time (it is probably not running)."""
 
 
 def merge_config() -> tuple[str, LogtideConfig]:
