@@ -94,3 +94,8 @@ class MergeError(LogtideError):
 class BinlogDecodeError(LogtideError):
     """A binlog event or value capture cannot decode exactly (an unknown column type, a compressed
     event, a bad checksum). Capture stops rather than land a wrong value."""
+
+
+class LandingTimeoutError(LogtideError):
+    """Capture did not land a dump's watermarks in time (it is probably not running): the merge
+    after a dump would miss the dump's last chunks."""

@@ -10,8 +10,7 @@ import time
 import pytest
 
 from capture.config import SourceConfig
-from capture.events import Heartbeat, Lsn, TransactionEnd
-from capture.landing.log_writer import ColumnBatch
+from capture.events import ColumnBatch, Heartbeat, Lsn, TransactionEnd
 from capture.sources.postgres.source import PostgresSource
 
 pytestmark = pytest.mark.integration
