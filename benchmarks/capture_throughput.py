@@ -14,14 +14,12 @@ in this order:
 2. N rows are inserted into ``bench.changes`` with multi-row INSERTs (1,000 rows a
    statement, a commit every 10,000 rows): these are the N changed rows.
 3. Baseline: mysql-replication alone reads the same binlog range (``auto_position`` = the
-   checkpoint's GTID position, up to the binlog's end) and touches every row. This is the
-   ceiling for any capture built on that library: decoding the binlog in Python is the
-   irreducible cost.
+   checkpoint's GTID position, up to the binlog's end) and touches every row: a plain Python
+   binlog reader (capture decodes the binlog itself since 2026-11-24, `capture/sources/mysql/rows.py`).
 4. Logtide: ``python -m capture.cli capture`` is started as a real process and timed from
    process start until the checkpoint's frontier covers all N rows (committed Parquet files
    counted from their footers, each file read once, so polling costs next to nothing).
-   The ratio capture/raw says what the capture loop, the row conversion and the landing
-   zone cost on top of decoding. Target: >= 0.7.
+   Target: capture/raw >= 0.7.
 5. Memory: capture is stopped, N rows are inserted into ``bench.big`` in ONE transaction,
    and a fresh capture process lands it. Its peak RSS (VmHWM) must stay <= 500 MB: a
    transaction larger than ``landing.max_buffer_rows`` must be spilled, not held in memory.

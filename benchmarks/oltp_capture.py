@@ -18,15 +18,16 @@ each burst being N UPDATE transactions committed by `--writers` separate process
 2. Raw decoder, live: capture is stopped; the raw decoder (below) runs in this process during
    burst B, from the position in capture's checkpoint: first commit to the last transaction
    read. Live ratio: captured transactions/s (A) over the raw decoder's (B).
-3. Raw decoder, backlog: the raw decoder reads burst B again, now written.
+3. Raw decoder, backlog: the raw decoder reads burst B again, now written. MariaDB: then
+   capture's own log reader alone (`BinlogReader`: decoded and typed, nothing landed) too.
 4. Catch-up: capture is started and timed from `running` (the ``capture.resuming`` log line;
    its startup is printed too) to the checkpoint covering burst B. Catch-up ratio: over (3).
 5. Latency: a probe commits one row every 10 ms into ``pulse`` and sees each land
    (`dump_throughput.Pulse`); p50/p99 commit-to-landed idle, then while the writers commit
    2,000 single-row transactions/s for 10 s.
 
-The raw decoder: for MariaDB, mysql-replication iterating the binlog events as capture reads
-them (every row decoded); for PostgreSQL, pgoutput slots created before burst A (so the
+The raw decoder: for MariaDB, mysql-replication iterating the binlog events capture read with it
+before it had its own decoder (every row decoded); for PostgreSQL, pgoutput slots created before burst A (so the
 server decodes as much WAL for them as for capture's slot, whose restart LSN trails), their
 messages read with psycopg2 and decoded message by message (`pgoutput.begin_fields`,
 `parse_change`, `commit_fields`): no typing, no landing.
@@ -125,6 +126,7 @@ class ShapeResult:
     raw_backlog: Measured
     catch_up: Measured
     startup_s: float
+    own_backlog: Measured | None  # capture's own reader alone over burst B (MariaDB)
 
 
 class Source:
@@ -150,6 +152,11 @@ class Source:
     def raw(self, mark: Any, resume: dict[str, Any], transactions: int, ready: threading.Event) -> RawRead:
         """Read and decode the log from capture's checkpoint position `resume` until
         `transactions` transactions are seen; `ready` is set once the stream is open."""
+
+    def own(self, resume: dict[str, Any], transactions: int) -> RawRead | None:
+        """Capture's own log reader alone over the backlog (decoded and typed, nothing landed),
+        where the raw decoder is another library's; None where it is the same decoding."""
+        return None
 
     def stop(self) -> None:
         self.server.destroy()
@@ -254,10 +261,18 @@ class MariaDBSource(Source):
 
     def raw(self, mark: Any, resume: dict[str, Any], transactions: int, ready: threading.Event) -> RawRead:
         from pymysqlreplication import BinLogStreamReader
-        from pymysqlreplication.event import XidEvent
-        from pymysqlreplication.row_event import RowsEvent
+        from pymysqlreplication.event import HeartbeatLogEvent, MariadbGtidEvent, QueryEvent, RotateEvent, XidEvent
+        from pymysqlreplication.row_event import (
+            DeleteRowsEvent,
+            RowsEvent,
+            TableMapEvent,
+            UpdateRowsEvent,
+            WriteRowsEvent,
+        )
 
-        from capture.sources.mysql.reader import EVENTS
+        # the events capture read through mysql-replication before it had its own decoder
+        events = [RotateEvent, MariadbGtidEvent, QueryEvent, XidEvent, HeartbeatLogEvent, TableMapEvent]
+        events += [WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent]
 
         began, cpu = time.time(), time.thread_time()
         stream = BinLogStreamReader(
@@ -266,7 +281,7 @@ class MariaDBSource(Source):
             is_mariadb=True,
             auto_position=resume["gtid"],
             blocking=True,
-            only_events=EVENTS,  # as capture reads the binlog
+            only_events=events,
             enable_logging=False,
         )
         ready.set()
@@ -282,6 +297,21 @@ class MariaDBSource(Source):
                         break
         finally:
             stream.close()
+        return RawRead(began, time.time(), time.thread_time() - cpu)
+
+    def own(self, resume: dict[str, Any], transactions: int) -> RawRead:
+        from capture.config import SourceConfig
+        from capture.events import TransactionEnd
+        from capture.sources.mysql.reader import BinlogReader
+
+        config = SourceConfig(**{**self.capture_config(), "server_id": RAW_SERVER_ID, "include": ["oltp.*"]})
+        began, cpu = time.time(), time.thread_time()
+        seen = 0
+        for item in BinlogReader("raw", config, resume, threading.Event()):
+            if isinstance(item, TransactionEnd):
+                seen += 1
+                if seen == transactions:
+                    break
         return RawRead(began, time.time(), time.thread_time() - cpu)
 
 
@@ -374,6 +404,8 @@ def measure_shape(
     step("the raw decoder reading burst B again, as a backlog")
     read = source.raw(marks[1], checkpoint.resume, transactions, threading.Event())
     raw_backlog = Measured(transactions, read.done - read.began, read.cpu_s)
+    own = source.own(checkpoint.resume, transactions)
+    own_backlog = None if own is None else Measured(transactions, own.done - own.began, own.cpu_s)
 
     step("capture started: catching up with burst B")
     profile = None if profile_base is None else profile_base.with_suffix(f".catch-up-{rows}.json")
@@ -383,7 +415,7 @@ def measure_shape(
     running, cpu = time.time(), capture.cpu_s()
     landed_at = counter.wait(landed + events, capture, timeout)
     catch_up = Measured(transactions, landed_at - running, capture.cpu_s() - cpu)
-    return ShapeResult(rows, write, live, lag, raw_live, raw_backlog, catch_up, startup), capture
+    return ShapeResult(rows, write, live, lag, raw_live, raw_backlog, catch_up, startup, own_backlog), capture
 
 
 def measure_latency(source: Source, writers: Writers, zone: LandingZone) -> tuple[Latency, Latency, float]:
@@ -446,6 +478,13 @@ def report(
             for r in results
         ],
     )
+    own = [r for r in results if r.own_backlog is not None]
+    if own:
+        print()
+        print_table(
+            ("rows/txn", "capture's reader alone, backlog txn/s", "CPU ms/txn"),
+            [(str(r.rows), f"{r.own_backlog.rate:,.0f}", f"{r.own_backlog.cpu_ms:.3f}") for r in own],  # type: ignore[union-attr]
+        )
     print()
     idle, busy, reached = latency
     for label, measured in (("idle", idle), (f"at {LATENCY_RATE:,d} txn/s", busy)):

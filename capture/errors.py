@@ -89,3 +89,13 @@ class OutputError(LogtideError):
 
 class MergeError(LogtideError):
     """The merge cannot apply what landed (unsupported type, a column that changed type, no jars)."""
+
+
+class BinlogDecodeError(LogtideError):
+    """A binlog event or value capture cannot decode exactly (an unknown column type, a compressed
+    event, a bad checksum). Capture stops rather than land a wrong value."""
+
+
+class LandingTimeoutError(LogtideError):
+    """Capture did not land a dump's watermarks in time (it is probably not running): the merge
+    after a dump would miss the dump's last chunks."""

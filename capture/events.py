@@ -42,6 +42,7 @@ class Lsn(NamedTuple):
 
 
 LSN_ARROW_TYPE = pa.decimal128(38, 0)
+UTC_MICROS = pa.timestamp("us", tz="UTC")  # commit times as the landing zone stores them
 
 
 def lsn_text(value: int | None) -> str | None:
@@ -172,3 +173,64 @@ class Heartbeat:
 
 
 LogItem = ChangeBatch | SchemaChange | TransactionEnd | Heartbeat
+
+
+class ColumnBatch(ChangeBatch):
+    """A ChangeBatch whose changes are already Arrow columns laid out as the event files store
+    them (`events`: _lsn, _op, _txid, _commit_ts, before, after, and _missing when some change
+    has missing columns). Its changes may belong to several transactions, each row carrying
+    its own; `txid` and `commit_ts` are the first row's. The writer appends the columns as
+    they are; `changes` rebuilds `Change` rows for anyone else."""
+
+    __slots__ = ("events",)
+
+    def __init__(self, table: TableSchema, txid: str, commit_ts: datetime, watermark: bool, events: pa.Table) -> None:
+        self.table, self.txid, self.commit_ts, self.watermark = table, txid, commit_ts, watermark
+        self.events = events
+
+    @property  # type: ignore[override]
+    def changes(self) -> list[Change]:
+        events = self.events
+        missing = events["_missing"].to_pylist() if "_missing" in events.column_names else [None] * len(events)
+        return [
+            Change(
+                Lsn.decode(int(lsn)),
+                Op(op),
+                None if before is None else tuple(before.values()),
+                None if after is None else tuple(after.values()),
+                tuple(gone or ()),
+            )
+            for lsn, op, before, after, gone in zip(
+                events["_lsn"].to_pylist(),
+                events["_op"].to_pylist(),
+                events["before"].to_pylist(),
+                events["after"].to_pylist(),
+                missing,
+                strict=True,
+            )
+        ]
+
+
+def column_batch(
+    table: TableSchema,
+    txid: str,
+    commit_ts: datetime,
+    watermark: bool,
+    lsn: pa.Array,
+    txids: pa.Array,
+    commit_times: pa.Array,
+    ops: pa.Array,
+    before: pa.Array,
+    after: pa.Array,
+    missing: pa.Array | None = None,
+) -> ColumnBatch:
+    """A ColumnBatch of len(ops) changes: `lsn` as `_lsn` stores it (LSN_ARROW_TYPE), each
+    change's transaction id (string) and commit time (UTC_MICROS), `txid` and `commit_ts` the
+    first change's; `before`/`after` StructArrays of `table.row_type` (null rows where an
+    operation has no image), `missing` a list<string> array or None when no change misses a column."""
+    arrays = [lsn, ops, txids, commit_times, before, after]
+    names = ["_lsn", "_op", "_txid", "_commit_ts", "before", "after"]
+    if missing is not None:
+        arrays.append(missing)
+        names.append("_missing")
+    return ColumnBatch(table, txid, commit_ts, watermark, pa.Table.from_arrays(arrays, names=names))

@@ -40,8 +40,6 @@ def setup_logging(level: str = "INFO") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-    # mysql-replication logs every reconnect attempt at WARNING with raw tuples; ours are clearer.
-    logging.getLogger("pymysqlreplication").setLevel(logging.ERROR)
 
 
 class EventLogger:

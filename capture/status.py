@@ -7,9 +7,9 @@ Per source:
   last landed commit, and `lag_s`: 0 when nothing is waiting, else that time (an upper bound: the
   oldest waiting transaction may be younger);
 - per dump found under `<landing>/<source>/dumps/`: state, per table chunks, rows, percent, ETA;
-- per target Iceberg table: the frontier the merge applied (`logtide.frontier`, read from the
-  table's metadata JSON: Hadoop catalog via version-hint.text, JDBC catalog via its
-  `iceberg_tables` row) and how many landed events of the table lie past it; and the values
+- per target Iceberg table: the frontier the merge applied (`logtide.frontier`, as
+  capture/merge/target.py defines it, read with pyiceberg: Hadoop catalog via version-hint.text,
+  JDBC catalog via its `iceberg_tables` row) and how many landed events of the table lie past it; and the values
   PostgreSQL key changes left out that the merge could not complete (`logtide.unknown-values`,
   NULL in the target until a dump repairs them); a landed table the merge skips (no key landed,
   none named in `keys`) with the reason and the fix.
@@ -23,15 +23,14 @@ place and the rest is still shown.
 
 from __future__ import annotations
 
-import gzip
 import json
-import os
-import sqlite3
+import logging
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlparse
+from urllib.parse import quote, unquote, urlparse
 
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -44,14 +43,11 @@ from capture.errors import UnusableTableError
 from capture.events import lsn_text
 from capture.landing import LandingZone
 from capture.landing.checkpoint import Checkpoint
-from capture.landing.chunks import chunk_files
-from capture.landing.files import parse_segment_name
+from capture.landing.reader import chunk_files, committed_frontier, merge_tables, table_segments
 from capture.landing.zone import folder_table, table_folder
+from capture.merge.target import FRONTIER, UNKNOWN_SAMPLE, UNKNOWN_VALUES, Target, frontier_value, recorded, target_of
+from capture.sources import open_source
 from capture.sources.table_keys import no_key
-
-FRONTIER = "logtide.frontier"  # as capture/merge/table.py writes it
-UNKNOWN_VALUES, UNKNOWN_SAMPLE = "logtide.unknown-values", "logtide.unknown-sample"
-CHANGELOG_SUFFIX = "__changelog"
 
 
 def collect(config: LogtideConfig, names: list[str]) -> list[dict[str, Any]]:
@@ -154,77 +150,17 @@ def lag_status(name: str, source: SourceConfig, zone: LandingZone, checkpoint: C
         "since_last_commit_s": round(time.time() - last, 1) if last is not None else None,
     }
     try:
-        if source.kind == "postgresql":
-            report.update(_postgres_lag(name, source))
-        else:
-            report.update(_mysql_lag(source, checkpoint.resume))
+        log_source = open_source(name, source)
+        try:
+            report.update(log_source.log_lag(checkpoint.resume))
+        finally:
+            log_source.close()
     except Exception as exc:  # unreachable, access denied, missing password: say so, show the rest
         report["error"] = f"database unreachable: {type(exc).__name__}: {exc}"
         return report
     waiting = report.get("bytes") or report.get("transactions")
     report["lag_s"] = 0.0 if not waiting else report["since_last_commit_s"]
     return report
-
-
-def gtid_distance(server: str, landed: str) -> int:
-    """Transactions the server has past `landed`, summed over replication domains (MariaDB GTIDs)."""
-
-    def parse(text: str) -> dict[int, int]:
-        found = {}
-        for gtid in filter(None, (g.strip() for g in text.split(","))):
-            domain, _, seq = gtid.split("-")
-            found[int(domain)] = int(seq)
-        return found
-
-    ours = parse(landed)
-    return sum(max(0, seq - ours.get(domain, 0)) for domain, seq in parse(server).items())
-
-
-def _mysql_lag(source: SourceConfig, resume: dict[str, Any]) -> dict[str, Any]:
-    from capture.sources.mysql.connection import connect, query
-    from capture.sources.mysql.source import binlog_distance
-
-    with connect(source) as conn:
-        status = query(conn, "SHOW MASTER STATUS")
-        logs = [(str(r[0]), int(r[1])) for r in query(conn, "SHOW BINARY LOGS")]
-        gtid = query(conn, "SELECT @@gtid_binlog_pos")[0][0] if source.kind == "mariadb" else None
-    end = (str(status[0][0]), int(status[0][1])) if status else None
-    report: dict[str, Any] = {"server_position": {"file": end[0], "pos": end[1]} if end else None}
-    report["bytes"] = binlog_distance(logs, (resume["file"], int(resume["pos"])), end) if end else None
-    if gtid is not None and resume.get("gtid") is not None:
-        report["server_gtid"] = gtid
-        report["transactions"] = gtid_distance(gtid, resume["gtid"])
-    if end and report["bytes"] is None:
-        report["note"] = f"the checkpoint's binlog {resume['file']} is no longer on the server"
-    return report
-
-
-def _postgres_lag(name: str, source: SourceConfig) -> dict[str, Any]:
-    from capture.sources.postgres.connection import connect, query
-
-    slot = source.slot_name(name)
-    conn = connect(source)
-    try:
-        rows = query(
-            conn,
-            "SELECT pg_current_wal_lsn()::text, confirmed_flush_lsn::text,"
-            " pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint,"
-            " pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint"
-            " FROM pg_replication_slots WHERE slot_name = %s",
-            (slot,),
-        )
-    finally:
-        conn.close()
-    if not rows:
-        return {"bytes": None, "note": f"replication slot {slot!r} does not exist"}
-    current, confirmed, behind, retained = rows[0]
-    return {
-        "server_position": {"lsn": current},
-        "slot": slot,
-        "confirmed_flush_lsn": confirmed,
-        "bytes": int(behind) if behind is not None else None,
-        "retained_bytes": int(retained) if retained is not None else None,
-    }
 
 
 # -- dumps ------------------------------------------------------------------------------------
@@ -297,31 +233,32 @@ def _dump_status(zone: LandingZone, claims: LocalClaims, dump_id: str) -> dict[s
 def targets_status(
     merge: MergeConfig, source: str, source_config: SourceConfig, zone: LandingZone, checkpoint: Checkpoint | None
 ) -> list[dict[str, Any]]:
-    namespace = merge.namespace or source
     landed = checkpoint.frontier.encode() if checkpoint else None
     found = []
-    for name in zone.merge_tables():
+    catalog: TargetCatalog | None = None
+    for name in merge_tables(zone):
         schema, _, table = name.partition(".")
-        target = f"{schema}__{table}"
-        entry: dict[str, Any] = {"table": name, "target": f"{merge.catalog_name}.{namespace}.{target}"}
+        target = target_of(merge, source, schema, table)
+        entry: dict[str, Any] = {"table": name, "target": str(target)}
         unusable = unmergeable(zone, source, source_config, schema, table)
         if unusable is not None:
             entry.update(skipped=unusable.reason, fix=unusable.fix)
         try:
-            metadata = read_table_metadata(merge, namespace, target)
+            catalog = catalog or TargetCatalog(merge)
+            iceberg = catalog.load(target)
         except Exception as exc:
             entry["error"] = f"catalog unreadable: {type(exc).__name__}: {exc}"
             found.append(entry)
             continue
-        if metadata is None:
+        if iceberg is None:
             entry.update(applied=None, note="not merged yet")
         else:
-            applied = applied_frontier(metadata)
+            applied = frontier_value(table_recorded(iceberg, FRONTIER))
             entry["applied"] = lsn_text(applied)
-            unknown = recorded(metadata, UNKNOWN_VALUES)
+            unknown = table_recorded(iceberg, UNKNOWN_VALUES)
             if unknown is not None:
                 entry["unknown_values"] = int(unknown)
-                entry["unknown_sample"] = json.loads(recorded(metadata, UNKNOWN_SAMPLE) or "[]")
+                entry["unknown_sample"] = json.loads(table_recorded(iceberg, UNKNOWN_SAMPLE) or "[]")
             if landed is not None:
                 entry["landed"] = lsn_text(landed)
                 entry["events_behind"] = events_past(zone, schema, table, applied)
@@ -342,122 +279,104 @@ def unmergeable(
     return no_key(source, f"{schema}.{table}")
 
 
-def recorded(metadata: dict[str, Any], key: str) -> str | None:
-    """`key` of the newest snapshot summary in the current ancestry that has it, else the table
-    property (as capture.merge.table.recorded, from the metadata JSON)."""
-    snapshots = {s["snapshot-id"]: s for s in metadata.get("snapshots") or []}
-    current = metadata.get("current-snapshot-id")
-    snapshot = snapshots.get(current) if current not in (None, -1) else None
-    has_snapshot = snapshot is not None
-    while snapshot is not None:
-        value = (snapshot.get("summary") or {}).get(key)
-        if value is not None:
-            return str(value)
-        snapshot = snapshots.get(snapshot.get("parent-snapshot-id"))
-    value = (metadata.get("properties") or {}).get(key) if has_snapshot else None
-    return str(value) if value is not None else None
-
-
-def applied_frontier(metadata: dict[str, Any]) -> int:
-    value = recorded(metadata, FRONTIER)
-    return int(value) if value is not None else 0
-
-
 def events_past(zone: LandingZone, schema: str, table: str, applied: int) -> int:
     """Committed log events of the table with an LSN at or past `applied` (not yet in the target)."""
+    frontier = committed_frontier(zone)
+    if frontier is None:
+        return 0
     count = 0
-    for path in zone.committed_files(table_folder(schema, table)):
-        span = parse_segment_name(path.name)
-        if span is None or span[1] < applied:
-            continue
-        if span[0] >= applied:
-            count += pq.ParquetFile(path).metadata.num_rows
+    for segment in table_segments(zone, schema, table, frontier, since=applied):
+        if segment.first >= applied:
+            count += pq.ParquetFile(segment.path).metadata.num_rows
         else:
-            lsns = pq.read_table(path, columns=["_lsn"])["_lsn"].to_pylist()
+            lsns = pq.read_table(segment.path, columns=["_lsn"])["_lsn"].to_pylist()
             count += sum(1 for lsn in lsns if int(lsn) >= applied)
     return count
 
 
-def _local_path(location: str) -> Path:
-    """A file: URI or a plain path; other schemes need Spark or their own client."""
-    if "://" not in location and not location.startswith("file:"):
-        return Path(location)
-    parsed = urlparse(location)
-    if parsed.scheme != "file":
-        raise ValueError(f"{location} is not on a local or mounted file system; status reads only those")
-    return Path(unquote(parsed.path))
-
-
 def _read_json(path: Path) -> dict[str, Any]:
-    data = path.read_bytes()
-    if path.name.endswith(".gz") or path.name.endswith(".gz.metadata.json"):
-        data = gzip.decompress(data)
-    return json.loads(data)
+    return json.loads(path.read_bytes())
 
 
-def read_table_metadata(merge: MergeConfig, namespace: str, table: str) -> dict[str, Any] | None:
-    """The current metadata JSON of an Iceberg table (None: no such table)."""
-    if merge.catalog == "hadoop":
-        folder = _local_path(merge.warehouse).resolve() / namespace / table / "metadata"
-        if not folder.is_dir():
+class TargetCatalog:
+    """The merge's Iceberg catalog, read with pyiceberg: Hadoop (a folder per table, its current
+    metadata named by version-hint.text) or JDBC (the `iceberg_tables` rows of a SQLite or
+    PostgreSQL database, which pyiceberg's SQL catalog reads; opened read-only, never created)."""
+
+    def __init__(self, merge: MergeConfig) -> None:
+        self.merge = merge
+        self._sql: Any = None
+        self._uri = _sqlalchemy_uri(merge) if merge.catalog == "jdbc" else None
+
+    def load(self, target: Target) -> Any | None:
+        """The pyiceberg table (its metadata only), or None when no merge created it."""
+        if self.merge.catalog == "hadoop":
+            return _hadoop_table(self.merge.warehouse, target)
+        if self._uri is None:  # a SQLite catalog no merge has created yet
             return None
-        hint = folder / "version-hint.text"
-        version = int(hint.read_text().strip()) if hint.exists() else None
-        if version is None:
-            versions = [int(p.name[1:].split(".")[0]) for p in folder.glob("v*.metadata.json*")]
-            if not versions:
-                return None
-            version = max(versions)
-        for name in (f"v{version}.metadata.json", f"v{version}.gz.metadata.json", f"v{version}.metadata.json.gz"):
-            if (folder / name).exists():
-                return _read_json(folder / name)
-        return None
-    location = _jdbc_metadata_location(merge, namespace, table)
-    return _read_json(_local_path(location)) if location else None
+        if self._sql is None:
+            from pyiceberg.catalog.sql import SqlCatalog
 
+            # Iceberg's Java JDBC catalog creates the v0 layout; pyiceberg warns about it on every open
+            logging.getLogger("pyiceberg.catalog.sql").setLevel(logging.ERROR)
+            self._sql = SqlCatalog(self.merge.catalog_name, uri=self._uri, init_catalog_tables="false")
+        from pyiceberg.exceptions import NoSuchTableError
+        from sqlalchemy.exc import OperationalError, ProgrammingError
 
-def _jdbc_metadata_location(merge: MergeConfig, namespace: str, table: str) -> str | None:
-    uri = merge.jdbc_uri or ""
-    sql = (
-        "SELECT metadata_location FROM iceberg_tables"
-        " WHERE catalog_name = {p} AND table_namespace = {p} AND table_name = {p}"
-    )
-    args = (merge.catalog_name, namespace, table)
-    if uri.startswith("jdbc:sqlite:"):
-        path = uri.removeprefix("jdbc:sqlite:").removeprefix("file:").split("?")[0]
-        if not os.path.exists(path):
-            return None
-        with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
-            try:
-                row = conn.execute(sql.format(p="?"), args).fetchone()
-            except sqlite3.OperationalError as exc:
-                if "no such table" in str(exc):
-                    return None
-                raise
-        return row[0] if row else None
-    if uri.startswith("jdbc:postgresql:"):
-        import psycopg2
-
-        parsed = urlparse(uri.removeprefix("jdbc:"))
-        conn = psycopg2.connect(
-            host=parsed.hostname,
-            port=parsed.port or 5432,
-            dbname=parsed.path.lstrip("/"),
-            user=merge.jdbc_user,
-            password=merge.jdbc_password.get_secret_value() or None,
-            connect_timeout=5,
-        )
         try:
-            with conn.cursor() as cursor:
-                cursor.execute("SELECT to_regclass('iceberg_tables') IS NOT NULL")
-                if not cursor.fetchone()[0]:
-                    return None
-                cursor.execute(sql.format(p="%s"), args)
-                row = cursor.fetchone()
-        finally:
-            conn.close()
-        return row[0] if row else None
+            return self._sql.load_table((target.namespace, target.name))
+        except NoSuchTableError:
+            return None
+        except (OperationalError, ProgrammingError) as exc:
+            if "iceberg_tables" in str(exc):  # no merge ran yet: the catalog has no tables
+                return None
+            raise
+
+
+def _hadoop_table(warehouse: str, target: Target) -> Any | None:
+    from pyiceberg.table import StaticTable
+
+    if "://" in warehouse and not warehouse.startswith("file:"):  # an object store: pyiceberg's FileIO reads it
+        try:
+            return StaticTable.from_metadata(f"{warehouse.rstrip('/')}/{target.namespace}/{target.name}")
+        except FileNotFoundError:
+            return None
+    local = Path(unquote(urlparse(warehouse).path) if warehouse.startswith("file:") else warehouse).resolve()
+    folder = local / target.namespace / target.name
+    if (folder / "metadata" / "version-hint.text").exists():
+        return StaticTable.from_metadata(str(folder))
+    # the hint is written right after the metadata file: a table being created may lack it
+    versions = sorted((folder / "metadata").glob("v*.metadata.json"), key=lambda p: int(p.name[1:].split(".")[0]))
+    return StaticTable.from_metadata(str(versions[-1])) if versions else None
+
+
+def _sqlalchemy_uri(merge: MergeConfig) -> str | None:
+    """merge.jdbc_uri in SQLAlchemy's spelling (SQLite opened read-only; None: its file does not exist)."""
+    uri = merge.jdbc_uri or ""
+    if uri.startswith("jdbc:sqlite:"):
+        path = Path(uri.removeprefix("jdbc:sqlite:").removeprefix("file:").split("?")[0]).resolve()
+        return f"sqlite:///file:{path}?mode=ro&uri=true" if path.exists() else None
+    if uri.startswith("jdbc:postgresql:"):
+        parsed = urlparse(uri.removeprefix("jdbc:"))
+        user = quote(merge.jdbc_user or "", safe="")
+        password = merge.jdbc_password.get_secret_value()
+        auth = f"{user}:{quote(password, safe='')}@" if password else (f"{user}@" if user else "")
+        return f"postgresql+psycopg2://{auth}{parsed.hostname}:{parsed.port or 5432}/{parsed.path.lstrip('/')}"
     raise ValueError(f"merge.jdbc_uri {uri!r}: status reads sqlite and postgresql JDBC catalogs")
+
+
+def table_recorded(table: Any, key: str) -> str | None:
+    """`recorded` (capture.merge.target) of a pyiceberg table."""
+    metadata = table.metadata
+
+    def ancestry() -> Iterator[dict[str, str] | None]:
+        snapshot = table.current_snapshot()
+        while snapshot is not None:
+            yield None if snapshot.summary is None else snapshot.summary.additional_properties
+            parent = snapshot.parent_snapshot_id
+            snapshot = metadata.snapshot_by_id(parent) if parent is not None else None
+
+    return recorded(ancestry(), metadata.properties if table.current_snapshot() is not None else None, key)
 
 
 # -- text output ------------------------------------------------------------------------------

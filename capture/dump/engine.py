@@ -39,16 +39,17 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from capture.config import CoordinationConfig
 from capture.coordination.claims import DumpClaims
 from capture.dump.control import Controller, ControlStore, DumpSettings
-from capture.dump.keys import coerce_key, encode_key
+from capture.dump.gate import wait_for_outputs
+from capture.dump.keys import coerce_key
 from capture.dump.progress import ProgressStore, TableProgress
 from capture.dump.record import DumpRecord
 from capture.errors import DumpCancelledError, DumpInputError, SourceConnectionError, UnusableTableError
 from capture.events import Row, TableSchema
 from capture.landing import LandingZone
 from capture.landing.chunks import ChunkMeta, write_chunk
+from capture.landing.keys import encode_key
 from capture.log import get_logger
-from capture.output.gate import wait_for_outputs
-from capture.sources.base import ChunkSource, Watermark
+from capture.sources.base import ChunkSource, ReadView, Watermark
 
 log = get_logger(__name__)
 MISSING_KEYS_LOGGED = 10  # `dump.keys_missing` shows the first keys of a chunk, not all of them
@@ -134,6 +135,34 @@ class _Plan:
     keys: list[Row] | None
     start: Row | None
     stop: Row | None
+
+
+@dataclass
+class _Read:
+    """What one chunk's SELECT returned."""
+
+    rows: pa.StructArray
+    view: ReadView | None
+    last: bool  # the range or the key list is exhausted
+    start: Row | None  # the range's start, on its first chunk
+    keys: list[Row] | None  # key-list dumps: the keys asked for
+    missing_keys: list[Row]  # of those, the ones no row has
+
+
+def _advanced(progress: TableProgress, number: int, table: TableSchema, read: _Read) -> TableProgress:
+    """The table's progress once chunk `number` is written and its HIGH committed."""
+    if len(read.rows) and read.keys is None:
+        after = tuple(read.rows.field(k)[-1].as_py() for k in table.key)
+    else:
+        after = progress.after
+    return TableProgress(
+        chunk=number,
+        after=after,
+        keys_done=progress.keys_done + (len(read.keys) if read.keys else 0),
+        rows=progress.rows + len(read.rows),
+        missing_keys=progress.missing_keys + len(read.missing_keys),
+        done=read.last,
+    )
 
 
 @dataclass
@@ -257,7 +286,7 @@ class DumpEngine:
             chunk_began = time.monotonic()
             progress, table, rows_read = self._chunk(dump_id, plan, table, progress, settings)
             store.save(table.schema, table.table, progress)
-            if not progress.done:  # real-time outputs (capture/output/gate.py): at most one chunk ahead of them
+            if not progress.done:  # real-time outputs (capture/dump/gate.py): at most one chunk ahead of them
                 wait_for_outputs(self.zone, dump_id, name, progress.chunk)
             elapsed = time.monotonic() - began
             window_ms = (time.monotonic() - chunk_began) * 1000
@@ -310,27 +339,15 @@ class DumpEngine:
     def _chunk(
         self, dump_id: str, plan: _Plan, table: TableSchema, progress: TableProgress, settings: DumpSettings
     ) -> tuple[TableProgress, TableSchema, int]:
+        """One chunk: LOW, the SELECT, the chunk file, HIGH; again under the same number when the
+        table's schema (or its key's collation) changed under the SELECT."""
         number = progress.chunk + 1
-        size = settings.chunk_size
         while True:
             low = Watermark(dump_id, table.qualified_name, number, "LOW", str(uuid.uuid4()))
             high = Watermark(dump_id, table.qualified_name, number, "HIGH", str(uuid.uuid4()))
             self.source.write_watermark(low)
-            batch: list[Row] | None = None
-            missing_keys: list[Row] = []
-            start = plan.start if progress.after is None else None
-            if plan.keys is not None:
-                batch = plan.keys[progress.keys_done : progress.keys_done + size]
             try:
-                if batch is not None:
-                    rows = self.source.select_keys(table, batch)
-                    view = self.source.read_view()  # the chunk's own: `_missing_keys` may read again
-                    last = progress.keys_done + len(batch) >= len(plan.keys or ())
-                    missing_keys = self._missing_keys(table, batch, rows)
-                else:
-                    rows = self.source.select_chunk(table, progress.after, start, plan.stop, size)
-                    view = self.source.read_view()
-                    last = len(rows) < size
+                read = self._read(plan, table, progress, settings.chunk_size)
             except (SourceConnectionError, DumpCancelledError):
                 raise
             except Exception:  # a column the SELECT names may have been dropped under it
@@ -339,8 +356,8 @@ class DumpEngine:
                     raise
                 table = self._schema_changed(dump_id, table, current, number)
                 continue
-            if batch is None and not last and progress.after is not None:
-                _check_advances(table, number, progress.after, rows)
+            if read.keys is None and not read.last and progress.after is not None:
+                _check_advances(table, number, progress.after, read.rows)
             meta = ChunkMeta(
                 dump_id=dump_id,
                 table=table.qualified_name,
@@ -349,15 +366,15 @@ class DumpEngine:
                 high_id=high.id,
                 key=table.key,
                 after=progress.after,
-                start=start,
+                start=read.start,
                 stop=plan.stop,
-                last=last,
-                keys=None if batch is None else tuple(batch),
-                rows=len(rows),
-                read_view=view,
-                exact_order=_exact_order(table, (progress.after, start, plan.stop), rows),
+                last=read.last,
+                keys=None if read.keys is None else tuple(read.keys),
+                rows=len(read.rows),
+                read_view=read.view,
+                exact_order=_exact_order(table, (progress.after, read.start, plan.stop), read.rows),
             )
-            write_chunk(self.zone, table, meta, rows)
+            write_chunk(self.zone, table, meta, read.rows)
             self.source.write_watermark(high, table)
             # After HIGH: a schema change the log places before HIGH is visible now, and the rows
             # read with the old columns must not stand at HIGH. The chunk is read again under the
@@ -367,32 +384,34 @@ class DumpEngine:
             if current.fingerprint == table.fingerprint and current.exact_key_order == table.exact_key_order:
                 break
             table = self._schema_changed(dump_id, table, current, number)
-        missing = 0
-        if batch is not None:
-            missing = len(missing_keys)
-            if missing_keys:
-                shown = [encode_key(k) for k in missing_keys[:MISSING_KEYS_LOGGED]]
-                log.info(
-                    "dump.keys_missing",
-                    dump_id=dump_id,
-                    table=table.qualified_name,
-                    chunk=number,
-                    count=missing,
-                    first=json.dumps([k[0] if len(k) == 1 else k for k in shown], separators=(",", ":")),
-                    note="the merge deletes them from the target",
-                )
-        after = tuple(rows.field(k)[-1].as_py() for k in table.key) if len(rows) and batch is None else progress.after
-        return (
-            TableProgress(
-                chunk=number,
-                after=after,
-                keys_done=progress.keys_done + (len(batch) if batch else 0),
-                rows=progress.rows + len(rows),
-                missing_keys=progress.missing_keys + missing,
-                done=last,
-            ),
-            table,
-            len(rows),
+        self._log_missing_keys(dump_id, table, number, read.missing_keys)
+        return _advanced(progress, number, table, read), table, len(read.rows)
+
+    def _read(self, plan: _Plan, table: TableSchema, progress: TableProgress, size: int) -> _Read:
+        """The chunk's SELECT after its LOW: the next `size` keys of a key list, or the next `size`
+        rows of the key range; with what the read could see (ChunkSource.read_view)."""
+        start = plan.start if progress.after is None else None
+        if plan.keys is None:
+            rows = self.source.select_chunk(table, progress.after, start, plan.stop, size)
+            return _Read(rows, self.source.read_view(), len(rows) < size, start, None, [])
+        keys = plan.keys[progress.keys_done : progress.keys_done + size]
+        rows = self.source.select_keys(table, keys)
+        view = self.source.read_view()  # the chunk's own: `_missing_keys` may read again
+        last = progress.keys_done + len(keys) >= len(plan.keys)
+        return _Read(rows, view, last, start, keys, self._missing_keys(table, keys, rows))
+
+    def _log_missing_keys(self, dump_id: str, table: TableSchema, number: int, missing_keys: list[Row]) -> None:
+        if not missing_keys:
+            return
+        shown = [encode_key(k) for k in missing_keys[:MISSING_KEYS_LOGGED]]
+        log.info(
+            "dump.keys_missing",
+            dump_id=dump_id,
+            table=table.qualified_name,
+            chunk=number,
+            count=len(missing_keys),
+            first=json.dumps([k[0] if len(k) == 1 else k for k in shown], separators=(",", ":")),
+            note="the merge deletes them from the target",
         )
 
     def _missing_keys(self, table: TableSchema, batch: list[Row], rows: pa.StructArray) -> list[Row]:

@@ -1,12 +1,11 @@
-"""Key values: checked against the key's column types, and encoded as JSON for progress
-files and chunk metadata without losing their type."""
+"""Key values a user gives (dump ranges, key lists): checked against the key's column types.
+Their JSON form for progress files and chunk metadata is capture/landing/keys.py."""
 
 from __future__ import annotations
 
-import base64
 import struct
 from collections.abc import Callable
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, date, datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -14,43 +13,6 @@ import pyarrow as pa
 
 from capture.errors import DumpInputError
 from capture.events import Row, TableSchema
-
-
-def encode_value(value: Any) -> Any:
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if isinstance(value, Decimal):
-        return {"decimal": format(value, "f")}
-    if isinstance(value, bytes):
-        return {"base64": base64.b64encode(value).decode()}
-    if isinstance(value, datetime):
-        return {"datetime": value.isoformat()}
-    if isinstance(value, date):
-        return {"date": value.isoformat()}
-    if isinstance(value, timedelta):
-        return {"micros": value // timedelta(microseconds=1)}
-    raise TypeError(f"cannot encode key value of type {type(value).__name__}")
-
-
-def decode_value(value: Any) -> Any:
-    if not isinstance(value, dict):
-        return value
-    ((kind, text),) = value.items()
-    return {
-        "decimal": Decimal,
-        "base64": base64.b64decode,
-        "datetime": datetime.fromisoformat,
-        "date": date.fromisoformat,
-        "micros": lambda n: timedelta(microseconds=n),
-    }[kind](text)
-
-
-def encode_key(key: Row | None) -> list[Any] | None:
-    return None if key is None else [encode_value(v) for v in key]
-
-
-def decode_key(key: list[Any] | None) -> Row | None:
-    return None if key is None else tuple(decode_value(v) for v in key)
 
 
 def _coerce(column: str, arrow_type: pa.DataType, value: Any) -> Any:

@@ -7,9 +7,9 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from capture.dump.keys import decode_key, encode_key
 from capture.events import Row
 from capture.landing.files import write_json_atomic
+from capture.landing.keys import decode_key, encode_key
 from capture.landing.zone import LandingZone, table_folder
 
 

@@ -38,11 +38,11 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from capture.dump.key_changes import Unknown, chunk_knows, is_completed, key_changes, resolve
-from capture.errors import WatermarkError
 from capture.events import Row
 from capture.landing import LandingZone
-from capture.landing.chunks import chunk_files, read_chunk_meta
-from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE
+from capture.landing.chunks import read_chunk_meta
+from capture.landing.reader import Watermarks, chunk_files, chunk_low
+from capture.sources.base import ReadView
 
 
 @dataclass(frozen=True)
@@ -65,56 +65,10 @@ class ReconcileStats:
     unknown_values: list[Unknown] = field(default_factory=list)  # key changes' columns nothing held: NULL
 
 
-def _watermarks(zone: LandingZone) -> dict[str, tuple[int, dict[str, Any]]]:
-    data = zone.read_table(WATERMARK_SCHEMA, WATERMARK_TABLE)
-    if data is None:
-        return {}
-    marks = {}
-    for event in data.select(["_lsn", "after"]).to_pylist():
-        after = event["after"]
-        if after is not None:
-            marks[after["watermark_id"]] = (int(event["_lsn"]), after)
-    return marks
-
-
-def _widen(xid: int, near: int) -> int:
-    """A 32-bit xid of the log as the 64-bit xid (epoch | xid) closest to `near`."""
-    full = (near >> 32 << 32) | xid
-    if full > near + (1 << 31):
-        full -= 1 << 32
-    elif full < near - (1 << 31):
-        full += 1 << 32
-    return full
-
-
-def hidden_events(
-    view: dict[str, Any],
-    low: int,
-    lsns: list[int],
-    xids: list[int | None],
-    by_xid: dict[int, list[int]],
-) -> list[int]:
-    """Positions (in LSN order) of the log events before LOW whose transaction the chunk's
-    snapshot did not see.
-
-    `view`: {"snapshot": "xmin:xmax:xip,...", "before_low": encoded LSN read before LOW was
-    written}. A transaction invisible to the snapshot yet committed before LOW is either in
-    its in-progress list (found by xid) or got its xid after LOW's, hence committed after
-    `before_low` (found by scanning that short stretch of the log)."""
-    _xmin, xmax_text, xip_text = view["snapshot"].split(":")
-    xmax = int(xmax_text)
-    xip = {int(x) for x in xip_text.split(",") if x}
-    end = bisect.bisect_left(lsns, low)
-    hidden = set()
-    for i in range(bisect.bisect_left(lsns, int(view["before_low"])), end):
-        xid = xids[i]
-        if xid is not None and (_widen(xid, xmax) >= xmax or _widen(xid, xmax) in xip):
-            hidden.add(i)
-    for full in xip:
-        for i in by_xid.get(full & 0xFFFFFFFF, ()):
-            if i < end and _widen(full & 0xFFFFFFFF, xmax) == full:
-                hidden.add(i)
-    return sorted(hidden)
+def hidden_events(view: ReadView, low: int, lsns: list[int], xids: list[int | None]) -> list[int]:
+    """Positions (in LSN order) of the log events before LOW that the chunk's read did not see
+    (`ReadView.hides`; PostgreSQL: capture/sources/postgres/read_view.py says why there are any)."""
+    return [i for i in range(bisect.bisect_left(lsns, low)) if view.hides(lsns[i], xids[i])]
 
 
 def reconcile_table(
@@ -160,29 +114,20 @@ def reconcile_table(
         if old_key is not None:
             moved_from.setdefault(old_key, []).append(lsn)
     fallback: dict[int, dict[str, Any]] = {}
-    by_xid: dict[int, list[int]] = {}
-    for i, xid in enumerate(xids):
-        if xid is not None:
-            by_xid.setdefault(xid, []).append(i)
 
-    marks = _watermarks(zone)
+    marks = Watermarks(zone)
     for meta, path in chunks:
-        high = marks.get(meta.high_id)
+        high = marks.find(meta.high_id)
         if high is None:
             stats.chunks_pending += 1
             continue
-        low = marks.get(meta.low_id)
-        if low is None or low[0] >= high[0]:
-            raise WatermarkError(
-                f"{schema}.{table} chunk {meta.chunk} of dump {meta.dump_id}: HIGH watermark at {high[0]} "
-                f"has {'no LOW' if low is None else f'its LOW after it ({low[0]})'} in the log"
-            )
+        low = chunk_low(marks, meta, high)
         in_window: dict[Row, list[StreamEvent]] = {}
-        for i in range(bisect.bisect_right(lsns, low[0]), bisect.bisect_left(lsns, high[0])):
+        for i in range(bisect.bisect_right(lsns, low), bisect.bisect_left(lsns, high.lsn)):
             in_window.setdefault(stream[i].key, []).append(stream[i])
         hidden: dict[Row, list[StreamEvent]] = {}
         if meta.read_view is not None:
-            for i in hidden_events(meta.read_view, low[0], lsns, xids, by_xid):
+            for i in hidden_events(meta.read_view, low, lsns, xids):
                 hidden.setdefault(stream[i].key, []).append(stream[i])
         rows = pq.read_table(path).column("after").to_pylist()
         stats.chunks += 1
@@ -197,9 +142,9 @@ def reconcile_table(
                     fallback[lsn] = {**chunk_knows(row, newer, lsn - 1, key_columns), **fallback.get(lsn, {})}
                 base = _base_missing(row, newer, key_columns)
                 if base is not None:
-                    stream.append(StreamEvent(high[0], 1 + position, "r", key, row, base))
+                    stream.append(StreamEvent(high.lsn, 1 + position, "r", key, row, base))
             else:
-                stream.append(StreamEvent(high[0], 1 + position, "r", key, row))
+                stream.append(StreamEvent(high.lsn, 1 + position, "r", key, row))
     stream.sort(key=lambda e: (e.lsn, e.order))
     if moves:
         fills, stats.unknown_values = resolve(stream, moves, stored or {}, fallback)

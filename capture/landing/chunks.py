@@ -18,10 +18,12 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from capture.dump.keys import decode_key, encode_key
 from capture.events import Row, TableSchema
 from capture.landing.files import fsync_dir, write_parquet_atomic
+from capture.landing.keys import decode_key, encode_key
 from capture.landing.zone import LandingZone, table_folder
+from capture.sources import read_view_from_json
+from capture.sources.base import ReadView
 
 META_KEY = b"logtide.chunk"
 
@@ -42,7 +44,7 @@ class ChunkMeta:
     rows: int
     # PostgreSQL: which transactions the chunk's snapshot could see (ChunkSource.read_view);
     # None for MySQL/MariaDB, where visibility follows binlog order
-    read_view: dict[str, Any] | None = None
+    read_view: ReadView | None = None
     # the database's order of the key is Spark's for this chunk's range and rows (a table with
     # `TableSchema.exact_key_order`, no NULL among its bounds and returned keys): only then may the
     # merge delete target keys it finds inside the range. False in files written before it existed.
@@ -53,6 +55,7 @@ class ChunkMeta:
         for name in ("after", "start", "stop"):
             data[name] = encode_key(data[name])
         data["keys"] = None if self.keys is None else [encode_key(k) for k in self.keys]
+        data["read_view"] = None if self.read_view is None else self.read_view.to_json()
         return json.dumps(data)
 
     @classmethod
@@ -62,15 +65,20 @@ class ChunkMeta:
             data[name] = decode_key(data[name])
         data["key"] = tuple(data["key"])
         data["keys"] = None if data["keys"] is None else tuple(decode_key(k) for k in data["keys"])
+        data["read_view"] = read_view_from_json(data.get("read_view"))
         return cls(**data)
 
 
-def chunk_path(zone: LandingZone, dump_id: str, table: TableSchema, chunk: int) -> Path:
-    return zone.root / "chunks" / dump_id / table_folder(table.schema, table.table) / f"{chunk:08d}.parquet"
+def chunk_folder(zone: LandingZone, dump_id: str, schema: str, table: str) -> Path:
+    return zone.root / "chunks" / dump_id / table_folder(schema, table)
+
+
+def chunk_path(zone: LandingZone, dump_id: str, schema: str, table: str, chunk: int) -> Path:
+    return chunk_folder(zone, dump_id, schema, table) / f"{chunk:08d}.parquet"
 
 
 def write_chunk(zone: LandingZone, table: TableSchema, meta: ChunkMeta, rows: pa.StructArray) -> Path:
-    path = chunk_path(zone, meta.dump_id, table, meta.chunk)
+    path = chunk_path(zone, meta.dump_id, table.schema, table.table, meta.chunk)
     path.parent.mkdir(parents=True, exist_ok=True)
     schema = pa.schema(
         [pa.field("after", table.row_type)],
@@ -84,12 +92,3 @@ def write_chunk(zone: LandingZone, table: TableSchema, meta: ChunkMeta, rows: pa
 
 def read_chunk_meta(path: Path) -> ChunkMeta:
     return ChunkMeta.from_json(pq.read_schema(path).metadata[META_KEY])
-
-
-def chunk_files(zone: LandingZone, schema: str, table: str) -> list[Path]:
-    """Every chunk file of a table, all dumps (not the hidden temp file of one being written)."""
-    base = zone.root / "chunks"
-    if not base.exists():
-        return []
-    folder = table_folder(schema, table)
-    return sorted(p for dump in base.iterdir() for p in (dump / folder).glob("[0-9]*.parquet"))

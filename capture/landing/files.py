@@ -7,7 +7,7 @@ import os
 import re
 import uuid
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -26,6 +26,33 @@ def segment_name(first_lsn: int, last_lsn: int) -> str:
 def parse_segment_name(name: str) -> tuple[int, int] | None:
     match = _NAME.match(name)
     return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+class Segment(NamedTuple):
+    """One log file: the first and last LSN (encoded) of the events it holds."""
+
+    first: int
+    last: int
+    path: Path
+
+
+def list_segments(folder: Path) -> list[Segment]:
+    """Every LSN-named file of a log folder, in LSN order (temp files and others left out)."""
+    if not folder.is_dir():
+        return []
+    found = []
+    for path in folder.iterdir():
+        span = parse_segment_name(path.name)
+        if span is not None:
+            found.append(Segment(span[0], span[1], path))
+    return sorted(found)
+
+
+def segments(folder: Path, frontier: int, since: int = 0) -> list[Segment]:
+    """Files holding events at or after `since` and below `frontier`, in LSN order. With the
+    checkpoint's frontier these are exactly the committed files (none reaches past it); with an
+    earlier one (a merge "as of" then) the last may reach past it, so readers filter events by LSN."""
+    return [s for s in list_segments(folder) if s.first < frontier and s.last >= since]
 
 
 def fsync_dir(path: Path) -> None:

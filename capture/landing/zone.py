@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 from capture.errors import LockHeldError
 from capture.events import Lsn
 from capture.landing.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
-from capture.landing.files import TMP_PREFIX, fenced_rename, fsync_dir, parse_segment_name
+from capture.landing.files import TMP_PREFIX, fenced_rename, fsync_dir, parse_segment_name, segments
 from capture.log import get_logger
 
 log = get_logger(__name__)
@@ -125,20 +125,6 @@ class LandingZone:
             return []
         return sorted(folder_table(p.name) for p in self.log_dir.iterdir() if p.is_dir())
 
-    def merge_tables(self) -> list[str]:
-        """`db.table` of every table with log events or dump chunks (what a merge can merge),
-        the watermark table excluded."""
-        from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE  # base imports nothing of landing
-
-        names = {f"{s}.{t}" for s, t in self.tables()}
-        chunks = self.root / "chunks"
-        if chunks.is_dir():
-            names |= {
-                "{}.{}".format(*folder_table(p.name)) for d in chunks.iterdir() if d.is_dir() for p in d.iterdir()
-            }
-        names.discard(f"{WATERMARK_SCHEMA}.{WATERMARK_TABLE}")
-        return sorted(names)
-
     def committed_files(self, folder: str, frontier: Lsn | None = None) -> list[Path]:
         """Files wholly below the frontier (the checkpoint's, unless given), in LSN order."""
         if frontier is None:
@@ -147,15 +133,7 @@ class LandingZone:
                 return []
             frontier = checkpoint.frontier
         limit = frontier.encode()
-        path = self.folder(folder)
-        if not path.exists():
-            return []
-        spans = []
-        for file in path.iterdir():
-            span = parse_segment_name(file.name)
-            if span is not None and span[1] < limit:
-                spans.append((span, file))
-        return [file for _, file in sorted(spans)]
+        return [s.path for s in segments(self.folder(folder), limit) if s.last < limit]
 
     def read(self, folder: str, frontier: Lsn | None = None) -> pa.Table | None:
         """All committed events of one folder as one table in LSN order (schemas unified:

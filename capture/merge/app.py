@@ -21,9 +21,10 @@ from capture.config import LogtideConfig, load_config
 from capture.errors import LogtideError, MergeError, UnusableTableError
 from capture.events import lsn_text
 from capture.landing import LandingZone
+from capture.landing.reader import Watermarks, merge_tables
 from capture.log import get_logger, setup_logging
 from capture.merge.session import build_session, session_conf
-from capture.merge.table import Context, TableMerge, Watermarks, error_line
+from capture.merge.table import Context, TableMerge, error_line
 
 log = get_logger("logtide.merge")
 
@@ -50,7 +51,7 @@ def run_merge(
     committed = checkpoint.frontier.encode()
     if frontier is None or frontier > committed:
         frontier = committed
-    known = zone.merge_tables()
+    known = merge_tables(zone)
     names = tables or known
     for name in names:
         if name.count(".") < 1:

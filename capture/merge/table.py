@@ -69,25 +69,25 @@ import pyarrow.parquet as pq
 
 from capture.config import LogtideConfig
 from capture.dump.key_changes import Unknown
-from capture.dump.keys import encode_key
-from capture.errors import LogtideError, MergeError, WatermarkError
+from capture.errors import LogtideError, MergeError
 from capture.events import lsn_text
 from capture.landing import LandingZone
-from capture.landing.chunks import META_KEY, ChunkMeta
-from capture.landing.files import parse_segment_name
-from capture.landing.zone import table_folder
+from capture.landing.chunks import ChunkMeta
+from capture.landing.keys import encode_key
+from capture.landing.reader import LandedChunk, Watermarks, closed_chunks, dump_chunks, table_segments
 from capture.log import get_logger
 from capture.merge.key_changes import KeyChanges, created_lsns, misses_columns
-from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE
+from capture.merge.target import FRONTIER, UNKNOWN_SAMPLE, UNKNOWN_VALUES, frontier_value, target_of
+from capture.merge.target import namespace as target_namespace
+from capture.merge.target import recorded as target_recorded
+from capture.sources.postgres.read_view import PgSnapshot
 from capture.sources.table_keys import no_key
 
 log = get_logger("logtide.merge")
 
-FRONTIER = "logtide.frontier"
-# values key changes left out that nothing held (written NULL): the count since the target was
-# created and the newest few, in the MERGE's snapshot summary and as table properties (`status`)
-UNKNOWN_VALUES, UNKNOWN_SAMPLE, SAMPLE_SIZE = "logtide.unknown-values", "logtide.unknown-sample", 10
-CHANGELOG_SUFFIX = "__changelog"
+# values key changes left out that nothing held (written NULL): the newest SAMPLE_SIZE of them in
+# UNKNOWN_SAMPLE (capture/merge/target.py)
+SAMPLE_SIZE = 10
 # bookkeeping columns of the targets and the changelog (source columns may not use these names)
 TARGET_META = (("_lsn", "decimal(38,0)"), ("_applied_at", "timestamp"))
 CHANGELOG_META = (
@@ -193,67 +193,6 @@ def spark_value(value: Any, spark: Any) -> Any:
 # -- the landing zone, as the driver sees it ---------------------------------------------------
 
 
-def _segments(folder: Path, frontier: int) -> list[tuple[int, int, Path]]:
-    """Files of a log folder holding events below the frontier, in LSN order. With the checkpoint's
-    frontier these are exactly the committed files; with an earlier one (a merge "as of" then) the
-    last file may reach past it, so readers also filter events by LSN."""
-    if not folder.exists():
-        return []
-    found = []
-    for path in folder.iterdir():
-        span = parse_segment_name(path.name)
-        if span is not None and span[0] < frontier:
-            found.append((span[0], span[1], path))
-    return sorted(found)
-
-
-@dataclass(frozen=True)
-class Mark:
-    lsn: int
-    id: str
-    dump_id: str
-    table: str
-    chunk: int
-    kind: str
-    commit_ts: datetime | None
-
-
-class Watermarks:
-    """The watermark events of one source, read backwards from the frontier only as far as needed."""
-
-    def __init__(self, zone: LandingZone, frontier: int) -> None:
-        self.files = _segments(zone.log_dir / table_folder(WATERMARK_SCHEMA, WATERMARK_TABLE), frontier)
-        self.frontier = frontier
-        self._next = len(self.files)  # files[_next:] are loaded
-        self.by_id: dict[str, Mark] = {}
-
-    def _load_previous(self) -> None:
-        self._next -= 1
-        data = pq.read_table(self.files[self._next][2], columns=["_lsn", "_commit_ts", "after"])
-        for event in data.to_pylist():
-            after = event["after"]
-            if after is not None and int(event["_lsn"]) < self.frontier:
-                self.by_id[after["watermark_id"]] = Mark(
-                    int(event["_lsn"]),
-                    after["watermark_id"],
-                    after["dump_id"],
-                    after["table_name"],
-                    int(after["chunk"]),
-                    after["kind"],
-                    event["_commit_ts"],
-                )
-
-    def since(self, lsn: int) -> list[Mark]:
-        while self._next > 0 and self.files[self._next - 1][1] >= lsn:
-            self._load_previous()
-        return sorted((m for m in self.by_id.values() if m.lsn >= lsn), key=lambda m: m.lsn)
-
-    def find(self, watermark_id: str) -> Mark | None:
-        while watermark_id not in self.by_id and self._next > 0:
-            self._load_previous()
-        return self.by_id.get(watermark_id)
-
-
 @dataclass
 class Chunk:
     id: int
@@ -267,31 +206,12 @@ class Chunk:
 
 def _chunks(zone: LandingZone, marks: Watermarks, schema: str, table: str, since: int) -> tuple[list[Chunk], int]:
     """Chunks whose HIGH watermark is at or after `since`; and how many HIGHs were stale (redone chunks)."""
-    name = f"{schema}.{table}"
-    chunks, stale = [], 0
-    for mark in marks.since(since):
-        if mark.kind != "HIGH" or mark.table != name:
-            continue
-        path = zone.root / "chunks" / mark.dump_id / table_folder(schema, table) / f"{mark.chunk:08d}.parquet"
-        try:
-            file_schema = pq.read_schema(path)
-        except FileNotFoundError:
-            log.warning("merge.chunk_missing", table=name, dump_id=mark.dump_id, chunk=mark.chunk, path=str(path))
-            stale += 1
-            continue
-        meta = ChunkMeta.from_json(file_schema.metadata[META_KEY])
-        if meta.high_id != mark.id:  # the chunk was redone: a later HIGH carries its rows
-            stale += 1
-            continue
-        low = marks.find(meta.low_id)
-        if low is None or low.lsn >= mark.lsn:
-            raise WatermarkError(
-                f"{name} chunk {meta.chunk} of dump {meta.dump_id}: HIGH watermark at {mark.lsn} has "
-                f"{'no LOW' if low is None else f'its LOW after it ({low.lsn})'} in the log"
-            )
-        row_type = file_schema.field("after").type
-        chunks.append(Chunk(len(chunks), path, meta, low.lsn, mark.lsn, mark.commit_ts, row_type))
-    return chunks, stale
+    found, stale = closed_chunks(zone, marks, schema, table, since)
+    return [_chunk(i, c) for i, c in enumerate(found)], len(stale)
+
+
+def _chunk(i: int, c: LandedChunk, row_type: pa.StructType | None = None) -> Chunk:
+    return Chunk(i, c.path, c.meta, c.low, c.high, c.high_ts, row_type or c.row_type)
 
 
 @dataclass
@@ -323,23 +243,17 @@ def _completed_dumps(
         meta = final.meta
         if not meta.last or meta.keys is not None or meta.start is not None or meta.stop is not None:
             continue
-        folder = zone.root / "chunks" / meta.dump_id / table_folder(schema, table)
-        paths = sorted(folder.glob("[0-9]*.parquet"))
-        metas = [ChunkMeta.from_json(pq.read_schema(p).metadata[META_KEY]) for p in paths]
+        dump = dump_chunks(zone, marks, meta.dump_id, schema, table)
+        if dump is None:
+            continue
+        metas = [c.meta for c in dump]
         if [m.chunk for m in metas] != list(range(1, meta.chunk + 1)) or metas[-1].high_id != meta.high_id:
             continue
         if all(m.exact_order for m in metas) or metas[0].after is not None:
             continue
         if any(m.keys is not None or m.start is not None or m.stop is not None for m in metas):
             continue
-        chunks = []
-        for path, m in zip(paths, metas, strict=True):
-            low, high = marks.find(m.low_id), marks.find(m.high_id)
-            if low is None or high is None:
-                break
-            chunks.append(Chunk(len(chunks), path, m, low.lsn, high.lsn, high.commit_ts, final.row_type))
-        if len(chunks) == len(metas):
-            found.append(CompletedDump(meta.dump_id, chunks))
+        found.append(CompletedDump(meta.dump_id, [_chunk(i, c, final.row_type) for i, c in enumerate(dump)]))
     return found
 
 
@@ -411,26 +325,24 @@ def _iceberg_table(spark: Any, name: str) -> Any:
 
 
 def recorded(spark: Any, name: str, key: str) -> str | None:
-    """`key` of the newest snapshot summary in the current ancestry that has it; when snapshot
-    expiry removed them all (after compactions), the table property the merge sets after each
-    commit; None for a table no merge wrote it to."""
+    """`key` as the target contract reads it (capture/merge/target.py `recorded`), from Iceberg's
+    Java table: the current ancestry's snapshot summaries, then the table property."""
     table = _iceberg_table(spark, name)
     table.refresh()
-    snapshot = table.currentSnapshot()
-    while snapshot is not None:
-        value = snapshot.summary().get(key)
-        if value is not None:
-            return str(value)
-        parent = snapshot.parentId()
-        snapshot = table.snapshot(parent) if parent is not None else None
-    value = table.properties().get(key) if table.currentSnapshot() is not None else None
-    return str(value) if value is not None else None
+
+    def ancestry() -> Iterator[Any]:
+        snapshot = table.currentSnapshot()
+        while snapshot is not None:
+            yield snapshot.summary()
+            parent = snapshot.parentId()
+            snapshot = table.snapshot(parent) if parent is not None else None
+
+    return target_recorded(ancestry(), table.properties() if table.currentSnapshot() is not None else None, key)
 
 
 def applied_frontier(spark: Any, name: str) -> int:
     """`logtide.frontier` the target or changelog holds (0 for a table no merge wrote)."""
-    value = recorded(spark, name, FRONTIER)
-    return int(value) if value is not None else 0
+    return frontier_value(recorded(spark, name, FRONTIER))
 
 
 def is_empty(spark: Any, name: str) -> bool:
@@ -627,11 +539,10 @@ class Context:
     marks_lock: threading.Lock = field(init=False, default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
-        self.namespace = self.config.merge.namespace or self.source
+        self.namespace = target_namespace(self.config.merge, self.source)
 
-    def target_name(self, schema: str, table: str, suffix: str = "") -> str:
-        cfg = self.config.merge
-        return ".".join(quote(p) for p in (cfg.catalog_name, self.namespace, f"{schema}__{table}{suffix}"))
+    def target_name(self, schema: str, table: str, changelog: bool = False) -> str:
+        return target_of(self.config.merge, self.source, schema, table, changelog).spark
 
 
 class TableMerge:
@@ -639,7 +550,7 @@ class TableMerge:
         self.ctx, self.schema, self.table = ctx, schema, table
         self.name = f"{schema}.{table}"
         self.target = ctx.target_name(schema, table)
-        self.changelog = ctx.target_name(schema, table, CHANGELOG_SUFFIX)
+        self.changelog = ctx.target_name(schema, table, changelog=True)
         self.report: dict[str, Any] = {"table": self.name, "target": self.target, "changelog": self.changelog}
         self.timings: dict[str, float] = {}
         self.step = "plan"  # the step under way: a failure names it
@@ -694,9 +605,8 @@ class TableMerge:
                 chunks, stale = _chunks(ctx.zone, ctx.marks, self.schema, self.table, a)
                 completed = _completed_dumps(ctx.zone, ctx.marks, self.schema, self.table, chunks)
             read = chunks + [c for d in completed for c in d.chunks]  # the log is read back to every LOW
-            start = min([a, *(c.low for c in read), *(int(v["before_low"]) for c in read if (v := _view(c)))])
-            folder = ctx.zone.log_dir / table_folder(self.schema, self.table)
-            log_files = [s for s in _segments(folder, F) if s[1] >= start]
+            start = min([a, *(c.low for c in read), *(c.meta.read_view.lookback for c in read if c.meta.read_view)])
+            log_files = table_segments(ctx.zone, self.schema, self.table, F, since=start)
             if not chunks and not any(s[1] >= a for s in log_files):
                 self.report["skipped"] = "nothing new"
                 return
@@ -981,11 +891,11 @@ class TableMerge:
 
         views = []
         for c in chunks:
-            view = _view(c)
-            if view is not None:
-                _xmin, xmax, xip = view["snapshot"].split(":")
-                in_progress = [int(x) for x in xip.split(",") if x]
-                views.append((c.id, c.low, int(view["before_low"]), int(xmax), in_progress))
+            view = c.meta.read_view
+            if isinstance(view, PgSnapshot):  # the Spark form of `PgSnapshot.hides`
+                views.append((c.id, c.low, view.before_low, view.xmax, list(view.xip)))
+            elif view is not None:
+                raise MergeError(f"{self.name}: the merge cannot apply read view {type(view).__name__}")
         if not views:
             return None
         keys, spark = self.keys, self.ctx.spark
@@ -1363,12 +1273,8 @@ def _spark_root_cause(exc: BaseException) -> tuple[str, str] | None:
     return None
 
 
-def _view(chunk: Chunk) -> dict[str, Any] | None:
-    return getattr(chunk.meta, "read_view", None)  # PostgreSQL chunks only
-
-
 def _widen(xid: Any, near: Any) -> Any:
-    """A 32-bit xid as the 64-bit xid (epoch | xid) closest to `near` (reconcile.py `_widen`)."""
+    """A 32-bit xid as the 64-bit xid (epoch | xid) closest to `near` (read_view.py `widen`)."""
     from pyspark.sql import functions as sf
 
     full = sf.shiftleft(sf.shiftright(near, 32), 32).bitwiseOR(xid)

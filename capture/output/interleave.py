@@ -255,18 +255,14 @@ class Interleaver:
             in_window.setdefault(stream[i].key, []).append(stream[i])
         hidden: dict[Row, list[StreamEvent]] = {}
         if meta.read_view is not None:
-            if len(self._recent) == self._recent.maxlen and lsns and lsns[0] > int(meta.read_view["before_low"]):
+            if len(self._recent) == self._recent.maxlen and lsns and lsns[0] > meta.read_view.lookback:
                 log.warning(
                     "output.lookback_short",
                     table=window.table,
                     chunk=meta.chunk,
                     note="raise lookback: events before LOW the chunk's snapshot missed may not be found",
                 )
-            by_xid: dict[int, list[int]] = {}
-            for i, xid in enumerate(xids):
-                if xid is not None:
-                    by_xid.setdefault(xid, []).append(i)
-            for i in hidden_events(meta.read_view, window.low_lsn, lsns, xids, by_xid):
+            for i in hidden_events(meta.read_view, window.low_lsn, lsns, xids):
                 hidden.setdefault(stream[i].key, []).append(stream[i])
         schema, _, name = window.table.partition(".")
         out = []

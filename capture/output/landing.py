@@ -19,9 +19,10 @@ import pyarrow.parquet as pq
 
 from capture.errors import LandingZoneError
 from capture.events import lsn_text
-from capture.landing.chunks import ChunkMeta, read_chunk_meta
-from capture.landing.files import parse_segment_name, write_json_atomic
-from capture.landing.zone import SCHEMA_HISTORY, LandingZone, folder_table, table_folder
+from capture.landing.chunks import ChunkMeta, chunk_path, read_chunk_meta
+from capture.landing.files import list_segments, write_json_atomic
+from capture.landing.reader import Watermarks
+from capture.landing.zone import SCHEMA_HISTORY, LandingZone, folder_table
 from capture.output.interleave import Event
 from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE
 
@@ -74,12 +75,7 @@ class LandingReader:
         cached = self._listings.get(folder.name)
         if cached is None or folder.stat().st_mtime >= cached[0] - CACHE_SLACK_S:
             listed_at = time.time()
-            segments = []
-            for file in folder.iterdir():
-                span = parse_segment_name(file.name)
-                if span is not None:
-                    segments.append((span[0], span[1], file.name))
-            cached = (listed_at, segments)
+            cached = (listed_at, [(s.first, s.last, s.path.name) for s in list_segments(folder)])
         segments = [s for s in cached[1] if s[1] >= start]  # what is wholly read is not looked at again
         self._listings[folder.name] = (cached[0], segments)
         return segments
@@ -124,7 +120,7 @@ class LandingReader:
 
     def load_chunk(self, dump_id: str, table: str, chunk: int) -> tuple[ChunkMeta, list[dict[str, Any]]] | None:
         schema, _, name = table.partition(".")
-        path = self.zone.root / "chunks" / dump_id / table_folder(schema, name) / f"{chunk:08d}.parquet"
+        path = chunk_path(self.zone, dump_id, schema, name, chunk)
         try:
             data = pq.read_table(path)
             meta = read_chunk_meta(path)
@@ -135,18 +131,13 @@ class LandingReader:
     def open_windows_before(self, frontier: int) -> int:
         """The LSN of the oldest LOW watermark below `frontier` whose chunk has no HIGH below it (a window
         open at the frontier), or `frontier`: where an output that starts at the frontier begins to read."""
-        data = self.zone.read_table(WATERMARK_SCHEMA, WATERMARK_TABLE)
         open_lows: dict[tuple[str, str], int] = {}
-        if data is not None:
-            for row in data.select(["_lsn", "after"]).to_pylist():
-                lsn, mark = int(row["_lsn"]), row["after"]
-                if mark is None or lsn >= frontier:
-                    continue
-                slot = (mark["dump_id"], mark["table_name"])
-                if mark["kind"] == "LOW":
-                    open_lows[slot] = lsn
-                else:
-                    open_lows.pop(slot, None)
+        for mark in Watermarks(self.zone, frontier).all():
+            slot = (mark.dump_id, mark.table)
+            if mark.kind == "LOW":
+                open_lows[slot] = mark.lsn
+            else:
+                open_lows.pop(slot, None)
         return min(open_lows.values(), default=frontier)
 
 

@@ -20,12 +20,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from capture.config import OutputConfig
+from capture.dump.gate import high_key
 from capture.errors import LockHeldError, OutputError
 from capture.landing import LandingZone
 from capture.landing.files import write_json_atomic
 from capture.log import get_logger
 from capture.output.formats import Message, encode
-from capture.output.gate import high_key
 from capture.output.interleave import Event, Interleaver
 from capture.output.landing import LandingReader, Position, position_path, read_position, write_position
 from capture.output.sinks import Output
@@ -86,7 +86,7 @@ class Relay:
         self.database = database  # PostgreSQL: the source's database (Debezium's source.db)
         self.transforms = load_transforms(name, config)
         self._included: dict[tuple[str, str], bool] = {}
-        # dump/table -> last chunk whose HIGH this output has delivered past (read by capture/output/gate.py)
+        # dump/table -> last chunk whose HIGH this output has delivered past (read by capture/dump/gate.py)
         self._highs: OrderedDict[str, int] = OrderedDict()
         self._read_highs: list[tuple[str, int]] = []  # HIGHs read, not yet known delivered
         self._state_name = "delivering"
@@ -234,7 +234,7 @@ class Relay:
 
     def _state(self, state: str, **details: object) -> None:
         """What `logtide status` shows besides the position (delivering, or retrying since when and why), and
-        what dumps wait for (capture/output/gate.py): the chunks delivered, and that this relay is alive."""
+        what dumps wait for (capture/dump/gate.py): the chunks delivered, and that this relay is alive."""
         self._state_name, self._state_details = state, details
         data = {
             "state": state,

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from capture.config import SourceConfig
-from capture.sources.base import ChunkSource, LogSource
+from capture.sources.base import ChunkSource, LogSource, ReadView
 
 
 def open_source(name: str, config: SourceConfig) -> LogSource:
@@ -28,3 +30,14 @@ def open_chunk_source(name: str, config: SourceConfig) -> ChunkSource:
 
         return PostgresChunkSource(name, config)
     raise NotImplementedError(f"source kind {config.kind!r}")
+
+
+def read_view_from_json(data: dict[str, Any] | None) -> ReadView | None:
+    """A chunk's stored read view (ChunkSource.read_view) as the type of the source that wrote it."""
+    if data is None:
+        return None
+    if "snapshot" in data:
+        from capture.sources.postgres.read_view import PgSnapshot
+
+        return PgSnapshot.from_json(data)
+    raise ValueError(f"unknown read view {sorted(data)} in chunk metadata")

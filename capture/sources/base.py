@@ -59,6 +59,11 @@ class LogSource(Protocol):
         """Log the server keeps only for this capture (PostgreSQL: WAL held by the slot, from its
         restart LSN); None where the source keeps nothing for a reader (MySQL/MariaDB)."""
 
+    def log_lag(self, resume: dict[str, Any]) -> dict[str, Any]:
+        """For `logtide status`, without a running capture: how far the server's log end is past a
+        checkpoint's resume token. Keys: `server_position`, `bytes` (None when the source cannot
+        tell) and what else the source knows (`transactions`, `slot`, `retained_bytes`, a `note`)."""
+
     def close(self) -> None: ...
 
 
@@ -71,6 +76,22 @@ class Watermark:
     chunk: int
     kind: str  # "LOW" or "HIGH"
     id: str  # unique per write (uuid4)
+
+
+class ReadView(Protocol):
+    """What a chunk's read could see, where the log's order alone does not say it (PostgreSQL: its
+    snapshot; capture/sources/postgres/read_view.py). Stored with the chunk (`to_json`, read back by
+    `capture.sources.read_view_from_json`); reconciliation only asks it about log events before LOW."""
+
+    @property
+    def lookback(self) -> int:
+        """The encoded LSN from which on the log must be at hand for `hides` to be asked about it."""
+
+    def hides(self, lsn: int, xid: int | None) -> bool:
+        """Whether the read missed the log event at `lsn` (before LOW) of transaction `xid` (the
+        log's transaction id as an integer; None: the log gives none)."""
+
+    def to_json(self) -> dict[str, Any]: ...
 
 
 class ChunkSource(Protocol):
@@ -117,7 +138,7 @@ class ChunkSource(Protocol):
         """Whether the database orders `key` after `other` in `table`'s key order (the key
         columns' types and collations), without reading a row."""
 
-    def read_view(self) -> dict[str, Any] | None:
+    def read_view(self) -> ReadView | None:
         """What the last chunk read could see, when the log's order alone does not say it
         (PostgreSQL: the snapshot, since visibility can trail the WAL); stored with the chunk
         and used by reconciliation. None for MySQL/MariaDB."""

@@ -157,6 +157,74 @@ def dump_params(sources: Sequence[str], source_default: str | None = None, table
     }
 
 
+def plan_source_dump(source: str, dump_id: str, params: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict]]:
+    """The plan task of one source: the tables to dump (each with LogtideDumpOperator's arguments)
+    and those skipped. A refusal fails the task for good; a lost connection is retried."""
+    try:
+        hook = LogtideHook(source)
+        request = build_request(
+            dump_id=dump_id,
+            defaults=hook.dump_defaults(),
+            tables=params["tables"],
+            keys=params["keys"],
+            key_from=params["key_from"],
+            key_to=params["key_to"],
+            chunk_size=params["chunk_size"],
+            delay_s=params["delay_s"],
+            max_rows_per_s=params["max_rows_per_s"],
+        )
+        chunk_source = hook.chunk_source()
+        try:
+            tables, skipped = plan(chunk_source, hook.zone(), request)
+        finally:
+            chunk_source.close()
+    except SourceConnectionError:
+        raise  # transient: retried
+    except LogtideError as exc:
+        log.error("dump.refused", dump_id=dump_id, source=source, error=str(exc))
+        raise AirflowFailException(str(exc)) from exc
+    log.info(
+        "dump.planned",
+        dump_id=dump_id,
+        source=source,
+        tables=",".join(tables),
+        pool=pool_name(source),
+        control=f"Variables {control_variable(source)} / {control_variable(dump_id)}",
+        skipped=",".join(s["table"] for s in skipped) or "none",
+    )
+    handoff = {
+        "dump_id": dump_id,
+        "keys": params["keys"],
+        "key_from": params["key_from"],
+        "key_to": params["key_to"],
+        **request.settings.model_dump(include={"chunk_size", "delay_s", "max_rows_per_s"}),
+    }
+    return [{"table": table, **handoff} for table in tables], skipped
+
+
+def dump_summary(dump_id: str, source: str, results: list[dict], skipped: list[dict]) -> dict[str, Any]:
+    """The summary task's report: totals over the dump tasks' results, per table, and the skipped tables."""
+    per_table = [t for r in results for t in r["tables"]]
+    totals = {
+        "dump_id": dump_id,
+        "source": source,
+        "tables": len(per_table),
+        "chunks": sum(t["chunks"] for t in per_table),
+        "rows": sum(t["rows"] for t in per_table),
+        "missing_keys": sum(t["missing_keys"] for t in per_table),
+        "per_table": sorted(per_table, key=lambda t: t["table"]),
+        "skipped": skipped,
+    }
+    for t in totals["per_table"]:
+        log.info("dump.table_summary", dump_id=dump_id, **t)
+    log.info(
+        "dump.summary",
+        **{k: v for k, v in totals.items() if k not in ("per_table", "skipped")},
+        skipped=",".join(t["table"] for t in skipped) or "none",
+    )
+    return totals
+
+
 def build_dump_dag(
     dag_id: str,
     sources: Sequence[str],
@@ -167,13 +235,12 @@ def build_dump_dag(
     dump_id_prefix: str = "",
     description: str = "Logtide watermark dump (DBLog)",
 ) -> DAG:
+    """Per source: plan (skipped unless the run's `source` is it) -> the mapped dump tasks (one per
+    table, in the source's pool) -> the merge after the dump; then one summary of the run."""
     sources = list(sources)
     dump_task_ids = [f"dump_{s}" for s in sources]
     params = dump_params(sources, source_default, tables)
     known = list(params)
-
-    def dump_id_of(run_id: str) -> str:
-        return dump_id_for_run(run_id, dump_id_prefix)
 
     with DAG(
         dag_id=dag_id,
@@ -199,49 +266,9 @@ def build_dump_dag(
                 refuse_unknown_conf(dag_id, dag_run.conf if dag_run is not None else None, known)
                 if params["source"] != source:
                     raise AirflowSkipException(f"this run dumps source {params['source']!r}")
-                dump_id = dump_id_of(run_id)
-                try:
-                    hook = LogtideHook(source)
-                    request = build_request(
-                        dump_id=dump_id,
-                        defaults=hook.dump_defaults(),
-                        tables=params["tables"],
-                        keys=params["keys"],
-                        key_from=params["key_from"],
-                        key_to=params["key_to"],
-                        chunk_size=params["chunk_size"],
-                        delay_s=params["delay_s"],
-                        max_rows_per_s=params["max_rows_per_s"],
-                    )
-                    chunk_source = hook.chunk_source()
-                    try:
-                        tables, skipped = plan(chunk_source, hook.zone(), request)
-                    finally:
-                        chunk_source.close()
-                except SourceConnectionError:
-                    raise  # transient: retried
-                except LogtideError as exc:
-                    log.error("dump.refused", dump_id=dump_id, source=source, error=str(exc))
-                    raise AirflowFailException(str(exc)) from exc
-                log.info(
-                    "dump.planned",
-                    dump_id=dump_id,
-                    source=source,
-                    tables=",".join(tables),
-                    pool=pool_name(source),
-                    control=f"Variables {control_variable(source)} / {control_variable(dump_id)}",
-                    skipped=",".join(s["table"] for s in skipped) or "none",
-                )
+                planned, skipped = plan_source_dump(source, dump_id_for_run(run_id, dump_id_prefix), params)
                 ti.xcom_push(key="skipped", value=skipped)  # for the summary
-                # LogtideDumpOperator's arguments for each table
-                handoff = {
-                    "dump_id": dump_id,
-                    "keys": params["keys"],
-                    "key_from": params["key_from"],
-                    "key_to": params["key_to"],
-                    **request.settings.model_dump(include={"chunk_size", "delay_s", "max_rows_per_s"}),
-                }
-                return [{"table": table, **handoff} for table in tables]
+                return planned
 
             return plan_dump()
 
@@ -258,27 +285,9 @@ def build_dump_dag(
         def summarize(params: dict[str, Any] | None = None, run_id: str | None = None, ti: Any = None) -> dict:
             assert params is not None and run_id is not None
             results = [r for r in ti.xcom_pull(task_ids=dump_task_ids) or [] if r]
-            per_table = [t for r in results for t in r["tables"]]
             plans = [f"plan_{s}" for s in sources]
             skipped = [t for r in ti.xcom_pull(task_ids=plans, key="skipped") or [] if r for t in r]
-            totals = {
-                "dump_id": dump_id_of(run_id),
-                "source": params["source"],
-                "tables": len(per_table),
-                "chunks": sum(t["chunks"] for t in per_table),
-                "rows": sum(t["rows"] for t in per_table),
-                "missing_keys": sum(t["missing_keys"] for t in per_table),
-                "per_table": sorted(per_table, key=lambda t: t["table"]),
-                "skipped": skipped,
-            }
-            for t in totals["per_table"]:
-                log.info("dump.table_summary", dump_id=totals["dump_id"], **t)
-            log.info(
-                "dump.summary",
-                **{k: v for k, v in totals.items() if k not in ("per_table", "skipped")},
-                skipped=",".join(t["table"] for t in skipped) or "none",
-            )
-            return totals
+            return dump_summary(dump_id_for_run(run_id, dump_id_prefix), params["source"], results, skipped)
 
         dumps >> summarize()
     return dag

@@ -26,31 +26,25 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-import pyarrow.parquet as pq
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import Asset, AssetAlias, BaseHook
 from airflow.sdk.exceptions import AirflowFailException, AirflowNotFoundException, AirflowSkipException
 
 from capture.config import LogtideConfig, MergeConfig, load_config
-from capture.errors import LogtideError
+from capture.errors import LandingTimeoutError, LogtideError
 from capture.events import lsn_text
 from capture.landing import LandingZone
 from capture.landing.chunks import read_chunk_meta
-from capture.landing.files import parse_segment_name
-from capture.landing.zone import table_folder
+from capture.landing.reader import Watermarks, dump_chunk_files, merge_tables
 from capture.log import get_logger
+from capture.merge.target import target_of
 from capture.merge_submit import APPLICATION, build_merge_submit, merge_lock
-from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE
 from logtide_airflow.hooks import config_path
 
 log = get_logger(__name__)
 
 SPARK_CONNECTION = "spark_default"
-
-
-class LandingTimeoutError(LogtideError):
-    """Capture did not land a dump's watermarks in time (it is probably not running)."""
 
 
 def merge_config() -> tuple[str, LogtideConfig]:
@@ -65,10 +59,8 @@ def merge_config() -> tuple[str, LogtideConfig]:
 def table_asset_uri(merge: MergeConfig, source: str, table: str) -> str:
     """`iceberg://<catalog_name>/<namespace>/<db>__<table>`: the target table `merge` writes for `table`."""
     schema, _, name = table.partition(".")
-    namespace = merge.namespace or source
-    return f"iceberg://{quote(merge.catalog_name, safe='')}/{quote(namespace, safe='')}/" + quote(
-        f"{schema}__{name}", safe=""
-    )
+    target = target_of(merge, source, schema, name)
+    return "iceberg://" + "/".join(quote(p, safe="") for p in (target.catalog, target.namespace, target.name))
 
 
 def table_asset(merge: MergeConfig, source: str, table: str) -> Asset:
@@ -88,43 +80,11 @@ def last_chunks(zone: LandingZone, dump_id: str, tables: Sequence[str]) -> dict[
     found = {}
     for name in tables:
         schema, _, table = name.partition(".")
-        files = sorted((zone.root / "chunks" / dump_id / table_folder(schema, table)).glob("*.parquet"))
+        files = dump_chunk_files(zone, dump_id, schema, table)
         if not files:
             raise LandingTimeoutError(f"dump {dump_id} wrote no chunk of {name} in {zone.root / 'chunks'}")
-        found[name] = read_chunk_meta(files[-1])  # named <chunk:08d>.parquet: the last sorts last
+        found[name] = read_chunk_meta(files[-1])
     return found
-
-
-class WatermarkLog:
-    """Watermark ids -> LSN, from the committed log of `logtide.watermarks`. Read newest file first
-    and each committed file once (committed files never change), so polling stays cheap."""
-
-    def __init__(self, zone: LandingZone) -> None:
-        self.zone = zone
-        self.folder = zone.log_dir / table_folder(WATERMARK_SCHEMA, WATERMARK_TABLE)
-        self.read: set[str] = set()
-        self.lsns: dict[str, int] = {}
-        self.frontier: int | None = None
-
-    def find(self, ids: set[str]) -> dict[str, int]:
-        checkpoint = self.zone.checkpoint()
-        if checkpoint is None:
-            return {}
-        self.frontier = checkpoint.frontier.encode()
-        files = []
-        if self.folder.exists():
-            for path in self.folder.iterdir():
-                span = parse_segment_name(path.name)
-                if span is not None and span[0] < self.frontier and path.name not in self.read:
-                    files.append((span[0], path))
-        for _, path in sorted(files, reverse=True):
-            if ids <= self.lsns.keys():
-                break
-            for event in pq.read_table(path, columns=["_lsn", "after"]).to_pylist():
-                if event["after"] is not None and int(event["_lsn"]) < self.frontier:
-                    self.lsns[event["after"]["watermark_id"]] = int(event["_lsn"])
-            self.read.add(path.name)
-        return {i: self.lsns[i] for i in ids if i in self.lsns}
 
 
 def wait_for_high_watermarks(
@@ -134,10 +94,11 @@ def wait_for_high_watermarks(
     `dump_id`; return per table its last chunk, that watermark's LSN and the frontier seen."""
     chunks = last_chunks(zone, dump_id, tables)
     wanted = {meta.high_id: name for name, meta in chunks.items()}
-    marks = WatermarkLog(zone)
+    marks = Watermarks(zone)  # follows the checkpoint; reads each committed file once
     began = time.monotonic()
     while True:
-        found = marks.find(set(wanted))
+        marks.refresh()
+        found = {i: m.lsn for i, m in marks.find_all(set(wanted)).items()}
         if len(found) == len(wanted):
             break
         if time.monotonic() - began >= timeout_s:
@@ -162,7 +123,7 @@ def wait_for_high_watermarks(
 
 def check_tables(zone: LandingZone, tables: Sequence[str]) -> list[str]:
     """The tables a merge run asks for, checked against the landing zone; none: every table that landed."""
-    landed = zone.merge_tables()
+    landed = merge_tables(zone)
     for name in tables:
         if name not in landed:
             raise LogtideError(

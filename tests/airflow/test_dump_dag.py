@@ -12,7 +12,8 @@ import yaml
 
 from capture.dump.progress import dump_dir
 from capture.dump.record import RECORD, read_record
-from capture.landing.chunks import chunk_files, read_chunk_meta
+from capture.landing.chunks import read_chunk_meta
+from capture.landing.reader import chunk_files
 from tests.airflow.airflow_helpers import (
     TABLES,
     delete_variable,

@@ -38,6 +38,7 @@ from capture.config import SourceConfig
 from capture.dump.control import FileControl
 from capture.dump.progress import dump_dir
 from capture.landing import LandingZone
+from capture.landing.reader import merge_tables
 from capture.landing.zone import table_folder
 from tests.conftest import ROOT, CaptureProcess
 from tests.convergence import check
@@ -324,7 +325,7 @@ class Harness:
         return LandingZone(self.workdir / "landing", self.source)
 
     def _merge_tables(self) -> list[str]:
-        return [t for t in self._zone().merge_tables() if t not in self.broken]
+        return [t for t in merge_tables(self._zone()) if t not in self.broken]
 
     def _merge(self, label: str, kill_after: int | None = None, started: Callable[[], None] | None = None) -> None:
         """`logtide merge --source S` (SIGKILLed after `kill_after` changelog commits); after a failure the

@@ -13,11 +13,21 @@ class Kit:
 
     kind: str  # the harness's name for it: mariadb | postgres
     types: dict[str, SqlType]  # every kind this database declares (schema.COMMON_KINDS and its own)
-    type_kinds: tuple[str, ...]  # the kinds of the `types` table's columns
 
     def __init__(self, server: Any, database: str) -> None:
         self.server = server
         self.database = database
+
+    @property
+    def type_kinds(self) -> tuple[str, ...]:
+        """The kinds of the `types` table's columns: every declared kind but the big (TOASTed) ones."""
+        return tuple(k for k in self.types if not k.startswith("big_"))
+
+    def column_ddl(self, table: Table) -> list[str]:
+        """`name TYPE [NOT NULL]` of each of the table's columns."""
+        return [
+            f"{self.quote(c.name)} {self.types[c.kind].ddl}{'' if c.nullable else ' NOT NULL'}" for c in table.columns
+        ]
 
     @property
     def schema(self) -> str:

@@ -132,7 +132,6 @@ TYPES: dict[str, SqlType] = {
 class MariaDBKit(Kit):
     kind = "mariadb"
     types = TYPES
-    type_kinds = tuple(k for k in TYPES if not k.startswith("big_"))
 
     @property
     def schema(self) -> str:
@@ -145,10 +144,7 @@ class MariaDBKit(Kit):
         db = self.quote(self.database)
         statements = [f"DROP DATABASE IF EXISTS {db}", f"CREATE DATABASE {db} CHARACTER SET utf8mb4"]
         for table in tables:
-            columns = [
-                f"{self.quote(c.name)} {self.types[c.kind].ddl}{'' if c.nullable else ' NOT NULL'}"
-                for c in table.columns
-            ]
+            columns = self.column_ddl(table)
             ident = ", ".join(self.quote(c) for c in table.ident)
             if table.key == "primary":
                 columns.append(f"PRIMARY KEY ({ident})")

@@ -152,7 +152,6 @@ TYPES: dict[str, SqlType] = {
 class PostgresKit(Kit):
     kind = "postgres"
     types = TYPES
-    type_kinds = tuple(k for k in TYPES if not k.startswith("big_"))
 
     @property
     def schema(self) -> str:
@@ -169,10 +168,7 @@ class PostgresKit(Kit):
         ]
         for table in tables:
             name = self.quote(table.name)
-            columns = [
-                f"{self.quote(c.name)} {self.types[c.kind].ddl}{'' if c.nullable else ' NOT NULL'}"
-                for c in table.columns
-            ]
+            columns = self.column_ddl(table)
             ident = ", ".join(self.quote(c) for c in table.ident)
             if table.key == "primary":
                 columns.append(f"PRIMARY KEY ({ident})")

@@ -15,7 +15,8 @@ import pymysql
 from capture.dump.control import DumpSettings
 from capture.dump.engine import DumpEngine, DumpRequest
 from capture.dump.reconcile import apply, reconcile_table
-from capture.landing.chunks import chunk_files, read_chunk_meta
+from capture.landing.chunks import read_chunk_meta
+from capture.landing.reader import chunk_files
 from capture.sources import open_chunk_source
 from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE
 from capture.sources.mysql.reader import position_lsn

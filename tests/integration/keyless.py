@@ -60,18 +60,7 @@ class Db:
 
 @pytest.fixture(params=["mariadb", "postgres"])
 def db(request: pytest.FixtureRequest) -> Db:
-    if request.param == "mariadb":
-        database = request.getfixturevalue("database")
-        return Db(
-            "mariadb", request.getfixturevalue("mariadb"), database, database, request.getfixturevalue("make_capture")
-        )
-    return Db(
-        "postgres",
-        request.getfixturevalue("postgres"),
-        request.getfixturevalue("pg_database"),
-        "public",
-        request.getfixturevalue("make_pg_capture"),
-    )
+    return open_db(request, request.param)
 
 
 def open_db(request: pytest.FixtureRequest, kind: str) -> Db:

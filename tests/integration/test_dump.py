@@ -19,7 +19,8 @@ from capture.dump.control import DumpSettings, FileControl
 from capture.dump.engine import DumpEngine, DumpRequest
 from capture.dump.progress import dump_dir
 from capture.errors import DumpInputError
-from capture.landing.chunks import chunk_files, read_chunk_meta
+from capture.landing.chunks import read_chunk_meta
+from capture.landing.reader import chunk_files
 from capture.sources import open_chunk_source
 from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE
 from tests.conftest import ROOT

@@ -15,6 +15,7 @@ from capture.landing import Checkpoint, LandingZone
 from capture.landing.chunks import ChunkMeta, write_chunk
 from capture.landing.log_writer import LogWriter
 from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE
+from capture.sources.postgres.read_view import PgSnapshot
 
 DOCS = TableSchema(
     "db",
@@ -75,7 +76,7 @@ class Landing:
     def chunk(
         self,
         rows: list[tuple],
-        read_view: dict[str, Any] | None = None,
+        read_view: PgSnapshot | None = None,
         number: int = 1,
         after: tuple | None = None,
         last: bool = True,

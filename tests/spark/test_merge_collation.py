@@ -16,7 +16,8 @@ import pytest
 
 from capture.dump.control import DumpSettings
 from capture.dump.engine import DumpRequest
-from capture.landing.chunks import chunk_files, read_chunk_meta
+from capture.landing.chunks import read_chunk_meta
+from capture.landing.reader import chunk_files
 from capture.landing.zone import table_folder
 from capture.merge.app import run_merge
 from capture.merge.table import Watermarks

@@ -10,6 +10,7 @@ import pytest
 from capture.dump.reconcile import apply, reconcile_table
 from capture.events import Change, Lsn, Op
 from capture.merge.app import run_merge
+from capture.sources.postgres.read_view import PgSnapshot
 from tests.spark.landing import DOCS, Landing
 from tests.spark.merging import changelog_replay, iceberg_state
 
@@ -63,7 +64,7 @@ def test_chunk_rows_a_postgres_snapshot_could_not_see_updated_are_dropped(spark,
     landing.mark(140, "LOW", "low-1", xid=230)
     landing.commit(150, DOCS, Change(Lsn(150), u, (5, "t5", "old"), (5, "t5", "new")), xid=510)  # in the window
     rows = [(1, "t1", "old"), (2, "t2", "old"), (3, "t3", "old"), (4, "t4", "new"), (5, "t5", "old"), (6, "t6", "x")]
-    landing.chunk(rows, read_view={"snapshot": "470:495:480", "before_low": before_low})
+    landing.chunk(rows, read_view=PgSnapshot.parse("470:495:480", before_low))
     landing.mark(160, "HIGH", "high-1", xid=250)
     report = run_merge(spark, landing.config, "src")["tables"][0]
 
@@ -85,7 +86,7 @@ def test_a_key_a_postgres_snapshot_could_not_see_created_is_not_deleted_by_the_r
     landing.commit(127, DOCS, Change(Lsn(127), c, None, (7, "t7", "x")), xid=480)  # in progress for the snapshot
     run_merge(spark, landing.config, "src")
     landing.mark(140, "LOW", "low-1", xid=230)
-    landing.chunk([(1, "t1", "x")], read_view={"snapshot": "470:495:480", "before_low": Lsn(125).encode()})
+    landing.chunk([(1, "t1", "x")], read_view=PgSnapshot.parse("470:495:480", Lsn(125).encode()))
     landing.mark(160, "HIGH", "high-1", xid=250)
     report = run_merge(spark, landing.config, "src")["tables"][0]
 

@@ -12,6 +12,7 @@ import pytest
 from capture.dump.reconcile import apply, reconcile_table
 from capture.events import Change, Lsn, Op
 from capture.merge.app import run_merge
+from capture.sources.postgres.read_view import PgSnapshot
 from capture.status import collect, render
 from tests.integration.postgres.conftest import make_pg_capture, pg_database  # noqa: F401 - fixtures
 from tests.integration.postgres.dumping import table_state, wait_until_landed
@@ -30,7 +31,7 @@ def test_a_window_update_without_the_toasted_value_keeps_the_chunks_copy(spark, 
     run_merge(spark, landing.config, "src")
     # committed before LOW (xid 106) but not yet visible to the chunk's snapshot (xmax 106)
     commit(106, DOCS, Change(Lsn(106), u, None, (6, "t6-new", None), missing))
-    view = {"snapshot": "100:106:", "before_low": Lsn(105).encode()}
+    view = PgSnapshot.parse("100:106:", Lsn(105).encode())
     mark(110, "LOW", "low-1")
     commit(120, DOCS, Change(Lsn(120), u, None, (1, "t1-new", None), missing))  # body only in the chunk
     commit(121, DOCS, Change(Lsn(121), u, None, (2, "t2-new", "changed")))  # the event carries body
@@ -87,7 +88,7 @@ def test_a_key_change_takes_the_toasted_value_from_a_chunk_row_of_the_old_key(sp
     move(120, 7, 8, "t7")  # in the window, after the chunk read 7
     landing.chunk(
         [(3, "t3", "big3"), (5, "t5", "big5"), (7, "t7", "big7"), (9, "other", "x")],
-        read_view={"snapshot": "100:106:", "before_low": Lsn(105).encode()},
+        read_view=PgSnapshot.parse("100:106:", Lsn(105).encode()),
     )
     mark(130, "HIGH", "high-1")
     move(140, 5, 6, "t5")  # after HIGH: 5's chunk row is at HIGH

@@ -13,6 +13,7 @@ from capture.dump.reconcile import apply
 from capture.errors import WatermarkError
 from capture.landing.chunks import ChunkMeta
 from capture.output.interleave import Event, Interleaver
+from capture.sources.postgres.read_view import PgSnapshot
 
 pytestmark = pytest.mark.unit
 
@@ -252,7 +253,7 @@ def test_postgresql_a_commit_the_chunks_snapshot_missed_before_low_drops_the_row
     before_low = log.lsn + 1
     hidden = log.change("u", {"id": 1, "v": 8}, txid="105")  # committed before LOW, invisible to the snapshot
     seen = log.change("u", {"id": 2, "v": 8}, txid="90")  # committed and visible
-    view = {"snapshot": "95:100:", "before_low": before_low}
+    view = PgSnapshot.parse("95:100:", before_low)
     log.chunk("L", "H", rows(range(1, 4)), read_view=view)
     out = run(log, [hidden, seen, log.mark("LOW", "L"), log.mark("HIGH", "H")])
     assert brief(out) == [("u", 1), ("u", 2), ("r", 2), ("r", 3)]

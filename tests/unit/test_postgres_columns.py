@@ -16,9 +16,21 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from capture.events import LSN_ARROW_TYPE, Change, ChangeBatch, Column, Lsn, Op, TableSchema, TransactionEnd
+from capture.events import (
+    LSN_ARROW_TYPE,
+    UTC_MICROS,
+    Change,
+    ChangeBatch,
+    Column,
+    ColumnBatch,
+    Lsn,
+    Op,
+    TableSchema,
+    TransactionEnd,
+    column_batch,
+)
 from capture.landing import Checkpoint, LandingZone
-from capture.landing.log_writer import UTC_MICROS, ColumnBatch, LogWriter, column_batch
+from capture.landing.log_writer import LogWriter
 from capture.sources.postgres import pgoutput
 from capture.sources.postgres.batches import Decoded, Group, TableInfo, decode
 from capture.sources.postgres.types import TypeInfo, builder, column_type, is_text

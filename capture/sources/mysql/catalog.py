@@ -32,6 +32,10 @@ NOT_NULL_SQL = (
     "SELECT COLUMN_NAME, IS_NULLABLE = 'NO' FROM information_schema.COLUMNS"
     " WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION"
 )
+PRECISION_SQL = (
+    "SELECT COLUMN_NAME, DATETIME_PRECISION FROM information_schema.COLUMNS"
+    " WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s AND DATETIME_PRECISION > 0"
+)
 TABLES_SQL = (
     "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_TYPE = 'BASE TABLE'"
     " AND TABLE_SCHEMA NOT IN ('mysql', 'information_schema', 'performance_schema', 'sys', 'logtide')"
@@ -124,3 +128,8 @@ def table_keys(conn: pymysql.connections.Connection, schema: str, table: str) ->
 
 def base_tables(conn: pymysql.connections.Connection) -> list[tuple[str, str]]:
     return [(schema, table) for schema, table in query(conn, TABLES_SQL)]
+
+
+def fractional_columns(conn: pymysql.connections.Connection, schema: str, table: str) -> set[str]:
+    """The table's DATETIME, TIME and TIMESTAMP columns with fractional seconds."""
+    return {row[0] for row in query(conn, PRECISION_SQL, (schema, table))}

@@ -1,12 +1,13 @@
-"""Turns the binlog, as mysql-replication streams it, into Logtide's log items.
+"""Turns the binlog's raw events (`binlog_events`) into Logtide's log items.
 
 Transactions: MariaDB starts each with a GTID event (flag STANDALONE for DDL) and ends it
 with an XID event, a COMMIT query (non-transactional engines) or, for DDL, the statement
 itself. MySQL's BEGIN query plays the GTID event's part when GTIDs are off.
 
-LSN: (binlog file number << 32 | start offset of the event, index of the change inside
-the event). Every event's start offset is larger than the previous event's, across file
-rotation the file number grows, so the order is total and replays give the same LSNs.
+LSN: (binlog file number << 32 | offset of the event, index of the change inside the event);
+the offset is the event's next position minus its body's length (as Logtide has always
+numbered events: replays must give the LSNs already landed). Every event's offset is larger
+than the previous event's, across file rotation the file number grows, so the order is total.
 """
 
 from __future__ import annotations
@@ -19,18 +20,9 @@ from threading import Event
 from typing import Any
 
 import pymysql
-from pymysqlreplication import BinLogStreamReader
-from pymysqlreplication.event import (
-    HeartbeatLogEvent,
-    MariadbGtidEvent,
-    QueryEvent,
-    RotateEvent,
-    XidEvent,
-)
-from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
 
 from capture.config import SourceConfig
-from capture.errors import PreflightError, SourceConnectionError
+from capture.errors import BinlogDecodeError, PreflightError, SourceConnectionError
 from capture.events import (
     Change,
     ChangeBatch,
@@ -43,55 +35,17 @@ from capture.events import (
     TransactionEnd,
 )
 from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE
-from capture.sources.mysql import table_maps
-from capture.sources.mysql.catalog import table_keys
-from capture.sources.mysql.connection import (
-    ER_SPECIFIC_ACCESS_DENIED,
-    LOST_CONNECTION,
-    connection_settings,
-    translate,
-)
-from capture.sources.mysql.types import RowConverter, table_schema
+from capture.sources.mysql import binlog_events as ev
+from capture.sources.mysql.binlog_events import BinlogStream
+from capture.sources.mysql.catalog import fractional_columns, table_keys
+from capture.sources.mysql.connection import ER_SPECIFIC_ACCESS_DENIED, connection_settings, translate
+from capture.sources.mysql.rows import OLD_TEMPORAL, RowDecoder
+from capture.sources.mysql.table_maps import TableMap, TableMapCache
+from capture.sources.mysql.types import table_schema
 from capture.sources.table_keys import log_key
-
-
-class _RaisingConnection(pymysql.connections.Connection):
-    """A PyMySQL connection whose lost-connection errors are not OperationalErrors.
-
-    mysql-replication silently reconnects on errors 2006/2013 and, with a MariaDB GTID start,
-    replays from where the *session* began. Logtide reconnects itself, from its checkpoint,
-    so the library must see an error it does not catch. As a stream's control connection it
-    also holds the stream's parsed table maps (`table_maps`).
-    """
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self.table_maps: dict[bytes, dict[str, Any]] = {}
-        super().__init__(*args, **kwargs)
-
-    def _read_packet(self, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return super()._read_packet(*args, **kwargs)
-        except pymysql.err.OperationalError as exc:
-            if exc.args and exc.args[0] in LOST_CONNECTION:
-                raise SourceConnectionError(f"lost the binlog connection: {exc.args[-1]}") from None
-            raise
-
-
-table_maps.install()
 
 MARIADB_FL_STANDALONE = 0x01
 _FILE_NUMBER = re.compile(r"\.(\d+)$")
-EVENTS = [
-    RotateEvent,
-    MariadbGtidEvent,
-    QueryEvent,
-    XidEvent,
-    HeartbeatLogEvent,
-    TableMapEvent,
-    WriteRowsEvent,
-    UpdateRowsEvent,
-    DeleteRowsEvent,
-]
 
 
 def read_timeout_s(heartbeat_s: float) -> float:
@@ -132,24 +86,8 @@ class BinlogReader:
         self._last_timestamp: int | None = None
         self._last_commit_ts = datetime.now(UTC)
 
-    def _stream(self) -> BinLogStreamReader:
-        heartbeat = self.config.heartbeat_s
-        position: dict[str, Any]
-        if self.mariadb:
-            position = {"auto_position": self.resume.get("gtid", "")}
-        else:
-            position = {"resume_stream": True, "log_file": self.resume["file"], "log_pos": self.resume["pos"]}
-        return BinLogStreamReader(
-            connection_settings=connection_settings(self.config, read_timeout=read_timeout_s(heartbeat)),
-            server_id=self.config.server_id,
-            blocking=True,
-            is_mariadb=self.mariadb,
-            only_events=EVENTS,
-            slave_heartbeat=heartbeat,
-            pymysql_wrapper=_RaisingConnection,
-            enable_logging=False,
-            **position,
-        )
+    def _stream(self) -> BinlogStream:
+        return BinlogStream(self.config, self.resume, read_timeout_s(self.config.heartbeat_s))
 
     def captured(self, schema: str, table: str) -> bool:
         key = (schema, table)
@@ -181,7 +119,7 @@ class BinlogReader:
                 self._catalog.close()
                 self._catalog = None
 
-    def _items(self, stream: BinLogStreamReader) -> Iterator[LogItem]:
+    def _items(self, stream: BinlogStream) -> Iterator[LogItem]:
         file_seq = file_number(self.file) << 32
         txid = ""
         commit_ts = datetime.now(UTC)
@@ -189,25 +127,26 @@ class BinlogReader:
         in_transaction = False
         standalone = False
         watermark_key = (WATERMARK_SCHEMA, WATERMARK_TABLE)
-        for event in stream:
-            if isinstance(event, (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)):
-                if not self.captured(event.schema, event.table):
+        post_header = stream.post_header
+        table_maps = TableMapCache(self.mariadb)
+        tables: dict[int, TableMap] = {}  # table id -> the table map the next rows events refer to
+        for kind, timestamp, server_id, log_pos, data, end in stream:
+            if kind in ev.WRITE_ROWS or kind in ev.UPDATE_ROWS or kind in ev.DELETE_ROWS:
+                table_id = int.from_bytes(data[ev.BODY : ev.BODY + 6], "little")
+                table_map = tables.get(table_id)
+                if table_map is None:
+                    raise BinlogDecodeError(f"rows event ending at {self.file}:{log_pos} has no table map before it")
+                if not self.captured(table_map.schema, table_map.table):
                     continue
-                start = file_seq | (event.packet.log_pos - event.event_size)
-                table, convert = self._table(event)
-                watermark = (event.schema, event.table) == watermark_key
+                start = file_seq | (log_pos - (end - ev.BODY))
+                table, decoder = self._table(table_map)
+                watermark = (table_map.schema, table_map.table) == watermark_key
+                pos = ev.rows_body(data, kind, post_header[kind])
                 changes: list[Change] = []
-                if isinstance(event, WriteRowsEvent):
-                    for index, row in enumerate(event.rows):
-                        changes.append(
-                            Change(Lsn(start, index), Op.CREATE, None, convert(row["values"], row["none_sources"]))
-                        )
-                elif isinstance(event, UpdateRowsEvent):
+                if kind in ev.UPDATE_ROWS:
                     keys = table.key_indexes
                     index = 0
-                    for row in event.rows:
-                        before = convert(row["before_values"], row["before_none_sources"])
-                        after = convert(row["after_values"], row["after_none_sources"])
+                    for before, after in decoder.pairs(data, pos, end):
                         if keys and any(before[i] != after[i] for i in keys):
                             changes.append(Change(Lsn(start, index), Op.DELETE, before, None))
                             index += 1
@@ -215,49 +154,55 @@ class BinlogReader:
                         else:
                             changes.append(Change(Lsn(start, index), Op.UPDATE, before, after))
                         index += 1
+                elif kind in ev.WRITE_ROWS:
+                    for index, row in enumerate(decoder.rows(data, pos, end)):
+                        changes.append(Change(Lsn(start, index), Op.CREATE, None, row))
                 else:
-                    for index, row in enumerate(event.rows):
-                        changes.append(
-                            Change(Lsn(start, index), Op.DELETE, convert(row["values"], row["none_sources"]), None)
-                        )
+                    for index, row in enumerate(decoder.rows(data, pos, end)):
+                        changes.append(Change(Lsn(start, index), Op.DELETE, row, None))
                 yield ChangeBatch(table, txid, commit_ts, watermark, changes)
-            elif isinstance(event, XidEvent):
+            elif kind == ev.TABLE_MAP:
+                table_map = table_maps.get(data[ev.BODY : end], post_header[ev.TABLE_MAP])
+                tables[table_map.table_id] = table_map
+            elif kind == ev.XID:
                 in_transaction = False
-                yield self._end(event, file_seq, pending_gtid, commit_ts)
+                yield self._end(log_pos, file_seq, pending_gtid, commit_ts)
                 pending_gtid = None
-            elif isinstance(event, MariadbGtidEvent):
-                pending_gtid = (event.domain_id, event.gtid)
-                txid = event.gtid
-                commit_ts = self._commit_time(event.timestamp)
-                standalone = bool(event.flags & MARIADB_FL_STANDALONE)
+            elif kind == ev.MARIADB_GTID:
+                sequence = int.from_bytes(data[ev.BODY : ev.BODY + 8], "little")
+                domain = int.from_bytes(data[ev.BODY + 8 : ev.BODY + 12], "little")
+                txid = f"{domain}-{server_id}-{sequence}"
+                pending_gtid = (domain, txid)
+                commit_ts = self._commit_time(timestamp)
+                standalone = bool(data[ev.BODY + 12] & MARIADB_FL_STANDALONE)
                 in_transaction = not standalone
-            elif isinstance(event, QueryEvent):
-                statement = event.query
+            elif kind == ev.QUERY:
+                schema, statement = ev.query_parts(data, end, post_header[ev.QUERY])
                 if statement == "BEGIN":
                     in_transaction = True
                     if not self.mariadb:
-                        txid = f"{self.file}:{event.packet.log_pos}"
-                        commit_ts = self._commit_time(event.timestamp)
+                        txid = f"{self.file}:{log_pos}"
+                        commit_ts = self._commit_time(timestamp)
                     continue
                 if statement == "COMMIT":
                     in_transaction = False
-                    yield self._end(event, file_seq, pending_gtid, commit_ts)
+                    yield self._end(log_pos, file_seq, pending_gtid, commit_ts)
                     pending_gtid = None
                     continue
-                schema = event.schema.decode() if isinstance(event.schema, bytes) else event.schema
-                lsn = Lsn(file_seq | (event.packet.log_pos - event.event_size))
+                lsn = Lsn(file_seq | (log_pos - (end - ev.BODY)))
                 if not self.mariadb and not in_transaction:
-                    txid = f"{self.file}:{event.packet.log_pos}"
-                    commit_ts = self._commit_time(event.timestamp)
+                    txid = f"{self.file}:{log_pos}"
+                    commit_ts = self._commit_time(timestamp)
                 yield SchemaChange(lsn, txid, commit_ts, schema, statement)
                 if standalone or not in_transaction:
                     standalone = False
-                    yield self._end(event, file_seq, pending_gtid, commit_ts)
+                    yield self._end(log_pos, file_seq, pending_gtid, commit_ts)
                     pending_gtid = None
-            elif isinstance(event, RotateEvent):
-                self.file = event.next_binlog
+            elif kind == ev.ROTATE:
+                self.file = data[ev.BODY + 8 : end].decode()
                 file_seq = file_number(self.file) << 32
-            elif isinstance(event, HeartbeatLogEvent) and not in_transaction:
+                tables.clear()  # table ids are not stable across a server restart, which rotates the binlog
+            elif (kind == ev.HEARTBEAT or kind == ev.HEARTBEAT_V2) and not in_transaction:
                 yield Heartbeat()
             if self.stop.is_set() and not in_transaction:
                 return
@@ -269,11 +214,10 @@ class BinlogReader:
             self._last_timestamp, self._last_commit_ts = timestamp, datetime.fromtimestamp(timestamp, UTC)
         return self._last_commit_ts
 
-    def _end(self, event: Any, file_seq: int, gtid: tuple[int, str] | None, commit_ts: datetime) -> TransactionEnd:
+    def _end(self, pos: int, file_seq: int, gtid: tuple[int, str] | None, commit_ts: datetime) -> TransactionEnd:
         gtids = self.gtids
         if gtid is not None:
             gtids[gtid[0]] = gtid[1]
-        pos = event.packet.log_pos
         resume = {"file": self.file, "pos": pos}
         if self.mariadb:
             # one replication domain (the common case): its GTID is the whole state
@@ -281,22 +225,39 @@ class BinlogReader:
             resume["gtid"] = gtid[1] if one else ",".join(gtids[d] for d in sorted(gtids))
         return TransactionEnd(Lsn(file_seq | pos), resume, commit_ts)
 
-    def _table(self, event: Any) -> tuple[TableSchema, RowConverter]:
-        """Schema and converter of the rows event's table, built once per table map: kept on
-        mysql-replication's Table object, which identical table maps share (`table_maps`)."""
-        table = event.table_map[event.table_id]
-        cached = getattr(table, "_logtide", None)
-        if cached is None:
-            described, convert = table_schema(event.schema, event.table, table)
+    def _table(self, table_map: TableMap) -> tuple[TableSchema, RowDecoder]:
+        """Schema and row decoder of a table map, built once per distinct table map (`table_maps`)."""
+        compiled = table_map.compiled
+        if compiled is None:
+            if any(col.type in OLD_TEMPORAL for col in table_map.columns):
+                self._refuse_old_fractions(table_map)
+            decoder = RowDecoder(table_map)
+            described = table_schema(table_map.schema, table_map.table, table_map.columns, table_map.key)
             if not described.key:
                 described = dataclasses.replace(described, key=self._key(described))
-            cached = table._logtide = (described, convert)
-        return cached
+            compiled = table_map.compiled = (described, decoder)
+        return compiled
+
+    def _refuse_old_fractions(self, table_map: TableMap) -> None:
+        """MariaDB 5.3's temporal formats (columns created with mysql56_temporal_format=OFF) store
+        fractional seconds without saying how many digits in the table map: such a column's values
+        cannot be decoded, whole seconds can. The catalog tells them apart."""
+        fractional = fractional_columns(self._catalog_connection(), table_map.schema, table_map.table)
+        for col in table_map.columns:
+            if col.type in OLD_TEMPORAL and col.name in fractional:
+                raise BinlogDecodeError(
+                    f"{table_map.schema}.{table_map.table}: column {col.name!r} has fractional seconds in MariaDB "
+                    "5.3's format (created with mysql56_temporal_format=OFF), which the binlog cannot describe: "
+                    "rewrite it with ALTER TABLE ... FORCE while mysql56_temporal_format=ON"
+                )
+
+    def _catalog_connection(self) -> pymysql.connections.Connection:
+        if self._catalog is None:
+            self._catalog = pymysql.connect(**connection_settings(self.config), autocommit=True)
+        return self._catalog
 
     def _key(self, table: TableSchema) -> tuple[str, ...]:
         """The key of a table whose table map names no primary key, as the dump finds it: a UNIQUE
         index on NOT NULL columns (read from the catalog now), else the key the configuration names."""
-        if self._catalog is None:
-            self._catalog = pymysql.connect(**connection_settings(self.config), autocommit=True)
-        keys = table_keys(self._catalog, table.schema, table.table)
+        keys = table_keys(self._catalog_connection(), table.schema, table.table)
         return log_key(keys.own if keys else (), self.config.named_key(table.schema, table.table), table.names)

@@ -32,6 +32,20 @@ def binlog_distance(logs: list[tuple[str, int]], start: tuple[str, int], end: tu
     return sizes[start[0]] - start[1] + sum(sizes[n] for n in names[first + 1 : last]) + end[1]
 
 
+def gtid_distance(server: str, landed: str) -> int:
+    """Transactions the server has past `landed`, summed over replication domains (MariaDB GTIDs)."""
+
+    def parse(text: str) -> dict[int, int]:
+        found = {}
+        for gtid in filter(None, (g.strip() for g in text.split(","))):
+            domain, _, seq = gtid.split("-")
+            found[int(domain)] = int(seq)
+        return found
+
+    ours = parse(landed)
+    return sum(max(0, seq - ours.get(domain, 0)) for domain, seq in parse(server).items())
+
+
 class MySqlSource:
     def __init__(self, name: str, config: SourceConfig) -> None:
         self.name = name
@@ -101,6 +115,23 @@ class MySqlSource:
             raise
         start = next((name for name, _ in logs if file_number(name) == position.major >> 32), None)
         return None if start is None else binlog_distance(logs, (start, position.major & 0xFFFFFFFF), end)
+
+    def log_lag(self, resume: dict[str, Any]) -> dict[str, Any]:
+        """The server's binlog end against a checkpoint's resume token: bytes and, with MariaDB
+        GTIDs, transactions."""
+        with connect(self.config) as conn:
+            status = query(conn, "SHOW MASTER STATUS")
+            logs = [(str(r[0]), int(r[1])) for r in query(conn, "SHOW BINARY LOGS")]
+            gtid = query(conn, "SELECT @@gtid_binlog_pos")[0][0] if self.config.kind == "mariadb" else None
+        end = (str(status[0][0]), int(status[0][1])) if status else None
+        report: dict[str, Any] = {"server_position": {"file": end[0], "pos": end[1]} if end else None}
+        report["bytes"] = binlog_distance(logs, (resume["file"], int(resume["pos"])), end) if end else None
+        if gtid is not None and resume.get("gtid") is not None:
+            report["server_gtid"] = gtid
+            report["transactions"] = gtid_distance(gtid, resume["gtid"])
+        if end and report["bytes"] is None:
+            report["note"] = f"the checkpoint's binlog {resume['file']} is no longer on the server"
+        return report
 
     def retained_bytes(self) -> None:
         """The binlog is kept by the server's own expiry settings, not for a reader."""

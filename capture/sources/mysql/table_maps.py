@@ -1,56 +1,262 @@
-"""Table map events parsed once per distinct table map, not once per transaction.
+"""TABLE_MAP events parsed into the columns Logtide decodes rows with, once per distinct table map.
 
-The binlog carries a table map before the rows of every transaction that touches a table, and
-mysql-replication parses each one in full (columns, optional metadata, a Table built twice):
-for single-row transactions about half of its decoding time (py-spy and cProfile, README
-Benchmarks). A table map's body (table id, schema, table, column types and metadata, with
-binlog_row_metadata=FULL, which preflight requires, the names and keys) is all that parse
-reads, so an event whose body equals an earlier one's gets that one's attributes (its Table,
-columns and metadata, shared) without parsing.
-
-The cache belongs to one binlog stream: it lives on the stream's control connection, and only
-connections that carry a `table_maps` dict (Logtide's, `reader._RaisingConnection`) use it;
-every other user of mysql-replication in the process gets the library's own parse.
-`install()` wraps `TableMapEvent.__init__` once.
+The binlog carries a table map before the rows of every transaction that touches a table. Its
+body (table id, schema, table, column types and metadata and, with binlog_row_metadata=FULL,
+which preflight requires, names, signedness, charsets, ENUM/SET members and the primary key) is
+all the parse reads, so a body equal to an earlier one's gets that one's `TableMap` (cache per
+stream, `TableMapCache`); the reader hangs its compiled row decoder on it.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
-from pymysqlreplication.event import BinLogEvent
-from pymysqlreplication.row_event import TableMapEvent
+import pymysql.charset
+from pymysqlreplication.constants import FIELD_TYPE
+from pymysqlreplication.row_event import find_charset
 
-BODY_START = 20  # in a binlog packet: the OK byte and the 19-byte event header come first
+from capture.errors import BinlogDecodeError
+
 MAX_ENTRIES = 1024  # distinct table maps kept per stream (new table ids, e.g. after FLUSH TABLES)
 
-_parse = TableMapEvent.__init__
+# optional metadata (TLV) types, sql/log_event.h
+_SIGNEDNESS, _DEFAULT_CHARSET, _COLUMN_CHARSET, _COLUMN_NAME = 1, 2, 3, 4
+_SET_STR_VALUE, _ENUM_STR_VALUE, _SIMPLE_PRIMARY_KEY = 5, 6, 8
+_ENUM_AND_SET_DEFAULT_CHARSET, _ENUM_AND_SET_COLUMN_CHARSET = 10, 11
+
+_NUMERIC = {
+    FIELD_TYPE.TINY,
+    FIELD_TYPE.SHORT,
+    FIELD_TYPE.INT24,
+    FIELD_TYPE.LONG,
+    FIELD_TYPE.LONGLONG,
+    FIELD_TYPE.NEWDECIMAL,
+    FIELD_TYPE.FLOAT,
+    FIELD_TYPE.DOUBLE,
+    FIELD_TYPE.YEAR,
+}
+_CHARACTER = {FIELD_TYPE.STRING, FIELD_TYPE.VAR_STRING, FIELD_TYPE.VARCHAR, FIELD_TYPE.BLOB}
+_ENUM_SET = {FIELD_TYPE.ENUM, FIELD_TYPE.SET}
+# metadata bytes per column type (types not listed have none)
+_ONE_BYTE = {
+    FIELD_TYPE.DOUBLE,
+    FIELD_TYPE.FLOAT,
+    FIELD_TYPE.TIMESTAMP2,
+    FIELD_TYPE.DATETIME2,
+    FIELD_TYPE.TIME2,
+    FIELD_TYPE.BLOB,
+    FIELD_TYPE.GEOMETRY,
+    FIELD_TYPE.JSON,
+}
 
 
-def _init(
-    self: TableMapEvent, from_packet: Any, event_size: int, table_map: dict, ctl_connection: Any, **kwargs: Any
-) -> None:
-    cache: dict[bytes, dict[str, Any]] | None = getattr(ctl_connection, "table_maps", None)
-    if cache is None:
-        _parse(self, from_packet, event_size, table_map, ctl_connection, **kwargs)
-        return
-    # event_size excludes the header and the checksum: the body alone
-    body = from_packet.packet.get_all_data()[BODY_START : BODY_START + event_size]
-    parsed = cache.get(body)
-    if parsed is None:
-        _parse(self, from_packet, event_size, table_map, ctl_connection, **kwargs)
-        if self._processed:  # not skipped by a table filter
-            if len(cache) >= MAX_ENTRIES:
-                cache.clear()
-            cache[body] = dict(vars(self))
-        return
-    BinLogEvent.__init__(self, from_packet, event_size, table_map, ctl_connection, **kwargs)
-    for name, value in parsed.items():  # what the parse added to the event's own attributes
-        if name not in self.__dict__:
-            setattr(self, name, value)
-    table_map[self.table_id] = self.table_obj
+@dataclass
+class BinlogColumn:
+    """One column as the table map describes it (attribute names as `types.column_type` reads them)."""
+
+    name: str
+    type: int
+    nullable: bool = True
+    unsigned: bool = False
+    character_set_name: str | None = None  # Python-side charset name, e.g. 'utf8', 'cp1252', 'binary'
+    max_length: int = 0  # VARCHAR/CHAR: bytes
+    length_size: int = 0  # BLOB/GEOMETRY/JSON: bytes of the length prefix
+    size: int = 0  # ENUM/SET: bytes of the value; FLOAT/DOUBLE: bytes
+    fsp: int = 0
+    precision: int = 0
+    decimals: int = 0
+    bits: int = 0
+    enum_values: list[str] | None = None
+    set_values: list[str] | None = None
 
 
-def install() -> None:
-    """Wrap TableMapEvent.__init__ (idempotent)."""
-    TableMapEvent.__init__ = _init  # type: ignore[method-assign]
+@dataclass(eq=False)
+class TableMap:
+    """A table at one moment of the log. `compiled` is the reader's (schema, decoder) for it."""
+
+    table_id: int
+    schema: str
+    table: str
+    columns: tuple[BinlogColumn, ...]
+    key: tuple[str, ...]  # SIMPLE_PRIMARY_KEY columns, in column order
+    compiled: Any = field(default=None, repr=False)
+
+
+class TableMapCache:
+    """Parsed table maps of one binlog stream, keyed by body bytes."""
+
+    def __init__(self, mariadb: bool) -> None:
+        self.dbms = "mariadb" if mariadb else "mysql"
+        self._parsed: dict[bytes, TableMap] = {}
+
+    def get(self, body: bytes, post_header_len: int) -> TableMap:
+        table_map = self._parsed.get(body)
+        if table_map is None:
+            table_map = parse(body, post_header_len, self.dbms)
+            if len(self._parsed) >= MAX_ENTRIES:
+                self._parsed.clear()
+            self._parsed[body] = table_map
+        return table_map
+
+
+class _Reader:
+    """Cursor over a table map body."""
+
+    def __init__(self, data: bytes, pos: int = 0) -> None:
+        self.data, self.pos = data, pos
+
+    def take(self, n: int) -> bytes:
+        if self.pos + n > len(self.data):
+            raise BinlogDecodeError("table map event is shorter than its contents")
+        chunk = self.data[self.pos : self.pos + n]
+        self.pos += n
+        return chunk
+
+    def byte(self) -> int:
+        return self.take(1)[0]
+
+    def lenenc(self) -> int:
+        first = self.byte()
+        if first < 0xFB:
+            return first
+        size = {0xFC: 2, 0xFD: 3, 0xFE: 8}.get(first)
+        if size is None:
+            raise BinlogDecodeError(f"bad length-encoded integer 0x{first:02x} in a table map")
+        return int.from_bytes(self.take(size), "little")
+
+    def ints(self, end: int) -> list[int]:
+        values = []
+        while self.pos < end:
+            values.append(self.lenenc())
+        return values
+
+    def text(self) -> bytes:
+        return self.take(self.lenenc())
+
+
+def parse(body: bytes, post_header_len: int, dbms: str) -> TableMap:
+    """A TABLE_MAP event's body (header and checksum cut off) as a `TableMap`."""
+    table_id = int.from_bytes(body[:6], "little") if post_header_len != 6 else int.from_bytes(body[:4], "little")
+    r = _Reader(body, post_header_len)
+    schema = r.take(r.byte()).decode()
+    r.take(1)
+    table = r.take(r.byte()).decode()
+    r.take(1)
+    count = r.lenenc()
+    types = list(r.take(count))
+    meta = _Reader(r.text())
+    columns = [_column(kind, meta) for kind in types]
+    if meta.pos != len(meta.data):  # a type whose metadata this parse does not know: the rest would shift
+        raise BinlogDecodeError(
+            f"table map of {schema}.{table}: column metadata of types {sorted(set(types))} is {len(meta.data)} bytes, "
+            f"{meta.pos} understood"
+        )
+    nullable = int.from_bytes(r.take((count + 7) // 8), "little")
+    for index, col in enumerate(columns):
+        col.nullable = bool(nullable >> index & 1)
+    names, keys = _optional_metadata(r, columns, dbms)
+    where = f"{schema}.{table}"
+    if len(names) != count:
+        raise BinlogDecodeError(f"table map of {where} carries no column names: set binlog_row_metadata=FULL")
+    for col, name in zip(columns, names, strict=True):
+        col.name = name
+    key = tuple(col.name for index, col in enumerate(columns) if index in keys)
+    return TableMap(table_id, schema, table, tuple(columns), key)
+
+
+def _column(kind: int, meta: _Reader) -> BinlogColumn:
+    col = BinlogColumn("", kind)
+    if kind == FIELD_TYPE.VARCHAR:
+        col.max_length = int.from_bytes(meta.take(2), "little")
+    elif kind in _ONE_BYTE:
+        value = meta.byte()
+        if kind in (FIELD_TYPE.FLOAT, FIELD_TYPE.DOUBLE):
+            col.size = value
+        elif kind in (FIELD_TYPE.BLOB, FIELD_TYPE.GEOMETRY, FIELD_TYPE.JSON):
+            col.length_size = value
+        else:
+            col.fsp = value
+    elif kind in (FIELD_TYPE.VAR_STRING, FIELD_TYPE.STRING):
+        high, low = meta.byte(), meta.byte()
+        if high in (FIELD_TYPE.ENUM, FIELD_TYPE.SET):
+            col.type, col.size = high, low
+        else:  # CHAR(n): the byte length is 10 bits, the top two stored inverted in `high`
+            col.max_length = (((high << 8 | low) >> 4) & 0x300 ^ 0x300) + low
+    elif kind == FIELD_TYPE.NEWDECIMAL:
+        col.precision, col.decimals = meta.byte(), meta.byte()
+    elif kind == FIELD_TYPE.BIT:
+        bits, whole_bytes = meta.byte(), meta.byte()
+        col.bits = whole_bytes * 8 + bits
+    return col
+
+
+def _optional_metadata(r: _Reader, columns: list[BinlogColumn], dbms: str) -> tuple[list[str], set[int]]:
+    """Apply the optional metadata TLVs to `columns`; return the names and the key's column indexes."""
+    character = [c for c in columns if c.type in _CHARACTER or (dbms == "mariadb" and c.type == FIELD_TYPE.GEOMETRY)]
+    enum_set = [c for c in columns if c.type in _ENUM_SET]
+    numeric = [c for c in columns if c.type in _NUMERIC]
+    names: list[str] = []
+    keys: set[int] = set()
+    end = len(r.data)
+    while r.pos < end:
+        kind = r.byte()
+        length = r.lenenc()
+        stop = r.pos + length
+        if kind == _SIGNEDNESS:
+            flags = int.from_bytes(r.take(length), "big")
+            for index, col in enumerate(numeric):
+                col.unsigned = bool(flags >> (length * 8 - 1 - index) & 1)
+        elif kind in (_DEFAULT_CHARSET, _ENUM_AND_SET_DEFAULT_CHARSET):
+            default = r.lenenc()
+            own = dict(zip(*[iter(r.ints(stop))] * 2, strict=True))
+            targets = character if kind == _DEFAULT_CHARSET else enum_set
+            for index, col in enumerate(targets):
+                col.character_set_name = _charset(own.get(index, default), dbms)
+        elif kind in (_COLUMN_CHARSET, _ENUM_AND_SET_COLUMN_CHARSET):
+            ids = r.ints(stop)
+            targets = character if kind == _COLUMN_CHARSET else enum_set
+            for col, charset_id in zip(targets, ids, strict=True):
+                col.character_set_name = _charset(charset_id, dbms)
+        elif kind == _COLUMN_NAME:
+            while r.pos < stop:
+                names.append(r.text().decode())
+        elif kind in (_SET_STR_VALUE, _ENUM_STR_VALUE):
+            members = []
+            while r.pos < stop:
+                members.append([r.text() for _ in range(r.lenenc())])
+            wanted = FIELD_TYPE.SET if kind == _SET_STR_VALUE else FIELD_TYPE.ENUM
+            for col, values in zip([c for c in enum_set if c.type == wanted], members, strict=True):
+                if kind == _SET_STR_VALUE:
+                    col.set_values = values  # type: ignore[assignment] # decoded below, with the charset
+                else:
+                    col.enum_values = values  # type: ignore[assignment]
+        elif kind == _SIMPLE_PRIMARY_KEY:
+            keys = set(r.ints(stop))
+        r.pos = stop  # GEOMETRY_TYPE, PRIMARY_KEY_WITH_PREFIX, VISIBILITY and unknown kinds: not needed
+    for col in enum_set:
+        for attr in ("enum_values", "set_values"):
+            raw = getattr(col, attr)
+            if raw is not None:
+                setattr(col, attr, [_member(m, col.character_set_name) for m in raw])
+    return names, keys
+
+
+def _charset(collation_id: int, dbms: str) -> str:
+    return find_charset(str(collation_id), dbms=dbms)[0]
+
+
+def _member(raw: bytes, charset: str | None) -> str:
+    """An ENUM/SET member's text: UTF-8 as mysql-replication reads it, else the column's charset."""
+    try:
+        return raw.decode()
+    except UnicodeDecodeError:
+        return raw.decode(python_encoding(charset))
+
+
+def python_encoding(charset: str | None) -> str:
+    """The Python codec of a table map's charset name (as mysql-replication maps it)."""
+    if charset is None:
+        return "utf-8"
+    known = pymysql.charset.charset_by_name(charset)
+    return known.encoding if known else charset

@@ -1,4 +1,4 @@
-"""MySQL/MariaDB column types -> Arrow types, and the per-row conversion of binlog values.
+"""MySQL/MariaDB column types -> Arrow types (the binlog's values: `rows.py`; a dump's: the builders here).
 
 Values keep their meaning and their range, and match what a plain SELECT returns, so that
 log rows and dump rows compare equal:
@@ -15,26 +15,21 @@ log rows and dump rows compare equal:
   ENUM                   string        SET         string, members in definition order joined by ','
   GEOMETRY               binary (MySQL's internal SRID + WKB)
 Dates with a zero part (0000-00-00, 2020-00-00, 2020-05-00, 0000-05-10; also in DATETIME) arrive
-as NULL, as mysql-replication decodes them (PyMySQL's SELECT returns them as text); a zero
+as NULL, as the binlog decoder gives them (PyMySQL's SELECT returns them as text); a zero
 TIMESTAMP arrives as 1970-01-01 00:00:00 UTC (epoch 0 in the binlog, outside TIMESTAMP's range).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import timedelta
-from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pymysql.converters
-from pymysqlreplication.constants import FIELD_TYPE, NONE_SOURCE
+from pymysqlreplication.constants import FIELD_TYPE
 
-from capture.events import Column, Row, TableSchema
-
-RowConverter = Callable[[dict[str, Any], dict[str, str]], Row]
-ValueConverter = Callable[[Any], Any]
+from capture.events import Column, TableSchema
 
 MAX_ARROW_DECIMAL = 38
 _INTS = {
@@ -48,115 +43,54 @@ _TEXT_TYPES = {FIELD_TYPE.VARCHAR, FIELD_TYPE.VAR_STRING, FIELD_TYPE.STRING}
 _BLOB_TYPES = {FIELD_TYPE.BLOB, FIELD_TYPE.TINY_BLOB, FIELD_TYPE.MEDIUM_BLOB, FIELD_TYPE.LONG_BLOB}
 
 
-def _negative_time_fraction(value: timedelta | None) -> timedelta | None:
-    """Undo mysql-replication 1.0.17's TIME2 decoding of negative values with a fraction.
-
-    It reads the fraction of a negative TIME as if it were positive: -00:00:01.001 comes out
-    as -00:00:01.999 (whole seconds right, fraction f read as 1 - f).
-    """
-    if value is None or value >= timedelta(0):
-        return value
-    seconds, micros = divmod(-value // timedelta(microseconds=1), 1_000_000)
-    if micros == 0:
-        return value
-    return -timedelta(seconds=seconds, microseconds=1_000_000 - micros)
-
-
-def _year(value: int | None) -> int | None:
-    return 0 if value == 1900 else value  # YEAR 0000 is decoded as 1900 (range is 1901..2155)
-
-
-def _fixed_decimal(value: Decimal) -> str:
-    return format(value, "f")
-
-
-def _bits(value: str) -> int:
-    return int(value, 2)
-
-
-def _pad(length: int) -> ValueConverter:
-    """BINARY(n) as stored: the binlog leaves out trailing 0x00; one that was all zero bytes (or empty)
-    comes from mysql-replication as the str '' (it decodes b'' without looking the charset up)."""
-
-    def pad(value: Any) -> Any:
-        if isinstance(value, str):
-            value = value.encode()
-        return value.ljust(length, b"\x00") if isinstance(value, bytes) else value
-
-    return pad
-
-
-def _set_text(members: list[str]) -> ValueConverter:
-    order = {m: i for i, m in enumerate(members)}
-    return lambda value: ",".join(sorted(value, key=order.__getitem__)) if value is not None else None
-
-
-def _json_text(value: Any) -> Any:
-    import json
-
-    if value is None or isinstance(value, str):
-        return value
-    return json.dumps(_decode_json_keys(value), ensure_ascii=False, separators=(", ", ": "))
-
-
-def _decode_json_keys(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {(k.decode() if isinstance(k, bytes) else k): _decode_json_keys(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_decode_json_keys(v) for v in value]
-    if isinstance(value, bytes):
-        return value.decode()
-    return value
-
-
-def column_type(col: Any) -> tuple[pa.DataType, str, ValueConverter | None]:
-    """Arrow type, source type name and value converter (None: the value is already right)."""
+def column_type(col: Any) -> tuple[pa.DataType, str]:
+    """Arrow type and source type name of a table map's column (`table_maps.BinlogColumn`)."""
     kind = col.type
     binary = (col.character_set_name or "").lower() == "binary"
     if kind in _INTS:
         name, signed, unsigned = _INTS[kind]
-        return (unsigned, f"{name} unsigned", None) if col.unsigned else (signed, name, None)
+        return (unsigned, f"{name} unsigned") if col.unsigned else (signed, name)
     if kind == FIELD_TYPE.NEWDECIMAL:
         source = f"decimal({col.precision},{col.decimals})"
         if col.precision > MAX_ARROW_DECIMAL:
-            return pa.string(), source, lambda v: _fixed_decimal(v) if v is not None else None
-        return pa.decimal128(col.precision, col.decimals), source, None
+            return pa.string(), source
+        return pa.decimal128(col.precision, col.decimals), source
     if kind == FIELD_TYPE.FLOAT:
-        return pa.float32(), "float", None
+        return pa.float32(), "float"
     if kind == FIELD_TYPE.DOUBLE:
-        return pa.float64(), "double", None
+        return pa.float64(), "double"
     if kind == FIELD_TYPE.STRING:
         if binary:
-            return pa.binary(), f"binary({col.max_length})", _pad(col.max_length)
-        return pa.string(), "char", None
+            return pa.binary(), f"binary({col.max_length})"
+        return pa.string(), "char"
     if kind in _TEXT_TYPES:
-        return (pa.binary(), "varbinary", None) if binary else (pa.string(), "varchar", None)
+        return (pa.binary(), "varbinary") if binary else (pa.string(), "varchar")
     if kind in _BLOB_TYPES:
-        return (pa.binary(), "blob", None) if binary else (pa.string(), "text", None)
+        return (pa.binary(), "blob") if binary else (pa.string(), "text")
     if kind == FIELD_TYPE.JSON:
-        return pa.string(), "json", _json_text
+        return pa.string(), "json"
     if kind in (FIELD_TYPE.DATE, FIELD_TYPE.NEWDATE):
-        return pa.date32(), "date", None
+        return pa.date32(), "date"
     if kind in (FIELD_TYPE.DATETIME, FIELD_TYPE.DATETIME2):
-        return pa.timestamp("us"), f"datetime({getattr(col, 'fsp', 0)})", None
+        return pa.timestamp("us"), f"datetime({getattr(col, 'fsp', 0)})"
     if kind in (FIELD_TYPE.TIMESTAMP, FIELD_TYPE.TIMESTAMP2):
         # mysql-replication yields naive UTC datetimes; the Arrow type says UTC.
-        return pa.timestamp("us", tz="UTC"), f"timestamp({getattr(col, 'fsp', 0)})", None
+        return pa.timestamp("us", tz="UTC"), f"timestamp({getattr(col, 'fsp', 0)})"
     if kind in (FIELD_TYPE.TIME, FIELD_TYPE.TIME2):
         fsp = getattr(col, "fsp", 0)
-        return pa.duration("us"), f"time({fsp})", _negative_time_fraction if fsp else None
+        return pa.duration("us"), f"time({fsp})"
     if kind == FIELD_TYPE.YEAR:
-        return pa.int16(), "year", _year
+        return pa.int16(), "year"
     if kind == FIELD_TYPE.BIT:
         if col.bits == 64:
-            return pa.decimal128(20, 0), "bit(64)", lambda v: _bits(v) if v is not None else None
-        return pa.int64(), f"bit({col.bits})", lambda v: _bits(v) if v is not None else None
+            return pa.decimal128(20, 0), "bit(64)"
+        return pa.int64(), f"bit({col.bits})"
     if kind == FIELD_TYPE.ENUM:
-        return pa.string(), "enum", None
+        return pa.string(), "enum"
     if kind == FIELD_TYPE.SET:
-        return pa.string(), "set", _set_text(col.set_values or [])
+        return pa.string(), "set"
     if kind == FIELD_TYPE.GEOMETRY:
-        return pa.binary(), "geometry", None
+        return pa.binary(), "geometry"
     raise NotImplementedError(f"column {col.name!r}: MySQL type code {kind} is not supported")
 
 
@@ -278,36 +212,7 @@ _GEOMETRY = {
 }
 
 
-def table_schema(schema: str, table: str, table_map: Any) -> tuple[TableSchema, RowConverter]:
-    """The table's schema and a function from mysql-replication's row dict to a value tuple."""
-    columns = []
-    converters: list[tuple[int, ValueConverter]] = []
-    set_columns: list[tuple[int, str]] = []
-    for index, col in enumerate(table_map.columns):
-        arrow_type, source_type, convert = column_type(col)
-        columns.append(Column(col.name, arrow_type, source_type))
-        if convert is not None:
-            converters.append((index, convert))
-        if col.type == FIELD_TYPE.SET:
-            set_columns.append((index, col.name))
-    key = table_map.primary_key
-    key = () if not key else (key,) if isinstance(key, str) else tuple(key)
-    described = TableSchema(schema, table, tuple(columns), key)
-    width = len(columns)
-
-    def convert_row(values: dict[str, Any], none_sources: dict[str, str]) -> Row:
-        row = values.values()
-        if len(row) != width:
-            raise ValueError(f"{schema}.{table}: row has {len(row)} values, table map has {width} columns")
-        if not converters and not set_columns:
-            return tuple(row)
-        out = list(row)
-        for index, name in set_columns:
-            # mysql-replication reports an empty SET as None; SELECT returns ''.
-            if out[index] is None and none_sources.get(name) == NONE_SOURCE.EMPTY_SET:
-                out[index] = set()
-        for index, convert in converters:
-            out[index] = convert(out[index])
-        return tuple(out)
-
-    return described, convert_row
+def table_schema(schema: str, table: str, columns: Any, key: tuple[str, ...]) -> TableSchema:
+    """The table's schema from its table map's columns (`table_maps.BinlogColumn`) and key."""
+    described = tuple(Column(col.name, *column_type(col)) for col in columns)
+    return TableSchema(schema, table, described, key)

@@ -31,8 +31,16 @@ from typing import NamedTuple
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from capture.events import LSN_ARROW_TYPE, MINOR_BITS, Lsn, TableSchema, TransactionEnd
-from capture.landing.log_writer import UTC_MICROS, ColumnBatch, column_batch
+from capture.events import (
+    LSN_ARROW_TYPE,
+    MINOR_BITS,
+    UTC_MICROS,
+    ColumnBatch,
+    Lsn,
+    TableSchema,
+    TransactionEnd,
+    column_batch,
+)
 from capture.sources.postgres import pgoutput
 from capture.sources.postgres.connection import format_lsn
 from capture.sources.postgres.types import ColumnBuilder

@@ -35,7 +35,7 @@ import pyarrow.csv as pacsv
 
 from capture.config import SourceConfig
 from capture.errors import DumpInputError, UnusableTableError
-from capture.events import Lsn, Row, TableSchema, lsn_text
+from capture.events import Lsn, Row, TableSchema
 from capture.log import get_logger
 from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE, Watermark, check_watermark_columns
 from capture.sources.postgres.catalog import (
@@ -47,6 +47,7 @@ from capture.sources.postgres.catalog import (
 )
 from capture.sources.postgres.connection import connect, parse_lsn, query, translate
 from capture.sources.postgres.publication import Publication, SyncResult
+from capture.sources.postgres.read_view import PgSnapshot
 from capture.sources.postgres.sql import chunk_select, duplicate_select, key_after_select, keys_select, qualified, quote
 from capture.sources.postgres.types import ColumnBuilder
 from capture.sources.table_keys import check_named_keys, duplicate_key_error
@@ -268,11 +269,11 @@ class PostgresChunkSource:
     def key_after(self, table: TableSchema, key: Row, other: Row) -> bool:
         return bool(self._run(key_after_select(table.schema, table.table, table.key), [*key, *other])[0][0])
 
-    def read_view(self) -> dict[str, Any] | None:
+    def read_view(self) -> PgSnapshot | None:
         """The last chunk's snapshot and the WAL position just before its LOW watermark."""
         if self.last_snapshot is None:
             return None
-        return {"snapshot": self.last_snapshot, "before_low": lsn_text(Lsn(self._before_low).encode())}
+        return PgSnapshot.parse(self.last_snapshot, Lsn(self._before_low).encode())
 
     def close(self) -> None:
         self._conn.close()

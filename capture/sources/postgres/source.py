@@ -160,6 +160,32 @@ class PostgresSource:
         read = max(position.major, self._reader.idle_wal_end if self._reader is not None else 0)
         return max(0, current - read)
 
+    def log_lag(self, resume: dict[str, Any]) -> dict[str, Any]:
+        """The server's WAL end against the slot's confirmed LSN (what capture acknowledged after
+        landing it), and the WAL the slot holds."""
+        conn = connect(self.config)
+        try:
+            rows = query(
+                conn,
+                "SELECT pg_current_wal_lsn()::text, confirmed_flush_lsn::text,"
+                " pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint,"
+                " pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint"
+                " FROM pg_replication_slots WHERE slot_name = %s",
+                (self.slot,),
+            )
+        finally:
+            conn.close()
+        if not rows:
+            return {"bytes": None, "note": f"replication slot {self.slot!r} does not exist"}
+        current, confirmed, behind, retained = rows[0]
+        return {
+            "server_position": {"lsn": current},
+            "slot": self.slot,
+            "confirmed_flush_lsn": confirmed,
+            "bytes": int(behind) if behind is not None else None,
+            "retained_bytes": int(retained) if retained is not None else None,
+        }
+
     def retained_bytes(self) -> int | None:
         """WAL the server keeps for the slot: from its restart LSN to the current WAL end."""
         if self._lag_conn is None:

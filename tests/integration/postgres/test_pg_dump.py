@@ -12,7 +12,8 @@ from capture.dump.control import DumpSettings
 from capture.dump.engine import DumpRequest
 from capture.dump.progress import dump_dir
 from capture.errors import DumpInputError
-from capture.landing.chunks import chunk_files, read_chunk_meta
+from capture.landing.chunks import read_chunk_meta
+from capture.landing.reader import chunk_files
 from capture.sources import open_chunk_source
 from tests.integration.dumping import check_schema_change_rereads, open_engine
 from tests.integration.postgres.dumping import Workload, reconciled_state, table_state, wait_until_landed

@@ -10,14 +10,14 @@ import time
 import pytest
 
 from capture.config import SourceConfig
-from capture.events import Heartbeat, Lsn, TransactionEnd
-from capture.landing.log_writer import ColumnBatch
+from capture.events import ColumnBatch, Heartbeat, Lsn, TransactionEnd
 from capture.sources.postgres.source import PostgresSource
 
 pytestmark = pytest.mark.integration
 
 
-def test_transactions_are_held_for_the_flush_interval_and_handed_over_together(postgres, pg_database):
+def _table_t_source(postgres, pg_database: str) -> tuple[PostgresSource, dict]:
+    """A table `t (id, v)` and a preflighted source reading it, with its position before any row."""
     postgres.execute("CREATE TABLE t (id int PRIMARY KEY, v text)", database=pg_database)
     config = SourceConfig(
         kind="postgresql",
@@ -31,6 +31,11 @@ def test_transactions_are_held_for_the_flush_interval_and_handed_over_together(p
     source = PostgresSource("src", config)
     source.preflight()
     _, resume = source.current_position()
+    return source, resume
+
+
+def test_transactions_are_held_for_the_flush_interval_and_handed_over_together(postgres, pg_database):
+    source, resume = _table_t_source(postgres, pg_database)
     postgres.execute(*[f"INSERT INTO t VALUES ({i}, 'v{i}')" for i in range(30)], database=pg_database)
     items = []
     try:
@@ -56,19 +61,7 @@ def test_a_backlogs_large_last_group_is_handed_over_once_read_with_an_end_that_a
     its end asking the writer to commit now, not after the hold; each of its transactions' rows is
     in it, in commit order. (How much the walsender has sent when the socket is first drained
     depends on the machine's load: the group holds 5,000 to 6,000 of them.)"""
-    postgres.execute("CREATE TABLE t (id int PRIMARY KEY, v text)", database=pg_database)
-    config = SourceConfig(
-        kind="postgresql",
-        port=postgres.port,
-        user="postgres",
-        database=pg_database,
-        slot=f"lt_{pg_database}"[:63],
-        include=["public.*"],
-        heartbeat_s=0.1,
-    )
-    source = PostgresSource("src", config)
-    source.preflight()
-    _, resume = source.current_position()
+    source, resume = _table_t_source(postgres, pg_database)
     postgres.execute(
         "DO $$ BEGIN FOR i IN 0..5999 LOOP INSERT INTO t VALUES (i, 'v' || i); COMMIT; END LOOP; END $$",
         database=pg_database,

@@ -70,7 +70,9 @@ def test_setup_and_capture_publish_the_captured_tables_and_leave_the_application
     # a table created while capture runs is published by its next sync; rows from then on land
     postgres.execute("CREATE TABLE later (id int PRIMARY KEY)", database=pg_database)
     wait_for(lambda: "public.later" in _published(postgres, pg_database), 30, what="later published")
-    assert "event=publication.table_added source=src publication=logtide_src table=public.later" in capture.log()
+    # the line is written after the ALTER PUBLICATION commits, which the catalog shows first
+    added = "event=publication.table_added source=src publication=logtide_src table=public.later"
+    wait_for(lambda: added in capture.log(), 10, what="the publication.table_added line")
     # once it has a replica identity (the statement setup gave), a captured table is published too
     postgres.execute("ALTER TABLE bare REPLICA IDENTITY FULL", database=pg_database)
     wait_for(lambda: "public.bare" in _published(postgres, pg_database), 30, what="bare published")

@@ -18,7 +18,8 @@ import pytest
 
 from capture.dump.control import DumpSettings
 from capture.dump.engine import DumpEngine, DumpRequest
-from capture.landing.chunks import META_KEY, chunk_files, read_chunk_meta
+from capture.landing.chunks import META_KEY, read_chunk_meta
+from capture.landing.reader import chunk_files
 from capture.sources import open_chunk_source
 from tests.integration.postgres.dumping import reconciled_state, table_state, wait_until_landed
 from tests.servers import PostgreSQL, wait_for

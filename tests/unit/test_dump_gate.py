@@ -1,4 +1,4 @@
-"""Which outputs hold a dump back (capture/output/gate.py): live ones with backpressure on that have not
+"""Which outputs hold a dump back (capture/dump/gate.py): live ones with backpressure on that have not
 delivered the chunk before the one just written."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import time
 
 import pytest
 
+from capture.dump.gate import lagging, wait_for_outputs
 from capture.landing import LandingZone
-from capture.output.gate import lagging, wait_for_outputs
 
 pytestmark = pytest.mark.unit
 

@@ -1,0 +1,218 @@
+"""Reading the landing zone back: the one place that lists log files below a frontier, indexes
+the watermark events by id and finds the chunk file a HIGH watermark closes.
+
+Its users are the Spark merge (capture/merge/table.py), the plain-Python reconciliation
+(capture/dump/reconcile.py), the Airflow wait for a dump's last HIGH watermarks, `logtide status`
+and the output relays. Files are LSN-named (`<first>-<last>.parquet`), so a listing is a directory
+read and the frontier comparison is done on the names, without opening a file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from capture.errors import WatermarkError
+from capture.landing.chunks import META_KEY, ChunkMeta, chunk_folder, chunk_path
+from capture.landing.files import Segment, segments
+from capture.landing.zone import LandingZone, folder_table, table_folder
+from capture.log import get_logger
+from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE
+
+log = get_logger(__name__)
+
+
+def committed_frontier(zone: LandingZone) -> int | None:
+    """The checkpoint's frontier, encoded; None before capture's first checkpoint."""
+    checkpoint = zone.checkpoint()
+    return None if checkpoint is None else checkpoint.frontier.encode()
+
+
+def table_segments(zone: LandingZone, schema: str, table: str, frontier: int, since: int = 0) -> list[Segment]:
+    """`segments` of one table's log folder."""
+    return segments(zone.log_dir / table_folder(schema, table), frontier, since)
+
+
+# -- watermarks --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Mark:
+    """One landed watermark event: where it is in the log and which chunk it brackets."""
+
+    lsn: int
+    id: str
+    dump_id: str
+    table: str  # db.table
+    chunk: int
+    kind: str  # LOW or HIGH
+    commit_ts: datetime | None
+
+
+class Watermarks:
+    """The watermark events of one source below a frontier, by id, read newest file first and only
+    as far back as a question needs (each file once: committed files never change).
+
+    With `frontier` None the checkpoint's is used and `refresh` follows it as capture commits more
+    (a poller's loop); with a given frontier the index is fixed (a merge "as of" it)."""
+
+    def __init__(self, zone: LandingZone, frontier: int | None = None) -> None:
+        self.zone = zone
+        self.folder = zone.log_dir / table_folder(WATERMARK_SCHEMA, WATERMARK_TABLE)
+        self.follows_checkpoint = frontier is None
+        self.frontier = 0
+        self.by_id: dict[str, Mark] = {}
+        self._pending: list[Segment] = []  # not read yet, in LSN order: read from the end
+        self._listed: set[str] = set()
+        self.refresh(frontier)
+
+    def refresh(self, frontier: int | None = None) -> int:
+        """Take in the files committed since the last look (the checkpoint's frontier unless given)."""
+        if frontier is None:
+            frontier = (committed_frontier(self.zone) or 0) if self.follows_checkpoint else self.frontier
+        if frontier < self.frontier:
+            raise ValueError(f"the frontier went back from {self.frontier} to {frontier}")
+        self.frontier = frontier
+        fresh = [s for s in segments(self.folder, frontier) if s.path.name not in self._listed]
+        self._listed.update(s.path.name for s in fresh)
+        self._pending = sorted(self._pending + fresh)
+        return frontier
+
+    def _load_newest(self) -> None:
+        segment = self._pending.pop()
+        data = pq.read_table(segment.path, columns=["_lsn", "_commit_ts", "after"])
+        for event in data.to_pylist():
+            after, lsn = event["after"], int(event["_lsn"])
+            if after is not None and lsn < self.frontier:
+                self.by_id[after["watermark_id"]] = Mark(
+                    lsn,
+                    after["watermark_id"],
+                    after["dump_id"],
+                    after["table_name"],
+                    int(after["chunk"]),
+                    after["kind"],
+                    event["_commit_ts"],
+                )
+
+    def since(self, lsn: int) -> list[Mark]:
+        """Every watermark at or after `lsn`, in log order."""
+        while self._pending and self._pending[-1].last >= lsn:
+            self._load_newest()
+        return sorted((m for m in self.by_id.values() if m.lsn >= lsn), key=lambda m: m.lsn)
+
+    def find(self, watermark_id: str) -> Mark | None:
+        while watermark_id not in self.by_id and self._pending:
+            self._load_newest()
+        return self.by_id.get(watermark_id)
+
+    def find_all(self, ids: set[str]) -> dict[str, Mark]:
+        """The ids found so far, reading back until all are (or the log is exhausted)."""
+        while not ids <= self.by_id.keys() and self._pending:
+            self._load_newest()
+        return {i: self.by_id[i] for i in ids if i in self.by_id}
+
+    def all(self) -> list[Mark]:
+        """Every watermark below the frontier, in log order."""
+        return self.since(0)
+
+
+# -- chunks ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LandedChunk:
+    """A chunk file with its LOW and HIGH watermark found in the log."""
+
+    path: Path
+    meta: ChunkMeta
+    row_type: pa.StructType
+    low: int
+    high: int
+    high_ts: datetime | None
+
+
+def read_chunk_schema(path: Path) -> tuple[ChunkMeta, pa.StructType]:
+    """A chunk file's metadata and row type, from its footer (no rows read)."""
+    schema = pq.read_schema(path)
+    return ChunkMeta.from_json(schema.metadata[META_KEY]), schema.field("after").type
+
+
+def dump_chunk_files(zone: LandingZone, dump_id: str, schema: str, table: str) -> list[Path]:
+    """The chunk files of one table in one dump, in chunk order (not the hidden temp file of one
+    being written)."""
+    return sorted(chunk_folder(zone, dump_id, schema, table).glob("[0-9]*.parquet"))
+
+
+def chunk_files(zone: LandingZone, schema: str, table: str) -> list[Path]:
+    """Every chunk file of a table, all dumps, by dump id then chunk."""
+    base = zone.root / "chunks"
+    if not base.is_dir():
+        return []
+    return [p for dump in sorted(base.iterdir()) for p in dump_chunk_files(zone, dump.name, schema, table)]
+
+
+def merge_tables(zone: LandingZone) -> list[str]:
+    """`db.table` of every table with log events or dump chunks (what a merge can merge), the
+    watermark table left out."""
+    names = {f"{s}.{t}" for s, t in zone.tables()}
+    base = zone.root / "chunks"
+    if base.is_dir():
+        names |= {"{}.{}".format(*folder_table(p.name)) for d in base.iterdir() if d.is_dir() for p in d.iterdir()}
+    names.discard(f"{WATERMARK_SCHEMA}.{WATERMARK_TABLE}")
+    return sorted(names)
+
+
+def chunk_low(marks: Watermarks, meta: ChunkMeta, high: Mark) -> int:
+    """The LSN of the chunk's LOW; WatermarkError when the log has none before its HIGH."""
+    low = marks.find(meta.low_id)
+    if low is None or low.lsn >= high.lsn:
+        raise WatermarkError(
+            f"{meta.table} chunk {meta.chunk} of dump {meta.dump_id}: HIGH watermark at {high.lsn} has "
+            f"{'no LOW' if low is None else f'its LOW after it ({low.lsn})'} in the log"
+        )
+    return low.lsn
+
+
+def closed_chunks(
+    zone: LandingZone, marks: Watermarks, schema: str, table: str, since: int
+) -> tuple[list[LandedChunk], list[Mark]]:
+    """The chunks of a table whose HIGH watermark is at or after `since`, in HIGH order; and the
+    stale HIGHs: those whose chunk file is gone or now carries another HIGH (the chunk was redone:
+    a later HIGH carries its rows)."""
+    name = f"{schema}.{table}"
+    found, stale = [], []
+    for mark in marks.since(since):
+        if mark.kind != "HIGH" or mark.table != name:
+            continue
+        path = chunk_path(zone, mark.dump_id, schema, table, mark.chunk)
+        try:
+            meta, row_type = read_chunk_schema(path)
+        except FileNotFoundError:
+            log.warning("landing.chunk_missing", table=name, dump_id=mark.dump_id, chunk=mark.chunk, path=str(path))
+            stale.append(mark)
+            continue
+        if meta.high_id != mark.id:
+            stale.append(mark)
+            continue
+        low = chunk_low(marks, meta, mark)
+        found.append(LandedChunk(path, meta, row_type, low, mark.lsn, mark.commit_ts))
+    return found, stale
+
+
+def dump_chunks(
+    zone: LandingZone, marks: Watermarks, dump_id: str, schema: str, table: str
+) -> list[LandedChunk] | None:
+    """Every chunk of one table in one dump with its watermarks, in chunk order; None when some
+    chunk's LOW or HIGH is not (yet) in the log below the frontier."""
+    chunks = []
+    for path in dump_chunk_files(zone, dump_id, schema, table):
+        meta, row_type = read_chunk_schema(path)
+        high = marks.find(meta.high_id)
+        if high is None or marks.find(meta.low_id) is None:
+            return None
+        chunks.append(LandedChunk(path, meta, row_type, chunk_low(marks, meta, high), high.lsn, high.commit_ts))
+    return chunks

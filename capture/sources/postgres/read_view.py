@@ -1,0 +1,71 @@
+"""What a PostgreSQL chunk's SELECT could see: its snapshot (`pg_current_snapshot()`, xmin:xmax:xip)
+and the WAL position read just before its LOW watermark.
+
+A commit is in the WAL slightly before it is visible to new snapshots, so a transaction whose commit
+precedes LOW in the log can still be invisible to the chunk: the chunk row is then older than the log
+and reconciliation drops it like a row a window event touched. Such a transaction is either in the
+snapshot's in-progress list (found by xid anywhere before LOW) or got its xid at or after xmax, hence
+committed after `before_low` (found in that short stretch of the log). The log carries 32-bit xids;
+the snapshot 64-bit ones (epoch | xid): a log xid is widened to the 64-bit xid closest to xmax.
+
+Stored in the chunk file's metadata as {"snapshot": "xmin:xmax:xip,...", "before_low": "<lsn>"}.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from capture.events import lsn_text
+
+
+def widen(xid: int, near: int) -> int:
+    """A 32-bit xid of the log as the 64-bit xid (epoch | xid) closest to `near`."""
+    full = (near >> 32 << 32) | xid
+    if full > near + (1 << 31):
+        full -= 1 << 32
+    elif full < near - (1 << 31):
+        full += 1 << 32
+    return full
+
+
+@dataclass(frozen=True)
+class PgSnapshot:
+    xmin: int
+    xmax: int
+    xip: tuple[int, ...]  # in progress when the snapshot was taken (64-bit xids)
+    before_low: int  # encoded LSN
+    _in_progress: frozenset[int] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_in_progress", frozenset(self.xip))
+
+    @classmethod
+    def parse(cls, snapshot: str, before_low: int) -> PgSnapshot:
+        """From PostgreSQL's text form `xmin:xmax:xip1,xip2,...`."""
+        xmin, xmax, xip = snapshot.split(":")
+        return cls(int(xmin), int(xmax), tuple(int(x) for x in xip.split(",") if x), before_low)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> PgSnapshot:
+        return cls.parse(data["snapshot"], int(data["before_low"]))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "snapshot": f"{self.xmin}:{self.xmax}:{','.join(str(x) for x in self.xip)}",
+            "before_low": lsn_text(self.before_low),
+        }
+
+    @property
+    def lookback(self) -> int:
+        """Where a reader must start in the log for `hides` to see every candidate of the scan
+        stretch (in-progress transactions are looked for back to what the reader has)."""
+        return self.before_low
+
+    def hides(self, lsn: int, xid: int | None) -> bool:
+        """Whether the log event at `lsn` (before LOW) of transaction `xid` (32-bit; None: unknown)
+        was invisible to the snapshot."""
+        if xid is None:
+            return False
+        full = widen(xid, self.xmax)
+        return full in self._in_progress or (lsn >= self.before_low and full >= self.xmax)
