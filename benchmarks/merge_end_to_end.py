@@ -75,7 +75,9 @@ def _load() -> str:
 class Bench:
     """The private server, the capture child process and the commands a user runs."""
 
-    def __init__(self, work: Path, server: PostgreSQL, event_log: Path | None = None) -> None:
+    def __init__(
+        self, work: Path, server: PostgreSQL, event_log: Path | None = None, parallel_tables: int | None = None
+    ) -> None:
         self.work, self.server = work, server
         self.config_path = work / "logtide.yaml"
         self.config_path.write_text(
@@ -100,6 +102,7 @@ class Bench:
                         "jars_dir": str(ROOT / "var" / "jars"),
                         "spark_master": "local[2]",
                         "class_archive_dir": str(work / "jvm"),  # fresh: step 0 writes it
+                        **({"parallel_tables": parallel_tables} if parallel_tables else {}),
                         "spark_conf": {"spark.eventLog.enabled": "true", "spark.eventLog.dir": str(event_log)}
                         if event_log
                         else {},
@@ -274,6 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--changes", type=int, default=10_000, help="changes merged into it (10,000)")
     parser.add_argument("--small-rows", type=int, default=10_000, help="rows of each of the 7 small tables (10,000)")
     parser.add_argument("--keep", action="store_true", help="keep the work folder (logs of every command)")
+    parser.add_argument("--parallel-tables", type=int, help="merge.parallel_tables (default: the config's)")
     parser.add_argument("--event-log", type=Path, help="write Spark's event log of every merge into this folder")
     args = parser.parse_args(argv)
     if not any((ROOT / "var" / "jars").glob("iceberg-spark-runtime-*.jar")):
@@ -283,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     server.start()
     if args.event_log:
         args.event_log.mkdir(parents=True, exist_ok=True)
-    bench = Bench(work, server, args.event_log.resolve() if args.event_log else None)
+    bench = Bench(work, server, args.event_log.resolve() if args.event_log else None, args.parallel_tables)
     started = time.perf_counter()
     try:
         results = run(args, bench)
