@@ -240,10 +240,11 @@ class OutputConfig(_Strict):
     duplicate_window_s: float = Field(120.0, gt=0, description="nats: the stream's deduplication window, when created")
     max_inflight: int = Field(1000, ge=1, le=100_000, description="nats: publishes awaiting their ack at once")
     headers: dict[str, str] = Field(default_factory=dict, description="webhook: extra request headers")
-    backpressure: bool = Field(
-        False,
-        description="dumps of the source wait, after each chunk, until this output delivered the one before "
-        "(opt-in: a dump of a source with a retrying output stalled in tests, see the README)",
+    backpressure_rows: int = Field(
+        1000,
+        ge=0,
+        description="dump rows this output may have undelivered before dumps of the source wait for it (in whole "
+        "chunks, at least one ahead); 0: dumps never wait for it. See README, Outputs (backpressure)",
     )
     transforms: dict[str, str] = Field(
         default_factory=dict,
@@ -267,12 +268,19 @@ class OutputConfig(_Strict):
         return any(fnmatch.fnmatchcase(name, p) for p in self.tables)
 
 
+class RelayConfig(_Strict):
+    """`logtide relay`: its Prometheus metrics and /health (several relays on one host: `--metrics-port`)."""
+
+    metrics: MetricsConfig = Field(default_factory=lambda: MetricsConfig(port=9190))
+
+
 class LogtideConfig(_Strict):
     landing: LandingConfig = LandingConfig()
     sources: dict[str, SourceConfig]
     merge: MergeConfig = MergeConfig()
     coordination: CoordinationConfig = CoordinationConfig()
     outputs: dict[str, OutputConfig] = Field(default_factory=dict, description="real-time outputs; none by default")
+    relay: RelayConfig = RelayConfig()
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
     @model_validator(mode="after")

@@ -101,9 +101,24 @@ def outputs_status(config: LogtideConfig, source: str, zone: LandingZone) -> lis
                 "state": state.get("state", "never run"),
                 "error": state.get("error"),
                 "retrying_since": state.get("since"),
+                "backpressure_rows": output.backpressure_rows,
+                "chunks_undelivered": state.get("chunks_undelivered"),
+                "holding_dumps": held_dumps(zone, name),
             }
         )
     return report
+
+
+def held_dumps(zone: LandingZone, output: str) -> list[str]:
+    """The running dumps' tables waiting for this output (capture/output/gate.py), as `dump_id/table`."""
+    held = []
+    for entry in dumps_status(zone):
+        if entry["state"] != "running":
+            continue
+        for table, fields in entry["tables"].items():
+            if output in (fields.get("waiting_for_outputs") or ()):
+                held.append(f"{entry['dump_id']}/{table}")
+    return held
 
 
 # -- lease and landing zone -------------------------------------------------------------------
@@ -499,6 +514,10 @@ def render(report: list[dict[str, Any]]) -> str:
             )
             if output["error"]:
                 line += f"  last error: {output['error']}"
+            if output["chunks_undelivered"]:
+                line += f"  {output['chunks_undelivered']} dump chunks landed, undelivered"
+            if output["holding_dumps"]:
+                line += f"  holding back dump {', '.join(output['holding_dumps'])}"
             lines.append(line)
     return "\n".join(lines)
 
@@ -539,6 +558,8 @@ def _render_dump(dump: dict[str, Any]) -> list[str]:
         line += f"  {t.get('rows', 0)} rows"
         if t.get("percent") is not None:
             line += f"  {t['percent']}%"
+        if t.get("waiting_for_outputs"):
+            line += f"  waiting for outputs {', '.join(t['waiting_for_outputs'])}"
         if t.get("done"):
             line += "  done"
         elif t.get("eta_s") is not None:
