@@ -43,7 +43,7 @@ from capture.dump.control import DumpSettings
 from capture.dump.engine import DumpEngine, DumpRequest
 from capture.landing import LandingZone
 from capture.sources import open_chunk_source
-from tests.servers import MariaDB, NatsServer
+from tests.servers import MariaDB, NatsServer, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 STREAM, PREFIX = "BENCH", "bench"
@@ -59,7 +59,7 @@ def _config(base: Path, server: MariaDB, nats_url: str) -> Path:
         "start": "beginning",
         "poll_interval_s": 0.05,
     }
-    return write_config(base, server, 78, outputs={"js": output})
+    return write_config(base, server, 78, outputs={"js": output}, relay={"metrics": {"port": free_port()}})
 
 
 class Consumer:

@@ -180,7 +180,7 @@ def logtide_state(messages: list[dict[str, Any]], key: str = "id") -> dict[Any, 
             state.pop(k, None)
             continue
         held = state.get(k, {})
-        state[k] = {c: held.get(c, UNKNOWN) if c in m["missing"] else v for c, v in m["after"].items()}
+        state[k] = {**m["after"], **{c: held.get(c, UNKNOWN) for c in m["missing"]}}
     return state
 
 
