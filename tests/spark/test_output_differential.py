@@ -32,8 +32,9 @@ from tests.spark.sources import Source, Table, open_source
 pytestmark = pytest.mark.spark
 
 ROWS = 400
-# history keys from 1,000,001 and the workload's new keys from 1: its inserts land behind the dump's
-# cursor, so the dump's length is the history's, not a chase of the table's growing tail
+# history keys from 1,000,001 and the workload's new keys from 1, started once the first chunk is read:
+# its inserts land behind the dump's cursor, so the dump lasts as long as the history, not as long as
+# it takes to catch up with a table growing ahead of it
 FIRST = 1_000_000
 DDL = {
     "mariadb": [
@@ -76,10 +77,11 @@ def test_the_online_stream_and_the_spark_merge_agree_with_each_other_and_the_sou
     relay = make_relay(capture.config_path).start()
     wait_for(lambda: read_state(capture.zone, "js"), 30, what="the relay to start")
     workload = source.workload(table, 1, seed=11)
-    workload.start()
     dump, outcome = dump_in_thread(capture, f"{source.schema}.ledger", chunk_size=20, delay_s=0.05)
     chunks = capture.zone.root / "chunks"
     try:
+        wait_for(lambda: list(chunks.glob("*/*/*.parquet")), 30, what="the dump's first chunk")
+        workload.start()
         wait_for(lambda: len(list(chunks.glob("*/*/*.parquet"))) >= 4, 30, what="the dump's 4th chunk")
         wait_for(lambda: (read_position(capture.zone, "js") or Position(0, 0, 0)).delivered > 50, 30)
         capture.kill()  # SIGKILL mid-dump, under load
@@ -87,7 +89,8 @@ def test_the_online_stream_and_the_spark_merge_agree_with_each_other_and_the_sou
         capture.start()
         dump.join(timeout=120)
     finally:
-        workload.stop()
+        if workload.ident is not None:  # started
+            workload.stop()
     assert outcome and not isinstance(outcome[0], BaseException), outcome
     assert killed_mid_dump, "capture was killed after the dump ended: make the dump longer"
     assert workload.transactions > 20
