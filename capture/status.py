@@ -515,7 +515,7 @@ def render(report: list[dict[str, Any]]) -> str:
             if output["error"]:
                 line += f"  last error: {output['error']}"
             if output["chunks_undelivered"]:
-                line += f"  {output['chunks_undelivered']} dump chunks landed, undelivered"
+                line += f"  {output['chunks_undelivered']} dump chunks read, undelivered"
             if output["holding_dumps"]:
                 line += f"  holding back dump {', '.join(output['holding_dumps'])}"
             lines.append(line)

@@ -3,7 +3,7 @@
 Per output (label `output`): messages acknowledged, retries, whether it is retrying now, its acknowledged
 position (the LSN's major part as two exact 32-bit halves, as capture's frontier), the commit time of the
 last acknowledged message and the lag behind the landing zone, messages pending, and backpressure: dump
-chunks landed whose rows are not all acknowledged, and dump tables waiting for it right now.
+chunks read whose rows are not all acknowledged, and dump tables waiting for it right now.
 `/health` answers 200 while every output's relay thread runs and writes its state, 503 otherwise; an
 output that is retrying is healthy (its target is not), and says so in the JSON.
 """
@@ -55,7 +55,7 @@ class RelayMetrics:
         self.pending = gauge("logtide_output_pending_messages", "messages read and encoded, not yet acknowledged")
         self.chunks_undelivered = gauge(
             "logtide_output_dump_chunks_undelivered",
-            "dump chunks landed whose rows the output has not all acknowledged",
+            "dump chunks read whose rows the output has not all acknowledged",
         )
         self.holding = gauge(
             "logtide_output_holding_dumps", "dump tables waiting for this output now (backpressure, status)"

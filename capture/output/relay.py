@@ -30,10 +30,10 @@ from capture.output.gate import high_key
 from capture.output.interleave import Event, Interleaver
 from capture.output.landing import LandingReader, Position, position_path, read_position, write_position
 from capture.output.sinks import Output
+from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE
 
 if TYPE_CHECKING:
     from capture.output.metrics import RelayMetrics
-from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE
 
 log = get_logger(__name__)
 
@@ -94,9 +94,8 @@ class Relay:
         self._included: dict[tuple[str, str], bool] = {}
         # dump/table -> last chunk whose HIGH and rows this output had acknowledged (read by capture/output/gate.py)
         self._highs: OrderedDict[str, int] = OrderedDict()
-        self.undelivered_highs: deque[tuple[int, str, int]] = (
-            deque()
-        )  # (LSN, dump/table, chunk) of HIGHs read, not acked
+        # (LSN, dump/table, chunk) of the HIGHs read whose rows are not all acknowledged yet
+        self.undelivered_highs: deque[tuple[int, str, int]] = deque()
         self.state_name = "delivering"
         self.state_written = 0.0
         self._state_details: dict[str, object] = {}
@@ -284,7 +283,7 @@ class Relay:
             "at": time.time(),
             "backpressure_rows": self.config.backpressure_rows,
             "highs": dict(self._highs),
-            "chunks_undelivered": len(self.undelivered_highs),  # HIGHs landed and read whose rows are not all acked
+            "chunks_undelivered": len(self.undelivered_highs),  # HIGHs read whose rows are not all acknowledged
             **details,
         }
         write_json_atomic(data, position_path(self.zone, self.name).with_name("state.json"), durable=False)
