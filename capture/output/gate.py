@@ -6,7 +6,8 @@ its slowest output would only pile rows up in front of the log (DBLog throttles 
 reason). Each relay records, in its `state.json`, the last chunk of every dump whose HIGH watermark and rows
 it has had acknowledged (`highs`), its budget (`backpressure_rows`) and when it last wrote (`at`). A relay
 that wrote nothing for `LIVE_S` (stopped, or never started) does not hold a dump back, and no chunk waits
-longer than `MAX_WAIT_S`. A dump polls every `POLL_S`: a state file is read again only when it changed.
+longer than `MAX_WAIT_S`. A dump polls every `POLL_S`: a state file is read again only when its inode,
+mtime or size changed (every write renames a new file over it).
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ MAX_WAIT_S = 60.0
 POLL_S = 0.02
 REPORT_AFTER_S = 0.5  # a wait longer than this is reported to the dump's record (what `status` shows)
 
-_cache: dict[Path, tuple[int, int, dict[str, Any]]] = {}  # state.json -> (mtime_ns, size, its content)
+# state.json -> (inode, mtime_ns, size, its content): each write is a new file renamed over the old one
+_cache: dict[Path, tuple[int, int, int, dict[str, Any]]] = {}
 
 
 def high_key(dump_id: str, table: str) -> str:
@@ -46,14 +48,15 @@ def _read(path: Path) -> dict[str, Any] | None:
     except FileNotFoundError:
         _cache.pop(path, None)
         return None
+    seen = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
     cached = _cache.get(path)
-    if cached is not None and cached[:2] == (stat.st_mtime_ns, stat.st_size):
-        return cached[2]
+    if cached is not None and cached[:3] == seen:
+        return cached[3]
     try:
         state = json.loads(path.read_text())
     except (OSError, ValueError):  # being replaced: read it at the next look
-        return cached[2] if cached else None
-    _cache[path] = (stat.st_mtime_ns, stat.st_size, state)
+        return cached[3] if cached else None
+    _cache[path] = (*seen, state)
     return state
 
 

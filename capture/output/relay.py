@@ -141,9 +141,9 @@ class Relay:
         while not stop.is_set():
             frontier = self.reader.frontier()
             self.caught_up = read_at >= frontier
+            if time.monotonic() - self.state_written > STATE_EVERY_S:  # alive, for dumps and /health
+                self._state(self.state_name, **self._state_details)
             if self.caught_up:
-                if time.monotonic() - self.state_written > STATE_EVERY_S:  # alive, for dumps that wait on it
-                    self._state(self.state_name, **self._state_details)
                 if pending:
                     self._deliver(pending, stop)
                 elif time.monotonic() - last_written > IDLE_POSITION_S and read_at - 1 > self.position.lsn:

@@ -3,13 +3,13 @@ the dump undelivered than their `backpressure_rows` allow (in whole chunks, at l
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 
 import pytest
 
 from capture.landing import LandingZone
+from capture.landing.files import write_json_atomic
 from capture.output.gate import lagging, wait_for_outputs
 
 pytestmark = pytest.mark.unit
@@ -19,7 +19,8 @@ def state(zone: LandingZone, name: str, chunk: int, at: float, rows: int = 100) 
     folder = zone.root / "outputs" / name
     folder.mkdir(parents=True, exist_ok=True)
     highs = {"d1/db.t": chunk}
-    (folder / "state.json").write_text(json.dumps({"at": at, "backpressure_rows": rows, "highs": highs}))
+    # as the relay writes it: a new file renamed over the old one
+    write_json_atomic({"at": at, "backpressure_rows": rows, "highs": highs}, folder / "state.json", durable=False)
 
 
 def test_only_live_outputs_with_backpressure_that_are_behind_hold_a_dump(tmp_path):
