@@ -38,8 +38,10 @@ def _capture(config: LogtideConfig, args: argparse.Namespace) -> int:
 
 def _relay(config: LogtideConfig, args: argparse.Namespace) -> int:
     from capture.errors import ConfigError
+    from capture.output.metrics import RelayMetrics
     from capture.output.relay import Relay
     from capture.output.sinks import open_output
+    from capture.service.metrics import serve_metrics
 
     source = config.source(args.source)
     names = [n for n, o in config.outputs.items() if o.source == args.source and (not args.output or n in args.output)]
@@ -57,18 +59,26 @@ def _relay(config: LogtideConfig, args: argparse.Namespace) -> int:
     zone = LandingZone(config.landing.path, args.source)
     failures: list[BaseException] = []
 
-    def run(name: str) -> None:
-        output = config.outputs[name]
+    metrics = RelayMetrics(args.source)
+
+    def run(name: str, relay: Relay) -> None:
         try:
-            sink = open_output(name, args.source, output)
-            Relay(zone, source.kind, name, output, sink, source.database).run(stop)
+            relay.run(stop)
         except BaseException as exc:
             log.error("relay.failed", output=name, error_type=type(exc).__name__, error=str(exc))
             failures.append(exc)
             stop.set()
 
-    threads = [threading.Thread(target=run, args=(n,), name=f"relay-{n}") for n in names]
-    log.info("relay.started", source=args.source, outputs=",".join(names))
+    threads = []
+    for name in names:
+        output = config.outputs[name]
+        relay = Relay(zone, source.kind, name, output, open_output(name, args.source, output), source.database, metrics)
+        threads.append(threading.Thread(target=run, args=(name, relay), name=f"relay-{name}"))
+        metrics.watch(name, relay, threads[-1])
+    port = config.relay.metrics.port if args.metrics_port is None else args.metrics_port
+    if port:
+        serve_metrics(metrics, config.relay.metrics.host, port)
+    log.info("relay.started", source=args.source, outputs=",".join(names), metrics_port=port)
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -254,6 +264,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     relay.add_argument("--source", required=True)
     relay.add_argument("--output", action="append", help="an output name; repeat for several; none: all of the source")
+    relay.add_argument(
+        "--metrics-port", type=int, help="the metrics and /health port (default: relay.metrics.port; 0: none)"
+    )
     relay.set_defaults(run=_relay)
 
     setup = commands.add_parser("setup", help="create the watermark table on a source")

@@ -36,15 +36,13 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from capture.config import LogtideConfig, MergeConfig, SourceConfig
-from capture.coordination.claims import LocalClaims
-from capture.dump.progress import dump_dir
-from capture.dump.record import RECORD, read_record
+from capture.dump.states import dumps_status, held_dumps
 from capture.errors import UnusableTableError
 from capture.events import lsn_text
 from capture.landing import LandingZone
 from capture.landing.checkpoint import Checkpoint
 from capture.landing.reader import chunk_files, committed_frontier, merge_tables, table_segments
-from capture.landing.zone import folder_table, table_folder
+from capture.landing.zone import table_folder
 from capture.merge.target import FRONTIER, UNKNOWN_SAMPLE, UNKNOWN_VALUES, Target, frontier_value, recorded, target_of
 from capture.sources import open_source
 from capture.sources.table_keys import no_key
@@ -97,6 +95,9 @@ def outputs_status(config: LogtideConfig, source: str, zone: LandingZone) -> lis
                 "state": state.get("state", "never run"),
                 "error": state.get("error"),
                 "retrying_since": state.get("since"),
+                "backpressure_rows": output.backpressure_rows,
+                "chunks_undelivered": state.get("chunks_undelivered"),
+                "holding_dumps": held_dumps(zone, name),
             }
         )
     return report
@@ -164,67 +165,6 @@ def lag_status(name: str, source: SourceConfig, zone: LandingZone, checkpoint: C
 
 
 # -- dumps ------------------------------------------------------------------------------------
-
-
-def dumps_status(zone: LandingZone) -> list[dict[str, Any]]:
-    base = zone.root / "dumps"
-    if not base.is_dir():
-        return []
-    folders = sorted((p for p in base.iterdir() if p.is_dir() and not p.name.startswith(".")), key=_started)
-    claims = LocalClaims(zone)
-    return [_dump_status(zone, claims, folder.name) for folder in folders]
-
-
-def _started(folder: Path) -> str:
-    record = read_record(folder / RECORD) or {}
-    return str(record.get("started_at") or datetime.fromtimestamp(folder.stat().st_mtime, UTC).isoformat())
-
-
-def _dump_status(zone: LandingZone, claims: LocalClaims, dump_id: str) -> dict[str, Any]:
-    folder = dump_dir(zone, dump_id)
-    record = read_record(folder / RECORD) or {}
-    tables: dict[str, dict[str, Any]] = {}
-    for path in sorted(folder.glob("*.json")):
-        if path.name in (RECORD, "control.json"):
-            continue
-        progress = read_record(path) or {}
-        schema, table = folder_table(path.stem)
-        tables[f"{schema}.{table}"] = {
-            "chunks": progress.get("chunk", 0),
-            "rows": progress.get("rows", 0),
-            "done": bool(progress.get("done")),
-        }
-    for table, fields in record.get("tables", {}).items():
-        tables[table] = {**tables.get(table, {}), **fields}
-    control = read_record(folder / "control.json") or {}
-    state = record.get("state")
-    entry: dict[str, Any] = {"dump_id": dump_id, "tables": tables}
-    if state == "running":
-        pending = [t for t, v in tables.items() if not v.get("done")]
-        holders = [h for t in pending if (h := claims.probe(t)) is not None]
-        if not pending:  # it ended between its last table and its record's last write
-            state = "finished"
-        elif not any(h.dump_id == dump_id for h in holders):
-            state = "failed"
-            entry["error"] = (
-                f"its process is gone (host {record.get('host')}, pid {record.get('pid')}) without finishing; "
-                "rerun it with the same dump id to resume"
-            )
-        elif control.get("state") in ("paused", "cancelled"):
-            state = "paused" if control["state"] == "paused" else "cancelling"
-    elif state is None:  # a dump without a record (older versions): its progress files alone
-        state = "finished" if tables and all(v.get("done") for v in tables.values()) else "unfinished"
-    entry["state"] = state
-    for key in ("host", "pid", "started_at", "resumed_at", "updated_at", "finished_at"):
-        if record.get(key):
-            entry[key] = record[key]
-    if record.get("error") and "error" not in entry:
-        entry["error"] = record["error"]
-    if record.get("skipped"):
-        entry["skipped"] = record["skipped"]
-    entry["rows"] = sum(int(v.get("rows") or 0) for v in tables.values())
-    entry["tables_done"] = sum(1 for v in tables.values() if v.get("done"))
-    return entry
 
 
 # -- targets ----------------------------------------------------------------------------------
@@ -418,6 +358,10 @@ def render(report: list[dict[str, Any]]) -> str:
             )
             if output["error"]:
                 line += f"  last error: {output['error']}"
+            if output["chunks_undelivered"]:
+                line += f"  {output['chunks_undelivered']} dump chunks read, undelivered"
+            if output["holding_dumps"]:
+                line += f"  holding back dump {', '.join(output['holding_dumps'])}"
             lines.append(line)
     return "\n".join(lines)
 
@@ -458,6 +402,8 @@ def _render_dump(dump: dict[str, Any]) -> list[str]:
         line += f"  {t.get('rows', 0)} rows"
         if t.get("percent") is not None:
             line += f"  {t['percent']}%"
+        if t.get("waiting_for_outputs"):
+            line += f"  waiting for outputs {', '.join(t['waiting_for_outputs'])}"
         if t.get("done"):
             line += "  done"
         elif t.get("eta_s") is not None:

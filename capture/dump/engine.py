@@ -31,6 +31,7 @@ import json
 import time
 import uuid
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import pyarrow as pa
@@ -280,14 +281,17 @@ class DumpEngine:
             log.info("dump.table_resumed", dump_id=dump_id, table=name, after_chunk=progress.chunk)
         expected = len(plan.keys) if plan.keys is not None else max(self.source.estimate_rows(table), 1)
         began, rows_at_start = time.monotonic(), progress.rows
+        outputs_wait_s = 0.0
         while not progress.done:
             settings = controller.next_chunk()
             claims.check(name)
             chunk_began = time.monotonic()
             progress, table, rows_read = self._chunk(dump_id, plan, table, progress, settings)
             store.save(table.schema, table.table, progress)
-            if not progress.done:  # real-time outputs (capture/dump/gate.py): at most one chunk ahead of them
-                wait_for_outputs(self.zone, dump_id, name, progress.chunk)
+            if not progress.done:  # real-time outputs (capture/dump/gate.py): not too far ahead of them
+                outputs_wait_s += wait_for_outputs(
+                    self.zone, dump_id, name, progress.chunk, settings.chunk_size, partial(record.waiting, name)
+                )
             elapsed = time.monotonic() - began
             window_ms = (time.monotonic() - chunk_began) * 1000
             summary.chunks, summary.rows, summary.seconds = progress.chunk, progress.rows, elapsed
@@ -323,6 +327,8 @@ class DumpEngine:
                 rows_per_s=line["rows_per_s"],
                 eta_s=line["eta_s"],
                 done=progress.done,
+                outputs_wait_s=round(outputs_wait_s, 1),
+                waiting_for_outputs=None,
             )
             self._throttle(settings, rows_read, time.monotonic() - chunk_began)
         log.info(

@@ -59,6 +59,11 @@ class DumpRecord:
         if fields.get("done") or time.monotonic() - self._written_at >= WRITE_EVERY_S:
             self._write()
 
+    def waiting(self, table: str, outputs: list[str]) -> None:
+        """The dump waits for these outputs to deliver (capture/dump/gate.py): shown at once by `status`."""
+        self.data["tables"].setdefault(table, {}).update(waiting_for_outputs=outputs, updated_at=_now())
+        self._write()
+
     def finish(self, state: str, error: str | None = None) -> None:
         self.data.update(state=state, finished_at=_now(), error=error)
         self._write()

@@ -111,9 +111,13 @@ def write_parquet_atomic(table: pa.Table, path: Path, tmp_dir: Path | None = Non
     fenced_rename(tmp, path, tmp_dir)
 
 
-def write_json_atomic(data: dict[str, Any], path: Path, durable: bool = True, tmp_dir: Path | None = None) -> None:
+def write_json_atomic(
+    data: dict[str, Any], path: Path, durable: bool = True, tmp_dir: Path | None = None, sync_folder: bool = True
+) -> None:
     """Replace `path` atomically; `durable=False` skips the fsyncs where losing the newest
-    version after a power cut is harmless (it is redone). `tmp_dir` as for write_parquet_atomic."""
+    version after a power cut is harmless (it is redone); `sync_folder=False` keeps the file's
+    fsync (never torn) but not the folder's (a power cut may keep the previous version).
+    `tmp_dir` as for write_parquet_atomic."""
     tmp = _tmp_path(path, tmp_dir)
     with _open_tmp(tmp, "w", tmp_dir) as handle:
         json.dump(data, handle, indent=2, sort_keys=True)
@@ -122,5 +126,5 @@ def write_json_atomic(data: dict[str, Any], path: Path, durable: bool = True, tm
             handle.flush()
             os.fsync(handle.fileno())
     fenced_rename(tmp, path, tmp_dir)
-    if durable:
+    if durable and sync_folder:
         fsync_dir(path.parent)

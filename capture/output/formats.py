@@ -40,9 +40,16 @@ def _default(value: Any) -> Any:
     raise TypeError(f"cannot write {type(value).__name__} as JSON")
 
 
-def _image(row: dict[str, Any] | None, missing: tuple[str, ...] = (), placeholder: Any = None) -> Any:
+_LEAVE_OUT = object()
+
+
+def _image(row: dict[str, Any] | None, missing: tuple[str, ...] = (), placeholder: Any = _LEAVE_OUT) -> Any:
+    """`row` with its `missing` columns (not carried by the event: PostgreSQL's unchanged TOAST) left out,
+    or holding `placeholder`; never the null the landing zone stores for them, which would be a wrong value."""
     if row is None or not missing:
         return row
+    if placeholder is _LEAVE_OUT:
+        return {k: v for k, v in row.items() if k not in missing}
     return {k: placeholder if k in missing else v for k, v in row.items()}
 
 
@@ -76,7 +83,7 @@ def logtide_json(source: str, kind: str, event: Event, database: str | None = No
         "commit_ts": None if event.commit_ts is None else event.commit_ts.isoformat(),
         "key": _image(event.key_values()),
         "before": _image(event.before),
-        "after": _image(event.after),
+        "after": _image(event.after, event.missing),
         "missing": list(event.missing),
         "dump": None if event.dump_id is None else {"id": event.dump_id, "chunk": event.chunk},
     }

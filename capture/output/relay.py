@@ -15,9 +15,10 @@ import fnmatch
 import importlib
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from capture.config import OutputConfig
 from capture.dump.gate import high_key
@@ -31,11 +32,14 @@ from capture.output.landing import LandingReader, Position, position_path, read_
 from capture.output.sinks import Output
 from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE
 
+if TYPE_CHECKING:
+    from capture.output.metrics import RelayMetrics
+
 log = get_logger(__name__)
 
-IDLE_POSITION_S = 5.0
+IDLE_POSITION_S = 5.0  # how often an idle relay records that it read further (a shorter replay)
 STATE_EVERY_S = 2.0  # a live relay rewrites its state at least this often (gate.LIVE_S tells a dead one)
-KEEP_HIGHS = 1000  # how often an idle relay records that it read further (a shorter replay)
+KEEP_HIGHS = 1000  # dump tables whose last delivered chunk the state remembers
 READ_ROWS = 20_000
 
 
@@ -81,21 +85,27 @@ class Relay:
         config: OutputConfig,
         output: Output,
         database: str | None = None,
+        metrics: RelayMetrics | None = None,
     ) -> None:
         self.zone, self.kind, self.name, self.config, self.output = zone, kind, name, config, output
+        self.metrics = metrics
         self.database = database  # PostgreSQL: the source's database (Debezium's source.db)
         self.transforms = load_transforms(name, config)
         self._included: dict[tuple[str, str], bool] = {}
-        # dump/table -> last chunk whose HIGH this output has delivered past (read by capture/dump/gate.py)
+        # dump/table -> last chunk whose HIGH and rows this output had acknowledged (read by capture/dump/gate.py)
         self._highs: OrderedDict[str, int] = OrderedDict()
-        self._read_highs: list[tuple[str, int]] = []  # HIGHs read, not yet known delivered
-        self._state_name = "delivering"
-        self._state_written = 0.0
+        # (LSN, dump/table, chunk) of the HIGHs read whose rows are not all acknowledged yet
+        self.undelivered_highs: deque[tuple[int, str, int]] = deque()
+        self.state_name = "delivering"
+        self.state_written = 0.0
         self._state_details: dict[str, object] = {}
         self.reader = LandingReader(zone, config.includes)
         self.delivered = 0
         self.retries = 0
         self.position: Position | None = None
+        self._pending: list[tuple[Message, int]] = []  # a message and where a replay must start to send it again
+        self.caught_up = False  # everything landed is read (and, with nothing pending, delivered)
+        self.acked_commit_ts: float | None = None  # source commit time of the last acknowledged message
 
     def _initial(self) -> Position:
         position = read_position(self.zone, self.name)
@@ -126,13 +136,14 @@ class Relay:
         lookback = self.config.lookback if self.kind == "postgresql" else 0
         interleaver = Interleaver(self.reader.load_chunk, self.config.window_timeout_s, lookback)
         read_at = position.replay_from
-        pending: list[tuple[Message, int]] = []  # a message and where a replay must start to send it again
+        pending = self._pending
         last_written = time.monotonic()
         while not stop.is_set():
             frontier = self.reader.frontier()
-            if read_at >= frontier:
-                if time.monotonic() - self._state_written > STATE_EVERY_S:  # alive, for dumps that wait on it
-                    self._state(self._state_name, **self._state_details)
+            self.caught_up = read_at >= frontier
+            if time.monotonic() - self.state_written > STATE_EVERY_S:  # alive, for dumps and /health
+                self._state(self.state_name, **self._state_details)
+            if self.caught_up:
                 if pending:
                     self._deliver(pending, stop)
                 elif time.monotonic() - last_written > IDLE_POSITION_S and read_at - 1 > self.position.lsn:
@@ -143,10 +154,6 @@ class Relay:
                 continue
             events, read_at = self.reader.read(read_at, frontier, READ_ROWS)
             for event in events:
-                if event.schema == WATERMARK_SCHEMA and event.table == WATERMARK_TABLE:
-                    mark = event.after
-                    if mark is not None and mark["kind"] == "HIGH":
-                        self._read_highs.append((high_key(mark["dump_id"], mark["table_name"]), int(mark["chunk"])))
                 replay = interleaver.replay_from(event.lsn)
                 for out in interleaver.push(event):
                     if out.position <= acked or not self._includes(out):
@@ -163,16 +170,39 @@ class Relay:
                         self._deliver(pending, stop)
                         if stop.is_set():
                             return
+                if event.schema == WATERMARK_SCHEMA and event.table == WATERMARK_TABLE:
+                    mark = event.after
+                    if mark is not None and mark["kind"] == "HIGH":  # after its rows are pending
+                        key = high_key(mark["dump_id"], mark["table_name"])
+                        self.undelivered_highs.append((event.lsn, key, int(mark["chunk"])))
             if pending:
                 self._deliver(pending, stop)
-            if not pending and self._read_highs:  # everything read is delivered: so are those HIGHs' rows
-                for key, chunk in self._read_highs:
-                    self._highs[key] = max(chunk, self._highs.pop(key, 0))
-                while len(self._highs) > KEEP_HIGHS:
-                    self._highs.popitem(last=False)
-                self._read_highs.clear()
-                self._state(self._state_name, **self._state_details)
+            self._acked_highs(pending)
             last_written = time.monotonic()
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
+
+    def lag_s(self) -> float:
+        """Now minus the commit time of the last acknowledged message while landed events wait; else 0."""
+        if (self.caught_up and not self._pending) or self.acked_commit_ts is None:
+            return 0.0
+        return max(0.0, time.time() - self.acked_commit_ts)
+
+    def _acked_highs(self, pending: list[tuple[Message, int]]) -> None:
+        """Record the HIGHs all of whose rows (and everything before them) are acknowledged: the first
+        pending message is past them. What dumps wait for (capture/dump/gate.py), so it is written now."""
+        first = pending[0][0].event.lsn if pending else None
+        changed = False
+        while self.undelivered_highs and (first is None or self.undelivered_highs[0][0] < first):
+            _lsn, key, chunk = self.undelivered_highs.popleft()
+            self._highs[key] = max(chunk, self._highs.pop(key, 0))
+            changed = True
+        if changed:
+            while len(self._highs) > KEEP_HIGHS:
+                self._highs.popitem(last=False)
+            self._state(self.state_name, **self._state_details)
 
     def _includes(self, event: Event) -> bool:
         name = (event.schema, event.table)
@@ -217,35 +247,47 @@ class Relay:
                 self.delivered += done
                 event: Event = message.event
                 self._save(Position(event.lsn, event.order, replay, self.delivered))
+                if event.commit_ts is not None:
+                    self.acked_commit_ts = event.commit_ts.timestamp()
+                if self.metrics is not None:
+                    self.metrics.acknowledged(self.name, done, event.lsn, self.acked_commit_ts)
                 del pending[:done]
+                self._acked_highs(pending)
                 delay = 0.2
                 if failing_since is not None:
                     failing_since = None
                     self._state("delivering")
-                elif time.monotonic() - self._state_written > STATE_EVERY_S:
+                elif time.monotonic() - self.state_written > STATE_EVERY_S:
                     self._state("delivering")
                 continue
             self.retries += 1
+            if self.metrics is not None:
+                self.metrics.failed(self.name)
             failing_since = failing_since or time.time()
             self._state("retrying", error=self.output.last_error, since=failing_since, pending=len(pending))
             log.warning("output.retrying", output=self.name, pending=len(pending), in_s=round(delay, 2))
-            stop.wait(delay)
+            until = time.monotonic() + delay
+            while not stop.wait(min(STATE_EVERY_S, max(0.0, until - time.monotonic()))):
+                if time.monotonic() >= until:
+                    break
+                self._state(self.state_name, **self._state_details)  # alive: a failing output holds dumps back
             delay = min(delay * 2, self.config.max_backoff_s)
 
     def _state(self, state: str, **details: object) -> None:
         """What `logtide status` shows besides the position (delivering, or retrying since when and why), and
         what dumps wait for (capture/dump/gate.py): the chunks delivered, and that this relay is alive."""
-        self._state_name, self._state_details = state, details
+        self.state_name, self._state_details = state, details
         data = {
             "state": state,
             "retries": self.retries,
             "at": time.time(),
-            "backpressure": self.config.backpressure,
+            "backpressure_rows": self.config.backpressure_rows,
             "highs": dict(self._highs),
+            "chunks_undelivered": len(self.undelivered_highs),  # HIGHs read whose rows are not all acknowledged
             **details,
         }
         write_json_atomic(data, position_path(self.zone, self.name).with_name("state.json"), durable=False)
-        self._state_written = time.monotonic()
+        self.state_written = time.monotonic()
 
     def _save(self, position: Position) -> None:
         write_position(self.zone, self.name, position)

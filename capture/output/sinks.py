@@ -53,6 +53,7 @@ class NatsOutput:
         self._loop = asyncio.new_event_loop()
         self._nc: Any = None
         self._js: Any = None
+        self._subjects: dict[tuple[str, str], str] = {}  # (db, table) -> its subject
 
     def _run(self, coro: Any) -> Any:
         return self._loop.run_until_complete(coro)
@@ -92,9 +93,11 @@ class NatsOutput:
 
     def subject(self, message: Message) -> str:
         e = message.event
-        return ".".join(
-            [self.config.subject_prefix, subject_token(self.source), subject_token(e.schema), subject_token(e.table)]
-        )
+        subject = self._subjects.get((e.schema, e.table))
+        if subject is None:
+            tokens = [self.config.subject_prefix, subject_token(self.source), subject_token(e.schema)]
+            subject = self._subjects[(e.schema, e.table)] = ".".join([*tokens, subject_token(e.table)])
+        return subject
 
     async def _publish(self, messages: list[Message]) -> int:
         """Publish up to `max_inflight` messages before awaiting their acknowledgements (each with its own
@@ -135,6 +138,8 @@ class NatsOutput:
             if reply is None:
                 self.last_error = f"no acknowledgement within {self.config.timeout_s:g} s"
             else:
+                if b'"error"' not in reply and b'"seq"' in reply:  # a plain ack, without parsing it
+                    continue
                 answer = json.loads(reply)
                 if "error" not in answer and "seq" in answer:
                     continue

@@ -17,7 +17,7 @@ import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -139,8 +139,17 @@ class CaptureMetrics:
         return self.state["state"] == "running" and time.monotonic() - self._alive_at < self._stale_after
 
 
+class Served(Protocol):
+    """What the endpoint serves: capture's metrics, or the relay's (capture/output/metrics.py)."""
+
+    registry: CollectorRegistry
+    state: dict[str, Any]
+
+    def healthy(self) -> bool: ...
+
+
 class _Handler(BaseHTTPRequestHandler):
-    metrics: CaptureMetrics
+    metrics: Served
 
     def do_GET(self) -> None:
         if self.path == "/metrics":
@@ -161,7 +170,7 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
 
-def serve_metrics(metrics: CaptureMetrics, host: str, port: int) -> ThreadingHTTPServer:
+def serve_metrics(metrics: Served, host: str, port: int) -> ThreadingHTTPServer:
     handler = type("Handler", (_Handler,), {"metrics": metrics})
     server = ThreadingHTTPServer((host, port), handler)
     server.daemon_threads = True

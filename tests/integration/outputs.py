@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import threading
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -22,15 +23,30 @@ from capture.output.formats import message_id
 from capture.output.interleave import Event, Interleaver
 from capture.output.landing import LandingReader
 from tests.integration.dumping import open_engine
-from tests.servers import wait_for
+from tests.servers import free_port, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
 
-def add_outputs(config_path: Path, outputs: dict[str, dict[str, Any]]) -> None:
+def add_outputs(config_path: Path, outputs: dict[str, dict[str, Any]]) -> int:
+    """Put `outputs` into the config, and the relay's metrics on a free port: returned."""
     data = yaml.safe_load(config_path.read_text())
     data["outputs"] = outputs
+    port = free_port()
+    data["relay"] = {"metrics": {"port": port}}
     config_path.write_text(yaml.safe_dump(data))
+    return port
+
+
+def scrape(port: int) -> dict[str, float]:
+    """The relay's /metrics as {'name{labels}': value}."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    return {
+        line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line and not line.startswith("#")
+    }
 
 
 class RelayProcess:
@@ -151,15 +167,20 @@ def wait_count(url: str, stream: str, count: int, relay: RelayProcess, timeout: 
     wait_for(enough, timeout, interval=0.2, what=f"{count} messages in JetStream stream {stream}")
 
 
+UNKNOWN = "<not carried, not held>"  # a `missing` column of a key the consumer holds nothing for
+
+
 def logtide_state(messages: list[dict[str, Any]], key: str = "id") -> dict[Any, dict[str, Any]]:
-    """The table Logtide-format messages rebuild, applied in order (the last per key wins)."""
+    """The table Logtide-format messages rebuild, applied in order (the last per key wins) as a consumer
+    must: a column listed in `missing` (PostgreSQL TOAST) keeps the value held for the key, or is UNKNOWN."""
     state: dict[Any, dict[str, Any]] = {}
     for m in messages:
         k = m["key"][key]
         if m["op"] == "d":
             state.pop(k, None)
-        else:
-            state[k] = m["after"]
+            continue
+        held = state.get(k, {})
+        state[k] = {**m["after"], **{c: held.get(c, UNKNOWN) for c in m["missing"]}}
     return state
 
 

@@ -3,19 +3,27 @@ a private NATS JetStream server, and a local webhook that fails and times out on
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import threading
 import time
 import uuid
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import pyarrow as pa
 import pytest
 
-from capture.config import load_config
+from capture.config import OutputConfig, load_config
 from capture.dump.control import DumpSettings
 from capture.dump.engine import DumpEngine, DumpRequest
+from capture.events import Change, ChangeBatch, Column, Lsn, Op, TableSchema, TransactionEnd
+from capture.landing import Checkpoint, LandingZone
+from capture.landing.log_writer import LogWriter
 from capture.output.landing import Position, read_position
+from capture.output.relay import STATE_EVERY_S, Relay
+from capture.output.sinks import open_output
 from capture.sources import open_chunk_source
 from capture.status import outputs_status
 from tests.integration.dumping import Workload, populate_ledger, reconciled_state, table_state, wait_until_landed
@@ -27,6 +35,7 @@ from tests.integration.outputs import (
     logtide_state,
     read_jetstream,
     read_state,
+    scrape,
     wait_count,
 )
 from tests.servers import NatsServer, wait_for
@@ -294,7 +303,7 @@ def test_a_slow_output_holds_a_dump_back_to_one_chunk_ahead_of_it(
         "kind": "webhook",
         "url": f"http://127.0.0.1:{server.server_port}/",
         "batch_size": 20,
-        "backpressure": True,
+        "backpressure_rows": 40,  # one chunk ahead
     }
     add_outputs(capture.config_path, {"slow": hook})
     capture.start().wait_running()
@@ -311,3 +320,114 @@ def test_a_slow_output_holds_a_dump_back_to_one_chunk_ahead_of_it(
     finally:
         relay.stop()
         server.shutdown()
+
+
+class _DownHook(BaseHTTPRequestHandler):
+    """Answers 503 until `server.up` is set, then 200; keeps what it acknowledged."""
+
+    def log_message(self, *args) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        if not self.server.up.is_set():  # type: ignore[attr-defined]
+            self.send_response(503)
+            self.end_headers()
+            return
+        self.server.received.extend(json.loads(body))  # type: ignore[attr-defined]
+        self.send_response(200)
+        self.end_headers()
+
+
+def test_a_failing_webhook_holds_a_dump_back_shows_it_in_status_and_the_dump_ends_once_it_recovers(
+    mariadb, database, make_capture, tmp_path, make_relay
+):
+    populate_ledger(mariadb, database, 200)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _DownHook)
+    server.received, server.up = [], threading.Event()  # type: ignore[attr-defined]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    capture = make_capture([f"{database}.*"])
+    url = f"http://127.0.0.1:{server.server_port}/"
+    hook = {"source": "src", "kind": "webhook", "url": url, "start": "beginning", "max_backoff_s": 1}
+    port = add_outputs(capture.config_path, {"down": {**hook, "backpressure_rows": 20}})  # one chunk of 20 ahead
+    capture.start().wait_running()
+    relay = make_relay(capture.config_path).start()
+    try:
+        wait_for(lambda: read_state(capture.zone, "down"), 30, what="the relay to start")
+        dump, outcome = dump_in_thread(capture, f"{database}.ledger", chunk_size=20, delay_s=0)
+        config = load_config(capture.config_path)
+        shown = wait_for(
+            lambda: (s := outputs_status(config, "src", capture.zone)[0])["holding_dumps"] and s, 30, what="status"
+        )
+        assert shown["state"] == "retrying" and "HTTP 503" in shown["error"]
+        labels = '{output="down",source="src"}'
+        down = scrape(port)  # the relay's Prometheus metrics say the same
+        assert down[f"logtide_output_retrying{labels}"] == 1 and down[f"logtide_output_retries_total{labels}"] >= 1
+        assert down[f"logtide_output_holding_dumps{labels}"] == 1 and down[f"logtide_output_pending_messages{labels}"]
+        assert down[f"logtide_output_delivered_total{labels}"] == 0
+        chunks = len(list((capture.zone.root / "chunks").glob("*/*/*.parquet")))
+        mariadb.execute("UPDATE ledger SET v = v + 1 WHERE id % 7 = 0", database=database)  # log events too
+        time.sleep(2)  # down: the dump stays one chunk ahead of what the output delivered (nothing)
+        assert dump.is_alive() and len(list((capture.zone.root / "chunks").glob("*/*/*.parquet"))) == chunks <= 2
+        server.up.set()  # it recovers: the dump goes on and ends
+        dump.join(timeout=60)
+    finally:
+        server.up.set()
+    assert outcome and not isinstance(outcome[0], BaseException), outcome
+    wait_until_landed(mariadb, capture)
+    expected = [(e.lsn, e.order) for e in expected_stream(capture.zone)]
+    try:
+        wait_for(lambda: len(server.received) >= len(expected), 60, interval=0.2, what="every message")  # type: ignore[attr-defined]
+        lag = f"logtide_output_lag_seconds{labels}"
+        up = wait_for(lambda: (m := scrape(port))[lag] == 0 and m, 10, what="the relay to see it is caught up")
+    finally:
+        relay.stop()
+        server.shutdown()
+    got = list(server.received)  # type: ignore[attr-defined]
+    assert up[f"logtide_output_delivered_total{labels}"] == len(got) and up[f"logtide_output_retrying{labels}"] == 0
+    assert up[f"logtide_output_holding_dumps{labels}"] == 0
+    assert up[f"logtide_output_dump_chunks_undelivered{labels}"] == 0
+    assert [(int(m["lsn"]), m["order"]) for m in got] == expected  # refused batches came again, nothing lost
+    assert logtide_state(got) == {k[0]: row for k, row in table_state(mariadb, database, "ledger").items()}
+    assert outputs_status(load_config(capture.config_path), "src", capture.zone)[0]["holding_dumps"] == []
+
+
+def test_a_relay_backing_off_from_a_failing_output_still_counts_as_alive_for_the_dumps_it_holds(tmp_path):
+    """Backoff grows past STATE_EVERY_S (0.2 s doubling): the relay must still rewrite its state (the gate
+    takes a relay silent for LIVE_S as dead and lets dumps run ahead of it). A landing zone written by the
+    capture's own LogWriter, a webhook that always answers 503."""
+    zone = LandingZone(tmp_path, "src")
+    start = Checkpoint(Lsn(1), {"pos": 1})
+    zone.write_checkpoint(start)
+    writer = LogWriter(zone, start, flush_interval_s=60, max_buffer_rows=1000)
+    table = TableSchema("db", "t", (Column("id", pa.int64(), "bigint"),), ("id",))
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    writer.add(ChangeBatch(table, "0-1-10", now, False, [Change(Lsn(10, 0), Op.CREATE, None, (1,))]))
+    writer.end_transaction(TransactionEnd(Lsn(20), {"pos": 20}, now))
+    writer.commit()
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _DownHook)
+    server.received, server.up = [], threading.Event()  # type: ignore[attr-defined]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    config = OutputConfig(
+        source="src", kind="webhook", url=f"http://127.0.0.1:{server.server_port}/", start="beginning", max_backoff_s=5
+    )
+    relay = Relay(zone, "mariadb", "down", config, open_output("down", "src", config))
+    stop = threading.Event()
+    thread = threading.Thread(target=relay.run, args=(stop,))
+    thread.start()
+    written, began = [], time.monotonic()
+    try:
+        while time.monotonic() - began < 7:  # retries at about 0.2, 0.6, 1.4, 3.0 and 6.2 s
+            state = read_state(zone, "down")
+            if state and (not written or state["at"] != written[-1]):
+                written.append(state["at"])
+            time.sleep(0.05)
+        assert read_state(zone, "down")["state"] == "retrying" and relay.retries >= 4
+        server.up.set()
+        wait_for(lambda: server.received, 10, what="the delivery once the webhook answers")  # type: ignore[attr-defined]
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+        server.shutdown()
+    gaps = [b - a for a, b in itertools.pairwise(written)]
+    assert max(gaps) <= STATE_EVERY_S + 0.5, gaps  # the 3.2 s backoff did not silence it

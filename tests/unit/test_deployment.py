@@ -330,6 +330,31 @@ def test_two_capture_instances_per_source_with_zookeeper(services, monkeypatch):
         assert len(hostnames) == 2
 
 
+def test_a_relay_per_source_with_outputs_publishing_to_the_nats_service(services, monkeypatch):
+    config = config_for_tests(monkeypatch)
+    relays = {}
+    for service in services.values():
+        cmd = command(service)
+        if cmd[:1] == ["relay"]:
+            relays[cmd[cmd.index("--source") + 1]] = service
+    assert sorted(relays) == sorted({o.source for o in config.outputs.values()}) and relays
+    for source, service in relays.items():
+        with monkeypatch.context() as patch:
+            own = load_for(service, patch, require_env=False)
+        assert {n for n, o in own.outputs.items() if o.source == source}, f"relay of {source} has no output"
+        probe = " ".join(service["healthcheck"]["test"])
+        assert f"127.0.0.1:{own.relay.metrics.port}/health" in probe and own.relay.metrics.host == "0.0.0.0"
+        assert service["stop_signal"] == "SIGTERM" and mounts(service)[LAKEHOUSE] == "lakehouse"
+        assert "PASSWORD" not in " ".join(environment(service)), "a relay reads the landing zone, not the source"
+    for name, output in config.outputs.items():
+        url = urlsplit(output.url)
+        server = services[url.hostname]
+        assert output.kind == "nats" and url.port == 4222 and server["image"].startswith("nats:"), name
+        assert {"--jetstream", "--store_dir"} <= set(command(server)), "JetStream needs -js and its storage"
+        for relay in relays.values():
+            assert relay["depends_on"][url.hostname]["condition"] == "service_healthy"
+
+
 def test_airflow_services_share_one_environment(services):
     airflow = {n: s for n, s in services.items() if s["image"].startswith("logtide-airflow:")}
     commands = {n: command(s)[0] if command(s)[0] != "bash" else "init" for n, s in airflow.items()}

@@ -122,7 +122,8 @@ def test_logtide_json_carries_lsn_key_missing_columns_and_the_chunk():
         "missing": [],
         "dump": None,
     }
-    assert update["missing"] == ["body"] and update["after"]["body"] is None
+    # a column PostgreSQL left out (unchanged TOAST) is not in `after`: a null there would be a wrong value
+    assert update["missing"] == ["body"] and "body" not in update["after"] and update["after"]["id"] == 7
     assert delete["key"] == {"id": 7} and delete["after"] is None
     assert row["dump"] == {"id": "dump-1", "chunk": 12} and row["order"] == 3 and row["lsn"] == str(BIG_LSN + 3)
 
@@ -141,7 +142,12 @@ def test_outputs_are_off_by_default_and_name_a_known_source():
         {"sources": SOURCES, "outputs": {"js": {"source": "src", "kind": "nats", "url": "nats://127.0.0.1:4222"}}}
     )
     js = config.outputs["js"]
-    assert (js.format, js.start, js.max_inflight, js.includes("a", "b")) == ("logtide", "checkpoint", 1000, True)
+    assert (js.format, js.start, js.max_inflight, js.includes("a", "b")) == ("logtide", "checkpoint", 5000, True)
+    assert (js.batch_size, js.backpressure_rows) == (5000, 1000)  # backpressure is on by default
+    hook = {"source": "src", "kind": "webhook", "url": "http://h/"}
+    assert parse_config({"sources": SOURCES, "outputs": {"h": hook}}).outputs["h"].batch_size == 1000
+    small = {"source": "src", "kind": "nats", "url": "x", "batch_size": 10}
+    assert parse_config({"sources": SOURCES, "outputs": {"js": small}}).outputs["js"].batch_size == 10
     with pytest.raises(ConfigError, match="names source 'nope'"):
         parse_config({"sources": SOURCES, "outputs": {"js": {"source": "nope", "kind": "nats", "url": "x"}}})
     with pytest.raises(ConfigError, match=r"outputs\.js\.format"):
