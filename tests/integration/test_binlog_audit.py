@@ -254,14 +254,20 @@ def decode(
     table's last schema."""
     changes: dict[str, list] = {}
     schemas: dict[str, Any] = {}
-    for item in BinlogReader("src", source_config(mariadb, database, tables), start, threading.Event()):
-        if isinstance(item, ChangeBatch):
-            name = item.table.table
-            schemas[name] = item.table
-            changes.setdefault(name, []).extend((c.op.value, c.before, c.after) for c in item.changes)
-        elif isinstance(item, TransactionEnd) and item.frontier >= end:
-            break
-    return changes, schemas
+    stop = threading.Event()
+    timer = threading.Timer(60, stop.set)  # a reader that never reaches `end` fails the test, never hangs it
+    timer.start()
+    try:
+        for item in BinlogReader("src", source_config(mariadb, database, tables), start, stop):
+            if isinstance(item, ChangeBatch):
+                name = item.table.table
+                schemas[name] = item.table
+                changes.setdefault(name, []).extend((c.op.value, c.before, c.after) for c in item.changes)
+            elif isinstance(item, TransactionEnd) and item.frontier >= end:
+                return changes, schemas
+    finally:
+        timer.cancel()
+    raise AssertionError(f"the reader stopped before {end}")
 
 
 def replay(table: TableSchema, changes: list) -> list[dict]:
