@@ -39,6 +39,8 @@ REFUSED = {
     0x14: "a pre-GA rows event (MySQL 5.1.0-5.1.15)",
     0x15: "a pre-GA rows event (MySQL 5.1.0-5.1.15)",
     0x16: "a pre-GA rows event (MySQL 5.1.0-5.1.15)",
+    0x26: "an XA PREPARE: the prepared transaction's rows may yet be undone by an XA ROLLBACK in a later "
+    "transaction, which capture cannot follow (use XA COMMIT ... ONE PHASE, or no XA)",
     0x27: "a partial JSON update (set binlog_row_value_options='' on MySQL)",
     0x28: "a compressed transaction (set binlog_transaction_compression=OFF on MySQL)",
     **{code: "a compressed event (set log_bin_compress=OFF on MariaDB)" for code in range(0xA5, 0xAC)},

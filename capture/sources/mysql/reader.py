@@ -184,6 +184,8 @@ class BinlogReader:
                         txid = f"{self.file}:{log_pos}"
                         commit_ts = self._commit_time(timestamp)
                     continue
+                if in_transaction and statement.startswith("SAVEPOINT "):
+                    continue  # logged inside a transaction, no schema change (ROLLBACK TO is not logged)
                 if statement == "COMMIT":
                     in_transaction = False
                     yield self._end(log_pos, file_seq, pending_gtid, commit_ts)
