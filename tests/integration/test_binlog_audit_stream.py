@@ -296,3 +296,34 @@ def test_binlog_row_image_minimal_session_is_refused(mariadb, database):
         cur.execute("UPDATE mi SET a = 2 WHERE id = 1")
     with pytest.raises(BinlogDecodeError, match="binlog_row_image"):
         _items(mariadb, database, start, binlog_end(mariadb))
+
+
+def test_rollback_to_savepoint_past_a_non_transactional_write(mariadb, database):
+    """A MyISAM write after a SAVEPOINT: ROLLBACK TO cannot cut the InnoDB rows out of the binlog,
+    so the log holds them and then 'ROLLBACK TO'. Capture must land what the tables hold, or refuse."""
+    mariadb.execute(
+        "CREATE TABLE inno (id INT PRIMARY KEY) ENGINE=InnoDB",
+        "CREATE TABLE myi (id INT PRIMARY KEY) ENGINE=MyISAM",
+        database=database,
+    )
+    start = _position(mariadb)
+    _run(
+        mariadb,
+        database,
+        "INSERT INTO inno VALUES (1)",
+        "SAVEPOINT s1",
+        "INSERT INTO inno VALUES (2)",
+        "INSERT INTO myi VALUES (1)",
+        "INSERT INTO inno VALUES (3)",
+        "ROLLBACK TO SAVEPOINT s1",
+        "INSERT INTO inno VALUES (4)",
+    )
+    items: list[LogItem] = []
+    try:
+        _items(mariadb, database, start, binlog_end(mariadb), items)
+    except BinlogDecodeError as exc:
+        assert "ROLLBACK" in str(exc)
+        assert not any(isinstance(i, TransactionEnd) for i in items)
+        return
+    for table in ("inno", "myi"):
+        assert sorted(_landed(items, table)) == [r[0] for r in _select(mariadb, database, f"SELECT id FROM {table}")]
