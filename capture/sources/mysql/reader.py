@@ -185,7 +185,14 @@ class BinlogReader:
                         commit_ts = self._commit_time(timestamp)
                     continue
                 if in_transaction and statement.startswith("SAVEPOINT "):
-                    continue  # logged inside a transaction, no schema change (ROLLBACK TO is not logged)
+                    continue  # logged inside a transaction, no schema change
+                if in_transaction and (statement == "ROLLBACK" or statement.startswith("ROLLBACK TO ")):
+                    # logged when a non-transactional write keeps the rolled-back rows in the log:
+                    # those rows have been yielded already and cannot be taken back
+                    raise BinlogDecodeError(
+                        f"{statement!r} at {self.file}:{log_pos} undoes rows already read from the binlog (a "
+                        "transaction that also wrote a non-transactional table rolled back): capture cannot follow it"
+                    )
                 if statement == "COMMIT":
                     in_transaction = False
                     yield self._end(log_pos, file_seq, pending_gtid, commit_ts)
