@@ -15,8 +15,7 @@ import pytest
 from capture.config import SourceConfig
 from capture.errors import BinlogDecodeError
 from capture.events import ChangeBatch, Heartbeat, LogItem, SchemaChange, TransactionEnd
-from tests.integration.binlog_check import binlog_end
-from tests.integration.test_binlog_audit import _position
+from tests.integration.test_binlog_audit import _position, committed_end
 
 pytestmark = pytest.mark.integration
 
@@ -99,7 +98,7 @@ def test_xa_rolled_back_after_prepare_lands_nothing(mariadb, database):
     )
     items: list[LogItem] = []
     try:
-        _items(mariadb, database, start, binlog_end(mariadb), items)
+        _items(mariadb, database, start, committed_end(mariadb, start), items)
     except BinlogDecodeError as exc:  # refused: then no transaction may end after the prepared rows
         assert "XA PREPARE" in str(exc)
         first = next(n for n, i in enumerate(items) if isinstance(i, ChangeBatch))
@@ -126,7 +125,7 @@ def test_rollback_with_a_non_transactional_table_lands_only_what_stayed(mariadb,
         conn.rollback()
         cur.execute("INSERT INTO inno VALUES (3)")
         conn.commit()
-    items = _items(mariadb, database, start, binlog_end(mariadb))
+    items = _items(mariadb, database, start, committed_end(mariadb, start))
     for table in ("inno", "myi"):
         assert sorted(_landed(items, table)) == [r[0] for r in _select(mariadb, database, f"SELECT id FROM {table}")]
 
@@ -146,7 +145,7 @@ def test_rollback_to_savepoint_lands_what_committed(mariadb, database):
         "INSERT INTO sp VALUES (4)",
         "RELEASE SAVEPOINT s2",
     )
-    items = _items(mariadb, database, start, binlog_end(mariadb))
+    items = _items(mariadb, database, start, committed_end(mariadb, start))
     assert sorted(_landed(items, "sp")) == [r[0] for r in _select(mariadb, database, "SELECT id FROM sp")]
     # one transaction: its changes and one end (a SAVEPOINT is no schema change: no DDL history)
     assert [i.statement for i in items if isinstance(i, SchemaChange)] == []
@@ -187,8 +186,9 @@ def test_events_beyond_one_protocol_packet(mariadb, database, big_packets):
         for row, size in sizes.items():
             cur.execute(f"INSERT INTO big VALUES ({row}, REPEAT(CHAR({row + 64}), {size}))")
         cur.execute("UPDATE big SET b = REPEAT('u', 17 * 1024 * 1024 + 3) WHERE id = 2")
+    end = committed_end(mariadb, start)
     mariadb.execute("SET GLOBAL max_allowed_packet = DEFAULT")  # the replica stream does not depend on it
-    items = _items(mariadb, database, start, binlog_end(mariadb))
+    items = _items(mariadb, database, start, end)
     landed = {k: (len(v["b"]), hashlib.sha256(v["b"]).hexdigest()) for k, v in _landed(items, "big").items()}
     source = {r[0]: (r[1], r[2]) for r in _select(mariadb, database, "SELECT id, LENGTH(b), SHA2(b, 256) FROM big")}
     assert landed == source
@@ -213,7 +213,7 @@ def test_ddl_and_table_id_reuse_between_transactions(mariadb, database):
         "INSERT INTO t VALUES (5, -1.25, '1000-01-01')",
         database=database,
     )
-    items = _items(mariadb, database, start, binlog_end(mariadb))
+    items = _items(mariadb, database, start, committed_end(mariadb, start))
     rows = [
         dict(zip(i.table.names, c.after, strict=True)) for i in items if isinstance(i, ChangeBatch) for c in i.changes
     ]
@@ -239,7 +239,7 @@ def test_rotation_mid_stream_keeps_order_and_rows(mariadb, database):
         "INSERT INTO r VALUES (3)",
         database=database,
     )
-    items = _items(mariadb, database, start, binlog_end(mariadb))
+    items = _items(mariadb, database, start, committed_end(mariadb, start))
     changes = [c for i in items if isinstance(i, ChangeBatch) for c in i.changes]
     assert [c.after[0] for c in changes] == [1, 2, 3]
     lsns = [c.lsn for c in changes]
@@ -278,7 +278,7 @@ def test_mariadb_data_types_land_as_select_shows_them_or_are_refused(mariadb, da
     values = ", ".join(f"({i}, {v})" for i, v in enumerate(MARIADB_TYPES[kind]))
     mariadb.execute(f"INSERT INTO m VALUES {values}", database=database)
     try:
-        items = _items(mariadb, database, start, binlog_end(mariadb))
+        items = _items(mariadb, database, start, committed_end(mariadb, start))
     except BinlogDecodeError as exc:
         assert "'v'" in str(exc)
         return
@@ -295,7 +295,7 @@ def test_binlog_row_image_minimal_session_is_refused(mariadb, database):
         cur.execute("SET SESSION binlog_row_image = 'MINIMAL'")
         cur.execute("UPDATE mi SET a = 2 WHERE id = 1")
     with pytest.raises(BinlogDecodeError, match="binlog_row_image"):
-        _items(mariadb, database, start, binlog_end(mariadb))
+        _items(mariadb, database, start, committed_end(mariadb, start))
 
 
 def test_rollback_to_savepoint_past_a_non_transactional_write(mariadb, database):
@@ -320,7 +320,7 @@ def test_rollback_to_savepoint_past_a_non_transactional_write(mariadb, database)
     )
     items: list[LogItem] = []
     try:
-        _items(mariadb, database, start, binlog_end(mariadb), items)
+        _items(mariadb, database, start, committed_end(mariadb, start), items)
     except BinlogDecodeError as exc:
         assert "ROLLBACK" in str(exc)
         # the undone rows are in no ended transaction
