@@ -20,6 +20,7 @@ from threading import Event
 from typing import Any
 
 import pymysql
+from pymysqlreplication.constants import FIELD_TYPE
 
 from capture.config import SourceConfig
 from capture.errors import BinlogDecodeError, PreflightError, SourceConnectionError
@@ -37,7 +38,7 @@ from capture.events import (
 from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE
 from capture.sources.mysql import binlog_events as ev
 from capture.sources.mysql.binlog_events import BinlogStream
-from capture.sources.mysql.catalog import fractional_columns, table_keys
+from capture.sources.mysql.catalog import data_types, fractional_columns, table_keys
 from capture.sources.mysql.connection import ER_SPECIFIC_ACCESS_DENIED, connection_settings, translate
 from capture.sources.mysql.rows import OLD_TEMPORAL, RowDecoder
 from capture.sources.mysql.table_maps import TableMap, TableMapCache
@@ -240,6 +241,8 @@ class BinlogReader:
         if compiled is None:
             if any(col.type in OLD_TEMPORAL for col in table_map.columns):
                 self._refuse_old_fractions(table_map)
+            if any(col.type == FIELD_TYPE.STRING and col.character_set_name == "binary" for col in table_map.columns):
+                self._refuse_plugin_types(table_map)
             decoder = RowDecoder(table_map)
             described = table_schema(table_map.schema, table_map.table, table_map.columns, table_map.key)
             if not described.key:
@@ -258,6 +261,18 @@ class BinlogReader:
                     f"{table_map.schema}.{table_map.table}: column {col.name!r} has fractional seconds in MariaDB "
                     "5.3's format (created with mysql56_temporal_format=OFF), which the binlog cannot describe: "
                     "rewrite it with ALTER TABLE ... FORCE while mysql56_temporal_format=ON"
+                )
+
+    def _refuse_plugin_types(self, table_map: TableMap) -> None:
+        """MariaDB's INET4, INET6 and UUID columns reach the binlog as BINARY(n) of their stored
+        bytes, where SELECT shows text (and a dump refuses them): the catalog tells them apart."""
+        kinds = data_types(self._catalog_connection(), table_map.schema, table_map.table)
+        for col in table_map.columns:
+            kind = kinds.get(col.name, "binary")
+            if col.type == FIELD_TYPE.STRING and col.character_set_name == "binary" and kind not in ("binary", "char"):
+                raise BinlogDecodeError(
+                    f"{table_map.schema}.{table_map.table}: column {col.name!r} is {kind.upper()}, which the binlog "
+                    "carries as raw bytes where SELECT shows text: capture cannot land it as the source shows it"
                 )
 
     def _catalog_connection(self) -> pymysql.connections.Connection:
