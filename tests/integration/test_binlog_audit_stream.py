@@ -376,3 +376,27 @@ def test_truncate_empties_the_landed_table(mariadb, database):
     )
     items = _items(mariadb, database, start, committed_end(mariadb, start))
     assert sorted(_landed(items, "tr")) == [r[0] for r in _select(mariadb, database, "SELECT id FROM tr")]
+
+
+@pytest.fixture
+def checksum_restored(mariadb):
+    yield
+    mariadb.execute("SET GLOBAL binlog_checksum = CRC32")
+
+
+def test_binlog_checksum_changed_while_reading(mariadb, database, checksum_restored):
+    """SET GLOBAL binlog_checksum rotates to a file whose events carry another checksum than the
+    reader was told at connect time: rows on both sides of the change decode."""
+    mariadb.execute("CREATE TABLE ck (id INT PRIMARY KEY, v VARCHAR(10))", database=database)
+    start = _position(mariadb)
+    mariadb.execute(
+        "INSERT INTO ck VALUES (1, 'crc')",
+        "SET GLOBAL binlog_checksum = NONE",
+        "INSERT INTO ck VALUES (2, 'none')",
+        "SET GLOBAL binlog_checksum = CRC32",
+        "INSERT INTO ck VALUES (3, 'crc again')",
+        database=database,
+    )
+    items = _items(mariadb, database, start, committed_end(mariadb, start))
+    landed = {k: row["v"] for k, row in _landed(items, "ck").items()}
+    assert landed == dict(_select(mariadb, database, "SELECT id, v FROM ck"))
