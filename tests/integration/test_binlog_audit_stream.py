@@ -397,6 +397,9 @@ def test_binlog_checksum_changed_while_reading(mariadb, database, checksum_resto
         "INSERT INTO ck VALUES (3, 'crc again')",
         database=database,
     )
-    items = _items(mariadb, database, start, committed_end(mariadb, start))
-    landed = {k: row["v"] for k, row in _landed(items, "ck").items()}
-    assert landed == dict(_select(mariadb, database, "SELECT id, v FROM ck"))
+    end = committed_end(mariadb, start)
+    source = dict(_select(mariadb, database, "SELECT id, v FROM ck"))
+    for setting in ("CRC32", "NONE"):  # as the reader connects
+        mariadb.execute(f"SET GLOBAL binlog_checksum = {setting}")
+        items = _items(mariadb, database, start, end)
+        assert {k: row["v"] for k, row in _landed(items, "ck").items()} == source, setting
