@@ -77,6 +77,8 @@ TABLES: dict[str, str] = {
     " s SET('Ã©', 'é', 'x') CHARACTER SET latin1)",
     "enum_utf16": "CREATE TABLE enum_utf16 (id INT PRIMARY KEY, e ENUM('a', 'ü') CHARACTER SET utf16,"
     " s SET('a', 'ü') CHARACTER SET utf16)",
+    "enum_binary": "CREATE TABLE enum_binary (id INT PRIMARY KEY, e ENUM('a', 'é') CHARACTER SET binary,"
+    " s SET('a', 'é') CHARACTER SET binary)",
     "latin1_high": "CREATE TABLE latin1_high (id INT PRIMARY KEY, v VARCHAR(40) CHARACTER SET latin1,"
     " c CHAR(5) CHARACTER SET latin1)",
     "enums": "CREATE TABLE enums (id INT PRIMARY KEY, e_small ENUM('a','b','ü'),"
@@ -201,6 +203,7 @@ def _statements() -> dict[str, list[str]]:
         "ucs2": [f"INSERT INTO ucs2 VALUES {_values(bmp_chars)}"],
         "enum_latin1": ["INSERT INTO enum_latin1 VALUES (1, 'Ã©', 'Ã©,x'), (2, 'é', 'é'), (3, 'x', '')"],
         "enum_utf16": ["INSERT INTO enum_utf16 VALUES (1, 'a', 'a,ü'), (2, 'ü', '')"],
+        "enum_binary": ["INSERT INTO enum_binary VALUES (1, 'a', 'a,é'), (2, 'é', '')"],
         "latin1_high": [f"INSERT INTO latin1_high VALUES {_values(latin1_high)}"],
         "enums": [f"INSERT INTO enums VALUES {_values(enums)}", "UPDATE enums SET e_big = 'm298' WHERE id = 1"],
         "geo": [f"INSERT INTO geo VALUES {_values(geo)}"],
