@@ -253,8 +253,9 @@ def _charset(collation_id: int, dbms: str) -> str:
 def _member(raw: bytes, charset: str | None) -> str:
     """An ENUM/SET member's text: the table map carries it in the column's charset (bytes that
     happen to be valid UTF-8 are not UTF-8 text in a latin1 or utf16 column)."""
+    encoding = "utf-8" if charset == "binary" else python_encoding(charset)  # a dump lands binary members as UTF-8
     try:
-        return raw.decode(python_encoding(charset))
+        return raw.decode(encoding)
     except (LookupError, UnicodeDecodeError) as exc:
         raise BinlogDecodeError(f"an ENUM/SET member {raw!r} in charset {charset!r} cannot be decoded: {exc}") from None
 
