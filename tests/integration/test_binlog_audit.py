@@ -90,6 +90,8 @@ TABLES: dict[str, str] = {
     " s VARCHAR(20) AS (CONCAT('x', a)) PERSISTENT, b INT)",
     "wide": f"CREATE TABLE wide (id INT PRIMARY KEY, {', '.join(f'c{i} TINYINT' for i in range(1, WIDE))})",
     "nulls": "CREATE TABLE nulls (id INT PRIMARY KEY, " + ", ".join(f"n{i} SMALLINT" for i in range(1, 18)) + ")",
+    "numeric_order": "CREATE TABLE numeric_order (id INT PRIMARY KEY, y YEAR, b BIT(8), u INT UNSIGNED,"
+    " e ENUM('x'), t TINYINT, tu TINYINT UNSIGNED, y2 YEAR, bu BIGINT UNSIGNED, s SMALLINT)",
     "many_rows": "CREATE TABLE many_rows (id INT PRIMARY KEY, v VARCHAR(100), n BIGINT)",
 }
 
@@ -147,6 +149,14 @@ def _statements() -> dict[str, list[str]]:
         temporal(4, "2000", "'2020-02-29'", lows, ts_lows, tiny),
         temporal(5, "1999", "'2020-00-10'", ["'2020-05-00 01:00:00'"] * 7, ts_lows, odd),
         temporal(6, "NULL", "NULL", ["NULL"] * 7, ["NULL"] * 7, ["NULL"] * 7),
+        temporal(
+            7,
+            "1970",
+            "'0001-01-01'",
+            ["'0001-01-01 00:00:00'"] * 7,
+            ts_highs,
+            ["'-838:59:59" + (f".{'9' * n}" if n else "") + "'" for n in range(7)],
+        ),
     ]
     strings = [
         "1, 'a  ', 'ü  ', '𝄞  ', 'B  ', 'é', REPEAT('€', 85), REPEAT('𝄞', 64), REPEAT('𝄞', 255),"
@@ -183,7 +193,7 @@ def _statements() -> dict[str, list[str]]:
         " ST_GeomFromText('POLYGON((0 0, 4 0, 4 4, 0 0))')",
         "2, ST_GeomFromText('POINT(1 2)', 4326), NULL, NULL",
     ]
-    many = [f"{i}, '{'v' * (i % 100)}', {i * 7919}" for i in range(1, 8001)]  # ~ 1 MB in one statement
+    many = [f"{i}, '{'v' * (i % 100)}', {i * 7919}" for i in range(1, 16001)]  # ~ 1 MB in one statement
     wide_cols = ", ".join(f"c{i}" for i in range(1, WIDE))
     return {
         "ints": [f"INSERT INTO ints VALUES {_values(ints)}", "UPDATE ints SET ti = NULL, bi = 5 WHERE id = 1"],
@@ -227,6 +237,10 @@ def _statements() -> dict[str, list[str]]:
                 for row in (0, 0x7F, 0x80, 0xFF, 0x100, 0x1FF00, 0x1FFFF, 0x10000, 0xAAAA, 0x15555)
             ),
             "UPDATE nulls SET n8 = IF(n8 IS NULL, 8, NULL), n9 = IF(n9 IS NULL, 9, NULL), n17 = NULL",
+        ],
+        "numeric_order": [
+            "INSERT INTO numeric_order VALUES (1, 2001, b'11111111', 4294967295, 'x', -1, 255, 0,"
+            " 18446744073709551615, -32768), (2, 1901, 0, 0, '', 127, 0, 2155, 0, 32767)"
         ],
         "many_rows": [
             f"INSERT INTO many_rows VALUES {_values(many)}",
