@@ -438,3 +438,24 @@ def test_resuming_from_every_transaction_end_across_domains_and_rotation(mariadb
         after = [c.lsn for i in rest if isinstance(i, ChangeBatch) for c in i.changes]
         expected = [c.lsn for i in items[n + 1 :] if isinstance(i, ChangeBatch) for c in i.changes]
         assert after == expected, item.resume
+
+
+@pytest.mark.parametrize("binlog_format", ["STATEMENT", "MIXED"])
+def test_a_session_logging_statements_is_refused_or_lands_its_rows(mariadb, database, binlog_format):
+    """binlog_format is a session setting too (for a user with BINLOG ADMIN): an INSERT logged as
+    its statement carries no rows. Capture must land them, or refuse; never record the INSERT as DDL."""
+    mariadb.execute("CREATE TABLE st (id INT PRIMARY KEY, v INT)", database=database)
+    start = _position(mariadb)
+    conn = mariadb.connect(database)
+    with conn, conn.cursor() as cur:
+        cur.execute(f"SET SESSION binlog_format = '{binlog_format}'")
+        cur.execute("INSERT INTO st VALUES (1, 1), (2, 2)")
+        cur.execute("UPDATE st SET v = 5 WHERE id = 2")
+    items: list[LogItem] = []
+    try:
+        _items(mariadb, database, start, committed_end(mariadb, start), items)
+    except BinlogDecodeError as exc:
+        assert "statement" in str(exc).lower()
+        return
+    landed = {k: (row["id"], row["v"]) for k, row in _landed(items, "st").items()}
+    assert landed == {r[0]: r for r in _select(mariadb, database, "SELECT id, v FROM st")}
