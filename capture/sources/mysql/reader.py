@@ -46,6 +46,7 @@ from capture.sources.mysql.types import table_schema
 from capture.sources.table_keys import log_key
 
 MARIADB_FL_STANDALONE = 0x01
+MARIADB_FL_DDL = 0x20  # the GTID's event group holds DDL (CREATE TABLE ... SELECT carries rows as well)
 _FILE_NUMBER = re.compile(r"\.(\d+)$")
 
 
@@ -127,6 +128,7 @@ class BinlogReader:
         pending_gtid: tuple[int, str] | None = None
         in_transaction = False
         standalone = False
+        ddl_group = False
         watermark_key = (WATERMARK_SCHEMA, WATERMARK_TABLE)
         post_header = stream.post_header
         table_maps = TableMapCache(self.mariadb)
@@ -176,6 +178,7 @@ class BinlogReader:
                 pending_gtid = (domain, txid)
                 commit_ts = self._commit_time(timestamp)
                 standalone = bool(data[ev.BODY + 12] & MARIADB_FL_STANDALONE)
+                ddl_group = bool(data[ev.BODY + 12] & MARIADB_FL_DDL)
                 in_transaction = not standalone
             elif kind == ev.QUERY:
                 schema, statement = ev.query_parts(data, end, post_header[ev.QUERY])
@@ -199,6 +202,11 @@ class BinlogReader:
                     yield self._end(log_pos, file_seq, pending_gtid, commit_ts)
                     pending_gtid = None
                     continue
+                if self.mariadb and in_transaction and not ddl_group and not statement.startswith("XA "):
+                    raise BinlogDecodeError(
+                        f"{statement[:60]!r} at {self.file}:{log_pos} is a row change logged as its statement (a "
+                        "session with binlog_format STATEMENT or MIXED): capture reads row events only"
+                    )
                 lsn = Lsn(file_seq | (log_pos - (end - ev.BODY)))
                 if not self.mariadb and not in_transaction:
                     txid = f"{self.file}:{log_pos}"
