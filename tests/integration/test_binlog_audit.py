@@ -92,6 +92,8 @@ TABLES: dict[str, str] = {
     "nulls": "CREATE TABLE nulls (id INT PRIMARY KEY, " + ", ".join(f"n{i} SMALLINT" for i in range(1, 18)) + ")",
     "numeric_order": "CREATE TABLE numeric_order (id INT PRIMARY KEY, y YEAR, b BIT(8), u INT UNSIGNED,"
     " e ENUM('x'), t TINYINT, tu TINYINT UNSIGNED, y2 YEAR, bu BIGINT UNSIGNED, s SMALLINT)",
+    "invisible": "CREATE TABLE invisible (id INT PRIMARY KEY, a INT, h INT INVISIBLE DEFAULT 7, `we``ird` INT)",
+    "versioned": "CREATE TABLE versioned (id INT PRIMARY KEY, v INT) WITH SYSTEM VERSIONING",
     "many_rows": "CREATE TABLE many_rows (id INT PRIMARY KEY, v VARCHAR(100), n BIGINT)",
 }
 
@@ -242,6 +244,16 @@ def _statements() -> dict[str, list[str]]:
             "INSERT INTO numeric_order VALUES (1, 2001, b'11111111', 4294967295, 'x', -1, 255, 0,"
             " 18446744073709551615, -32768), (2, 1901, 0, 0, '', 127, 0, 2155, 0, 32767)"
         ],
+        "invisible": [
+            "INSERT INTO invisible (id, a, `we``ird`) VALUES (1, 1, 1)",
+            "INSERT INTO invisible (id, a, h) VALUES (2, 2, 2)",
+            "UPDATE invisible SET h = NULL WHERE id = 1",
+        ],
+        "versioned": [
+            "INSERT INTO versioned VALUES (1, 1), (2, 2)",
+            "UPDATE versioned SET v = 10 WHERE id = 1",
+            "DELETE FROM versioned WHERE id = 2",
+        ],
         "many_rows": [
             f"INSERT INTO many_rows VALUES {_values(many)}",
             "UPDATE many_rows SET n = -n, v = NULL WHERE id % 3 = 0",
@@ -363,7 +375,15 @@ def _compare(mariadb, changes: dict[str, list], schemas: dict[str, Any], table: 
             assert mine[name] == theirs[name], (table, mine.get("id"), name)
 
 
-@pytest.mark.parametrize("table", CHECKED)
+VERSIONED = pytest.mark.xfail(
+    strict=True,
+    reason="a system-versioned table: the binlog carries its row_start/row_end columns and its history rows "
+    "(a DELETE is an UPDATE of row_end), so the log lands columns and rows SELECT does not show (and a dump "
+    "skips such tables: TABLE_TYPE 'SYSTEM VERSIONED'); skip, refuse or unversion them is a product decision",
+)
+
+
+@pytest.mark.parametrize("table", [pytest.param(t, marks=VERSIONED) if t == "versioned" else t for t in CHECKED])
 def test_replayed_log_equals_dump(mariadb, audit, table):
     _compare(mariadb, audit["changes"], audit["schemas"], table)
 
