@@ -39,6 +39,8 @@ REFUSED = {
     0x14: "a pre-GA rows event (MySQL 5.1.0-5.1.15)",
     0x15: "a pre-GA rows event (MySQL 5.1.0-5.1.15)",
     0x16: "a pre-GA rows event (MySQL 5.1.0-5.1.15)",
+    0x26: "an XA PREPARE: the prepared transaction's rows may yet be undone by an XA ROLLBACK in a later "
+    "transaction, which capture cannot follow (use XA COMMIT ... ONE PHASE, or no XA)",
     0x27: "a partial JSON update (set binlog_row_value_options='' on MySQL)",
     0x28: "a compressed transaction (set binlog_transaction_compression=OFF on MySQL)",
     **{code: "a compressed event (set log_bin_compress=OFF on MariaDB)" for code in range(0xA5, 0xAC)},
@@ -46,6 +48,7 @@ REFUSED = {
 HEADER = struct.Struct("<IBIIIH")  # after the OK byte: timestamp, type, server id, size, next position, flags
 BODY = 20  # the OK byte and the 19-byte header
 CHECKSUM_LEN = 4
+CHECKSUM_CRC32 = 1  # binlog_checksum_alg: 0 none, 1 CRC32
 DEFAULT_POST_HEADER = {QUERY: 13, TABLE_MAP: 8, **dict.fromkeys((0x17, 0x18, 0x19), 8), **dict.fromkeys(ROWS_V2, 10)}
 
 Event = tuple[int, int, int, int, bytes, int]  # type, timestamp, server id, next position, packet, body end
@@ -87,8 +90,8 @@ class BinlogStream:
             cur.execute("SHOW GLOBAL VARIABLES LIKE 'binlog_checksum'")
             row = cur.fetchone()
             checksum = row is not None and str(row[1]).upper() != "NONE"
-            if checksum:
-                cur.execute("SET @master_binlog_checksum = @@global.binlog_checksum")
+            # checksum-aware whatever the setting now: each file's FORMAT_DESCRIPTION says its own (`__iter__`)
+            cur.execute("SET @master_binlog_checksum = @@global.binlog_checksum")
             cur.execute("SET @master_heartbeat_period = %s", (heartbeat_ns(config.heartbeat_s, read_timeout_s),))
             cur.execute("SET @mariadb_slave_capability = 4")  # GTID events, not dummies in their place
             if self.mariadb:
@@ -118,7 +121,13 @@ class BinlogStream:
             timestamp, kind, server_id, size, log_pos, _flags = unpack(data, 1)
             if size != len(data) - 1:
                 raise BinlogDecodeError(f"binlog event of type {kind} is {len(data) - 1} bytes, its header says {size}")
-            end = len(data) - trailer
+            if kind == FORMAT_DESCRIPTION:
+                # it ends in the file's checksum algorithm (1 byte) and 4 checksum bytes, whatever the
+                # algorithm: it says how the events after it end (SET GLOBAL binlog_checksum rotates)
+                trailer = CHECKSUM_LEN if data[-CHECKSUM_LEN - 1] == CHECKSUM_CRC32 else 0
+                end = len(data) - CHECKSUM_LEN
+            else:
+                end = len(data) - trailer
             if (
                 trailer
                 and kind not in (HEARTBEAT, HEARTBEAT_V2)

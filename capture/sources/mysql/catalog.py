@@ -36,6 +36,9 @@ PRECISION_SQL = (
     "SELECT COLUMN_NAME, DATETIME_PRECISION FROM information_schema.COLUMNS"
     " WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s AND DATETIME_PRECISION > 0"
 )
+DATA_TYPES_SQL = (
+    "SELECT COLUMN_NAME, DATA_TYPE FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s"
+)
 TABLES_SQL = (
     "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_TYPE = 'BASE TABLE'"
     " AND TABLE_SCHEMA NOT IN ('mysql', 'information_schema', 'performance_schema', 'sys', 'logtide')"
@@ -133,3 +136,8 @@ def base_tables(conn: pymysql.connections.Connection) -> list[tuple[str, str]]:
 def fractional_columns(conn: pymysql.connections.Connection, schema: str, table: str) -> set[str]:
     """The table's DATETIME, TIME and TIMESTAMP columns with fractional seconds."""
     return {row[0] for row in query(conn, PRECISION_SQL, (schema, table))}
+
+
+def data_types(conn: pymysql.connections.Connection, schema: str, table: str) -> dict[str, str]:
+    """Column name -> DATA_TYPE ('binary', 'inet6', 'uuid', ...)."""
+    return {name: str(kind).lower() for name, kind in query(conn, DATA_TYPES_SQL, (schema, table))}

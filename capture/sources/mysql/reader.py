@@ -20,6 +20,7 @@ from threading import Event
 from typing import Any
 
 import pymysql
+from pymysqlreplication.constants import FIELD_TYPE
 
 from capture.config import SourceConfig
 from capture.errors import BinlogDecodeError, PreflightError, SourceConnectionError
@@ -37,7 +38,7 @@ from capture.events import (
 from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE
 from capture.sources.mysql import binlog_events as ev
 from capture.sources.mysql.binlog_events import BinlogStream
-from capture.sources.mysql.catalog import fractional_columns, table_keys
+from capture.sources.mysql.catalog import data_types, fractional_columns, table_keys
 from capture.sources.mysql.connection import ER_SPECIFIC_ACCESS_DENIED, connection_settings, translate
 from capture.sources.mysql.rows import OLD_TEMPORAL, RowDecoder
 from capture.sources.mysql.table_maps import TableMap, TableMapCache
@@ -45,6 +46,7 @@ from capture.sources.mysql.types import table_schema
 from capture.sources.table_keys import log_key
 
 MARIADB_FL_STANDALONE = 0x01
+MARIADB_FL_DDL = 0x20  # the GTID's event group holds DDL (CREATE TABLE ... SELECT carries rows as well)
 _FILE_NUMBER = re.compile(r"\.(\d+)$")
 
 
@@ -126,6 +128,7 @@ class BinlogReader:
         pending_gtid: tuple[int, str] | None = None
         in_transaction = False
         standalone = False
+        ddl_group = False
         watermark_key = (WATERMARK_SCHEMA, WATERMARK_TABLE)
         post_header = stream.post_header
         table_maps = TableMapCache(self.mariadb)
@@ -175,6 +178,7 @@ class BinlogReader:
                 pending_gtid = (domain, txid)
                 commit_ts = self._commit_time(timestamp)
                 standalone = bool(data[ev.BODY + 12] & MARIADB_FL_STANDALONE)
+                ddl_group = bool(data[ev.BODY + 12] & MARIADB_FL_DDL)
                 in_transaction = not standalone
             elif kind == ev.QUERY:
                 schema, statement = ev.query_parts(data, end, post_header[ev.QUERY])
@@ -184,11 +188,25 @@ class BinlogReader:
                         txid = f"{self.file}:{log_pos}"
                         commit_ts = self._commit_time(timestamp)
                     continue
+                if in_transaction and statement.startswith("SAVEPOINT "):
+                    continue  # logged inside a transaction, no schema change
+                if in_transaction and (statement == "ROLLBACK" or statement.startswith("ROLLBACK TO ")):
+                    # logged when a non-transactional write keeps the rolled-back rows in the log:
+                    # those rows have been yielded already and cannot be taken back
+                    raise BinlogDecodeError(
+                        f"{statement!r} at {self.file}:{log_pos} undoes rows already read from the binlog (a "
+                        "transaction that also wrote a non-transactional table rolled back): capture cannot follow it"
+                    )
                 if statement == "COMMIT":
                     in_transaction = False
                     yield self._end(log_pos, file_seq, pending_gtid, commit_ts)
                     pending_gtid = None
                     continue
+                if self.mariadb and in_transaction and not ddl_group and not statement.startswith("XA "):
+                    raise BinlogDecodeError(
+                        f"{statement[:60]!r} at {self.file}:{log_pos} is a row change logged as its statement (a "
+                        "session with binlog_format STATEMENT or MIXED): capture reads row events only"
+                    )
                 lsn = Lsn(file_seq | (log_pos - (end - ev.BODY)))
                 if not self.mariadb and not in_transaction:
                     txid = f"{self.file}:{log_pos}"
@@ -231,6 +249,8 @@ class BinlogReader:
         if compiled is None:
             if any(col.type in OLD_TEMPORAL for col in table_map.columns):
                 self._refuse_old_fractions(table_map)
+            if any(col.type == FIELD_TYPE.STRING and col.character_set_name == "binary" for col in table_map.columns):
+                self._refuse_plugin_types(table_map)
             decoder = RowDecoder(table_map)
             described = table_schema(table_map.schema, table_map.table, table_map.columns, table_map.key)
             if not described.key:
@@ -249,6 +269,18 @@ class BinlogReader:
                     f"{table_map.schema}.{table_map.table}: column {col.name!r} has fractional seconds in MariaDB "
                     "5.3's format (created with mysql56_temporal_format=OFF), which the binlog cannot describe: "
                     "rewrite it with ALTER TABLE ... FORCE while mysql56_temporal_format=ON"
+                )
+
+    def _refuse_plugin_types(self, table_map: TableMap) -> None:
+        """MariaDB's INET4, INET6 and UUID columns reach the binlog as BINARY(n) of their stored
+        bytes, where SELECT shows text (and a dump refuses them): the catalog tells them apart."""
+        kinds = data_types(self._catalog_connection(), table_map.schema, table_map.table)
+        for col in table_map.columns:
+            kind = kinds.get(col.name, "binary")
+            if col.type == FIELD_TYPE.STRING and col.character_set_name == "binary" and kind not in ("binary", "char"):
+                raise BinlogDecodeError(
+                    f"{table_map.schema}.{table_map.table}: column {col.name!r} is {kind.upper()}, which the binlog "
+                    "carries as raw bytes where SELECT shows text: capture cannot land it as the source shows it"
                 )
 
     def _catalog_connection(self) -> pymysql.connections.Connection:

@@ -9,6 +9,7 @@ stream, `TableMapCache`); the reader hangs its compiled row decoder on it.
 
 from __future__ import annotations
 
+import codecs
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,7 +60,7 @@ class BinlogColumn:
     type: int
     nullable: bool = True
     unsigned: bool = False
-    character_set_name: str | None = None  # Python-side charset name, e.g. 'utf8', 'cp1252', 'binary'
+    character_set_name: str | None = None  # MySQL charset name, e.g. 'utf8mb4', 'latin1', 'binary'
     max_length: int = 0  # VARCHAR/CHAR: bytes
     length_size: int = 0  # BLOB/GEOMETRY/JSON: bytes of the length prefix
     size: int = 0  # ENUM/SET: bytes of the value; FLOAT/DOUBLE: bytes
@@ -243,20 +244,49 @@ def _optional_metadata(r: _Reader, columns: list[BinlogColumn], dbms: str) -> tu
 
 
 def _charset(collation_id: int, dbms: str) -> str:
-    return find_charset(str(collation_id), dbms=dbms)[0]
+    """The MySQL charset name of a collation id ('latin1', 'utf16', 'binary'); `python_encoding`
+    finds its codec."""
+    found = find_charset(str(collation_id), dbms=dbms)
+    return found[2] if found else f"unknown collation {collation_id}"
 
 
 def _member(raw: bytes, charset: str | None) -> str:
-    """An ENUM/SET member's text: UTF-8 as mysql-replication reads it, else the column's charset."""
+    """An ENUM/SET member's text: the table map carries it in the column's charset (bytes that
+    happen to be valid UTF-8 are not UTF-8 text in a latin1 or utf16 column)."""
+    encoding = "utf-8" if charset == "binary" else python_encoding(charset)  # a dump lands binary members as UTF-8
     try:
-        return raw.decode()
-    except UnicodeDecodeError:
-        return raw.decode(python_encoding(charset))
+        return raw.decode(encoding)
+    except (LookupError, UnicodeDecodeError) as exc:
+        raise BinlogDecodeError(f"an ENUM/SET member {raw!r} in charset {charset!r} cannot be decoded: {exc}") from None
+
+
+# MySQL charsets Python names otherwise or reads otherwise: Python's 'utf16' and 'utf32' read
+# little-endian without a BOM (MySQL's are big-endian); MySQL's latin1 is cp1252 plus 5 bytes
+# Python's cp1252 leaves undefined (`_mysql_latin1`)
+_CODECS = {
+    "utf16": "utf-16-be",
+    "utf16le": "utf-16-le",
+    "utf32": "utf-32-be",
+    "ucs2": "utf-16-be",
+    "latin1": "mysql_latin1",
+}
 
 
 def python_encoding(charset: str | None) -> str:
-    """The Python codec of a table map's charset name (as mysql-replication maps it)."""
+    """The Python codec of a table map's charset name."""
     if charset is None:
         return "utf-8"
+    if charset.lower() in _CODECS:
+        return _CODECS[charset.lower()]
     known = pymysql.charset.charset_by_name(charset)
     return known.encoding if known else charset
+
+
+# MySQL's latin1: cp1252, but 0x81, 0x8D, 0x8F, 0x90 and 0x9D are U+0081.. U+009D
+_LATIN1_TABLE = "".join(bytes([b]).decode("cp1252", errors="ignore") or chr(b) for b in range(256))
+_LATIN1 = codecs.CodecInfo(
+    name="mysql_latin1",
+    encode=codecs.lookup("cp1252").encode,  # never used: the decoder only decodes
+    decode=lambda data, errors="strict": codecs.charmap_decode(data, errors, _LATIN1_TABLE),
+)
+codecs.register(lambda name: _LATIN1 if name == "mysql_latin1" else None)
