@@ -7,7 +7,9 @@ Per chunk of one table, in key order:
      key-list dump selects the next batch of keys, and the database, not Python, tells which
      requested keys matched no row: see `_missing_keys`);
   4. write the chunk file (rows + watermark ids + key range) durably;
-  5. write and commit the HIGH watermark: the log now says the chunk exists;
+  5. write and commit the HIGH watermark: the log now says the chunk exists (`watermarks:
+     readonly`: nothing is written; LOW began a consistent snapshot whose log position the
+     chunk file carries, and HIGH ends it: capture/sources/mysql/snapshot.py);
   6. describe the table again: if its columns changed since the SELECT (an ALTER anywhere up
      to HIGH), read the chunk again under the same number (also when the SELECT failed on a
      column dropped under it);
@@ -31,6 +33,7 @@ import json
 import time
 import uuid
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
@@ -341,6 +344,7 @@ class DumpEngine:
                 continue
             if batch is None and not last and progress.after is not None:
                 _check_advances(table, number, progress.after, rows)
+            position = self.source.log_position()
             meta = ChunkMeta(
                 dump_id=dump_id,
                 table=table.qualified_name,
@@ -356,6 +360,8 @@ class DumpEngine:
                 rows=len(rows),
                 read_view=view,
                 exact_order=_exact_order(table, (progress.after, start, plan.stop), rows),
+                position=position,
+                read_at=None if position is None else datetime.now(UTC).isoformat(),
             )
             write_chunk(self.zone, table, meta, rows)
             self.source.write_watermark(high, table)

@@ -6,7 +6,8 @@ For one table, given the landed log (up to the committed frontier) and the chunk
   1. Index the watermark events (`logtide.watermarks`) by watermark id -> LSN.
   2. For every chunk file, find its LOW and HIGH. No HIGH in the log (yet): the chunk is not
      part of the stream (it was redone, or its HIGH is past the frontier). A HIGH without
-     its LOW, or before it, contradicts the protocol: refuse (WatermarkError).
+     its LOW, or before it, contradicts the protocol: refuse (WatermarkError). A read-only
+     chunk's LOW and HIGH are its recorded log position, once the frontier is past it.
   3. Drop chunk rows whose key has a log event of the table between LOW and HIGH: the log
      holds a newer state of that row. PostgreSQL: also those whose key has a log event
      before LOW from a transaction the chunk's snapshot could not see (a commit is in the
@@ -38,10 +39,9 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from capture.dump.key_changes import Unknown, chunk_knows, is_completed, key_changes, resolve
-from capture.errors import WatermarkError
 from capture.events import Row
 from capture.landing import LandingZone
-from capture.landing.chunks import chunk_files, read_chunk_meta
+from capture.landing.chunks import chunk_files, chunk_window, read_chunk_meta
 from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE
 
 
@@ -166,23 +166,20 @@ def reconcile_table(
             by_xid.setdefault(xid, []).append(i)
 
     marks = _watermarks(zone)
+    checkpoint = zone.checkpoint()
+    frontier = checkpoint.frontier.encode() if checkpoint is not None else 0
     for meta, path in chunks:
-        high = marks.get(meta.high_id)
-        if high is None:
+        window = chunk_window(meta, lambda mark_id: marks[mark_id][0] if mark_id in marks else None, frontier)
+        if window is None:
             stats.chunks_pending += 1
             continue
-        low = marks.get(meta.low_id)
-        if low is None or low[0] >= high[0]:
-            raise WatermarkError(
-                f"{schema}.{table} chunk {meta.chunk} of dump {meta.dump_id}: HIGH watermark at {high[0]} "
-                f"has {'no LOW' if low is None else f'its LOW after it ({low[0]})'} in the log"
-            )
+        low, high = window
         in_window: dict[Row, list[StreamEvent]] = {}
-        for i in range(bisect.bisect_right(lsns, low[0]), bisect.bisect_left(lsns, high[0])):
+        for i in range(bisect.bisect_right(lsns, low), bisect.bisect_left(lsns, high)):
             in_window.setdefault(stream[i].key, []).append(stream[i])
         hidden: dict[Row, list[StreamEvent]] = {}
         if meta.read_view is not None:
-            for i in hidden_events(meta.read_view, low[0], lsns, xids, by_xid):
+            for i in hidden_events(meta.read_view, low, lsns, xids, by_xid):
                 hidden.setdefault(stream[i].key, []).append(stream[i])
         rows = pq.read_table(path).column("after").to_pylist()
         stats.chunks += 1
@@ -197,9 +194,9 @@ def reconcile_table(
                     fallback[lsn] = {**chunk_knows(row, newer, lsn - 1, key_columns), **fallback.get(lsn, {})}
                 base = _base_missing(row, newer, key_columns)
                 if base is not None:
-                    stream.append(StreamEvent(high[0], 1 + position, "r", key, row, base))
+                    stream.append(StreamEvent(high, 1 + position, "r", key, row, base))
             else:
-                stream.append(StreamEvent(high[0], 1 + position, "r", key, row))
+                stream.append(StreamEvent(high, 1 + position, "r", key, row))
     stream.sort(key=lambda e: (e.lsn, e.order))
     if moves:
         fills, stats.unknown_values = resolve(stream, moves, stored or {}, fallback)

@@ -5,12 +5,15 @@ reconcile them with the log (its watermarks and the key range it covers).
 
 A chunk file is written (atomically, durably) before its HIGH watermark, so whoever reads
 the HIGH watermark from the log finds the chunk. A redone chunk replaces the file and gets
-new watermark ids; a HIGH watermark whose id no chunk file carries is ignored.
+new watermark ids; a HIGH watermark whose id no chunk file carries is ignored. A read-only
+chunk (`position` set) has no watermark rows: it stands at `position` in the log, and is part
+of the stream once the landed frontier is past it (`chunk_window`).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from capture.dump.keys import decode_key, encode_key
+from capture.errors import WatermarkError
 from capture.events import Row, TableSchema
 from capture.landing.files import fsync_dir, write_parquet_atomic
 from capture.landing.zone import LandingZone, table_folder
@@ -47,6 +51,15 @@ class ChunkMeta:
     # `TableSchema.exact_key_order`, no NULL among its bounds and returned keys): only then may the
     # merge delete target keys it finds inside the range. False in files written before it existed.
     exact_order: bool = False
+    # `watermarks: readonly`: the encoded LSN the chunk's consistent snapshot stands at
+    # (capture/sources/mysql/snapshot.py); its LOW and HIGH are both there and no watermark row
+    # exists (low_id/high_id name none). None: table watermarks, found in the log by id.
+    position: int | None = None
+    read_at: str | None = None  # readonly: when the chunk was read (UTC, ISO 8601), its rows' commit time
+
+    @property
+    def readonly(self) -> bool:
+        return self.position is not None
 
     def to_json(self) -> str:
         data = asdict(self)
@@ -93,3 +106,21 @@ def chunk_files(zone: LandingZone, schema: str, table: str) -> list[Path]:
         return []
     folder = table_folder(schema, table)
     return sorted(p for dump in base.iterdir() for p in (dump / folder).glob("[0-9]*.parquet"))
+
+
+def chunk_window(meta: ChunkMeta, marks: Callable[[str], int | None], frontier: int) -> tuple[int, int] | None:
+    """(LOW, HIGH) LSNs of a chunk in the landed log below `frontier`, None while it is not part of
+    the stream (its HIGH not landed yet, or redone). `marks`: watermark id -> LSN in the log. A
+    read-only chunk's LOW and HIGH are both its `position`: the window is empty."""
+    if meta.position is not None:
+        return (meta.position, meta.position) if meta.position < frontier else None
+    high = marks(meta.high_id)
+    if high is None or high >= frontier:
+        return None
+    low = marks(meta.low_id)
+    if low is None or low >= high:
+        raise WatermarkError(
+            f"{meta.table} chunk {meta.chunk} of dump {meta.dump_id}: HIGH watermark at {high} "
+            f"has {'no LOW' if low is None else f'its LOW after it ({low})'} in the log"
+        )
+    return low, high

@@ -103,7 +103,13 @@ class ChunkSource(Protocol):
     def write_watermark(self, mark: Watermark, table: TableSchema | None = None) -> None:
         """Write and commit the watermark row (a log event like any other). With `table` (a
         HIGH), a source may read that table's catalog in the same round trip, after the commit,
-        for the `describe` the engine calls next."""
+        for the `describe` the engine calls next. `watermarks: readonly` writes nothing: LOW
+        begins the chunk's snapshot, HIGH ends it (see `log_position`)."""
+
+    def log_position(self) -> int | None:
+        """Read-only watermarks: the encoded LSN at which the chunk's snapshot (begun by LOW)
+        stands in the log, stored with the chunk in place of watermark rows; None with table
+        watermarks."""
 
     def select_chunk(
         self, table: TableSchema, after: Row | None, start: Row | None, stop: Row | None, limit: int

@@ -274,6 +274,10 @@ class PostgresChunkSource:
             return None
         return {"snapshot": self.last_snapshot, "before_low": lsn_text(Lsn(self._before_low).encode())}
 
+    def log_position(self) -> None:
+        """Table watermarks only (config refuses `watermarks: readonly` for postgresql)."""
+        return None
+
     def close(self) -> None:
         self._conn.close()
 

@@ -1,0 +1,88 @@
+"""Read-only watermarks on MariaDB (`watermarks: readonly`): a chunk read in a consistent
+snapshot that the server places at an exact position of its own binlog.
+
+`START TRANSACTION WITH CONSISTENT SNAPSHOT` makes MariaDB take the InnoDB read view and the
+binlog position together (under the lock that orders commits), and report that position as
+`Binlog_snapshot_file`/`Binlog_snapshot_position`: the snapshot sees exactly the transactions
+the binlog holds before it (MariaDB commits in binlog order). A chunk read there needs no
+LOW/HIGH pair and no GTID matching: its window is empty, and its rows stand just before that
+position (`placement`), after every event of the transactions it saw and before every event
+of those it did not. Nothing is written to the source; the transaction is READ ONLY.
+
+Why not the GTID position read before and after the SELECT (Debezium's read-only snapshots):
+`@@gtid_binlog_pos` moves when a transaction is written to the binlog, before its InnoDB commit
+is visible, so a LOW read that way can name a transaction the SELECT does not see (a stale
+chunk placed after the change it missed); `@@gtid_slave_pos` on a replica moves after the
+commit, but a replica's own binlog (what capture reads) is not the primary's, and positions
+from two servers cannot be compared by LSN. The consistent snapshot has neither race.
+
+Sound when capture reads the binlog of the server the dump reads: the primary, or a replica
+that writes what it applies to its own binlog (log_bin and log_slave_updates ON). Commit order
+there is that server's binlog order whatever its parallel replication mode, so neither
+gtid_strict_mode nor slave_parallel_mode matters for placement. `check_server` refuses the
+rest before a dump reads anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pymysql
+
+from capture.events import Lsn
+from capture.sources.mysql.connection import ER_SPECIFIC_ACCESS_DENIED
+from capture.sources.mysql.reader import position_lsn
+
+Run = Callable[..., list[tuple[Any, ...]]]
+
+
+def open_snapshot(run: Run) -> Lsn:
+    """Begin the chunk's transaction: REPEATABLE READ (a consistent snapshot means nothing under
+    READ COMMITTED), READ ONLY; the binlog position its snapshot stands at."""
+    run("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")  # this transaction only
+    run("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
+    status = {str(name).lower(): value for name, value in run("SHOW STATUS LIKE 'binlog\\_snapshot\\_%'")}
+    file, pos = status.get("binlog_snapshot_file"), status.get("binlog_snapshot_position")
+    if not file:
+        run("ROLLBACK")
+        raise pymysql.err.OperationalError(0, "the server reports no binlog snapshot position (is log_bin off?)")
+    return position_lsn(str(file), int(pos))
+
+
+def placement(position: Lsn) -> int:
+    """The encoded LSN a chunk read at `position` stands at: just below it. Events of the
+    transactions before it start below `position`; those after it start at or past it (their
+    GTID event at it, rows events later); the landed frontier at `position` (capture caught up,
+    or an idle server's heartbeat) is above it, so the chunk is merged as soon as capture is there."""
+    return position.encode() - 1
+
+
+def check_server(run: Run) -> list[str]:
+    """Why this server's binlog cannot place read-only chunks, each with the fix (empty: it can)."""
+    settings = {name.lower(): str(value).upper() for name, value in run(
+        "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('log_bin', 'log_slave_updates', 'gtid_slave_pos')"
+    )}  # fmt: skip
+    problems = []
+    if settings.get("log_bin") not in ("ON", "1"):
+        problems.append(
+            "log_bin is OFF: a consistent snapshot has no binlog position to stand at; start the server "
+            "with --log-bin (on a replica: and --log-slave-updates)"
+        )
+    if _replicates(run, settings.get("gtid_slave_pos", "")) and settings.get("log_slave_updates") not in ("ON", "1"):
+        problems.append(
+            "this server is a replica with log_slave_updates OFF: what it applies is not in its binlog, so "
+            "capture would miss it and chunks could not be placed; set log_slave_updates=ON (restart)"
+        )
+    return problems
+
+
+def _replicates(run: Run, slave_pos: str) -> bool:
+    """Whether the server has a replication connection configured; a user without SLAVE MONITOR
+    cannot ask, and then a non-empty gtid_slave_pos (it applied replicated transactions) says so."""
+    try:
+        return bool(run("SHOW ALL SLAVES STATUS"))
+    except pymysql.err.OperationalError as exc:
+        if exc.args and exc.args[0] != ER_SPECIFIC_ACCESS_DENIED:
+            raise
+        return bool(slave_pos.strip())

@@ -1,0 +1,253 @@
+"""Read-only watermarks (`watermarks: readonly`) against a real MariaDB primary and its GTID
+replica: capture and the dump read the replica with a user that may only SELECT and read the
+binlog, the workload writes the primary, and the reconciled landing zone equals the primary's table."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from capture.config import SourceConfig
+from capture.dump.control import DumpSettings
+from capture.dump.engine import DumpEngine, DumpRequest
+from capture.errors import DumpInputError, SourceConnectionError
+from capture.landing import LandingZone
+from capture.landing.chunks import chunk_files, read_chunk_meta
+from capture.sources import open_chunk_source
+from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE
+from tests.conftest import CaptureProcess
+from tests.integration.dumping import Workload, populate_ledger, reconciled_state, table_state, wait_until_landed
+from tests.servers import MariaDB, free_port, start_replica, wait_for, wait_replicated
+
+pytestmark = pytest.mark.integration
+READER = ("reader", "reader-pw")  # SELECT and binlog reading only: no write grant anywhere
+
+
+@pytest.fixture(scope="module")
+def replication(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[MariaDB, MariaDB]]:
+    """A fresh primary and its GTID replica; the read-only user is made on the primary and
+    replicated (a user made on the replica would be a transaction of the replica's own)."""
+    primary = MariaDB(tmp_path_factory.mktemp("primary"))
+    replica = None
+    try:
+        primary.start()
+        primary.execute(
+            f"CREATE USER '{READER[0]}'@'%' IDENTIFIED BY '{READER[1]}'",
+            f"GRANT SELECT, REPLICATION SLAVE, BINLOG MONITOR ON *.* TO '{READER[0]}'@'%'",
+        )
+        replica = start_replica(primary, tmp_path_factory.mktemp("replica"))
+        wait_replicated(primary, replica)
+        yield primary, replica
+    finally:
+        if replica is not None:
+            replica.destroy()
+        primary.destroy()
+
+
+@pytest.fixture
+def replica_capture(replication, tmp_path: Path) -> Iterator:
+    """`logtide capture` of the replica as the read-only user, `watermarks: readonly`."""
+    _, replica = replication
+    made: list[CaptureProcess] = []
+
+    def make(database: str) -> CaptureProcess:
+        source = {
+            "kind": "mariadb",
+            "port": replica.port,
+            "user": READER[0],
+            "password": READER[1],
+            "server_id": 4000 + len(made),
+            "include": [f"{database}.*"],
+            "heartbeat_s": 0.2,
+            "watermarks": "readonly",
+            "metrics": {"port": free_port()},
+        }
+        path = tmp_path / "logtide.yaml"
+        landing = {"path": str(tmp_path / "landing"), "flush_interval_s": 0.2}
+        path.write_text(yaml.safe_dump({"landing": landing, "sources": {"src": source}}))
+        made.append(CaptureProcess(path, "src", tmp_path))
+        return made[-1]
+
+    yield make
+    for process in made:
+        process.kill()
+
+
+def _database(primary: MariaDB, name: str) -> str:
+    primary.execute(f"DROP DATABASE IF EXISTS `{name}`", f"CREATE DATABASE `{name}`")
+    return name
+
+
+def _gtid(server: MariaDB) -> str:
+    with server.connect() as conn, conn.cursor() as cur:
+        cur.execute("SELECT @@gtid_binlog_pos")
+        return cur.fetchone()[0]
+
+
+class ReplicaAt:
+    """The real chunk source, except that the replica is acted on at chunk boundaries: `at(n, kind,
+    action)` runs `action()` right before LOW (`kind` "LOW") or HIGH ("HIGH") of chunk n."""
+
+    def __init__(self, source) -> None:
+        self._source, self._actions = source, {}
+
+    def at(self, chunk: int, kind: str, action) -> ReplicaAt:
+        self._actions[(chunk, kind)] = action
+        return self
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._source, name)
+
+    def write_watermark(self, mark, table=None) -> None:
+        action = self._actions.pop((mark.chunk, mark.kind), None)
+        if action is not None:
+            action()
+        self._source.write_watermark(mark, table)
+
+
+def _no_writes(replica: MariaDB, primary: MariaDB, capture: CaptureProcess) -> None:
+    """The dump wrote nothing: no watermark table on the replica, no watermark event landed, and the
+    replica's binlog holds only the primary's transactions (a write of its own would be 0-2-n)."""
+    with replica.connect() as conn, conn.cursor() as cur:
+        cur.execute("SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = %s", (WATERMARK_SCHEMA,))
+        assert cur.fetchone()[0] == 0
+        cur.execute(f"SHOW GRANTS FOR '{READER[0]}'@'%'")
+        grants = " ".join(r[0] for r in cur.fetchall())
+    assert "INSERT" not in grants and "UPDATE" not in grants and "ALL PRIVILEGES" not in grants
+    assert capture.events(WATERMARK_SCHEMA, WATERMARK_TABLE) == []
+    assert _gtid(replica) == _gtid(primary) and "-2-" not in _gtid(replica)
+
+
+def test_a_readonly_dump_of_a_lagging_replica_under_a_primary_workload_equals_the_primary(replication, replica_capture):
+    primary, replica = replication
+    database = _database(primary, "ro_lag")
+    populate_ledger(primary, database, 3000)
+    wait_replicated(primary, replica)
+    capture = replica_capture(database).start()
+    capture.wait_running()
+    workload = Workload(primary, database, "ledger", 100_000, seed=3)
+    workload.start()
+    behind: list[bool] = []
+
+    def lagging() -> None:  # the replica is behind the primary while chunks 6-19 are read
+        behind.append(_gtid(replica) != _gtid(primary))
+
+    source = open_chunk_source("src", capture.config.source("src"))
+    lag = ReplicaAt(source)
+    lag.at(6, "LOW", lambda: replica.execute("STOP SLAVE SQL_THREAD"))
+    lag.at(12, "LOW", lagging)
+    lag.at(20, "LOW", lambda: replica.execute("START SLAVE SQL_THREAD"))
+    try:
+        summary = DumpEngine(lag, capture.zone).run(
+            DumpRequest(tables=[f"{database}.ledger"], settings=DumpSettings(chunk_size=37))
+        )
+    finally:
+        source.close()
+        workload.stop()
+    wait_replicated(primary, replica)
+    wait_until_landed(replica, capture)
+
+    state, stats = reconciled_state(capture, database, "ledger")
+    assert state == table_state(primary, database, "ledger") == table_state(replica, database, "ledger")
+    assert behind == [True] and workload.transactions > 50
+    assert stats.chunks == summary["tables"][0]["chunks"] > 50 and stats.chunks_pending == 0
+    metas = sorted((read_chunk_meta(p) for p in chunk_files(capture.zone, database, "ledger")), key=lambda m: m.chunk)
+    positions = [m.position for m in metas]
+    assert None not in positions and positions == sorted(positions)
+    assert len({m.position for m in metas[6:18]}) == 1  # the replica applied nothing: one snapshot position
+    _no_writes(replica, primary, capture)
+
+
+def test_a_readonly_dump_resumes_after_the_replica_restarts(replication, replica_capture):
+    primary, replica = replication
+    database = _database(primary, "ro_restart")
+    populate_ledger(primary, database, 1000)
+    wait_replicated(primary, replica)
+    capture = replica_capture(database).start()
+    capture.wait_running()
+    workload = Workload(primary, database, "ledger", 100_000, seed=4)
+    workload.start()
+
+    def restart() -> None:
+        replica.stop()
+        replica.start()
+
+    request = DumpRequest(dump_id="restart", tables=[f"{database}.ledger"], settings=DumpSettings(chunk_size=50))
+    try:
+        source = open_chunk_source("src", capture.config.source("src"))
+        try:
+            with pytest.raises(SourceConnectionError):
+                DumpEngine(ReplicaAt(source).at(8, "HIGH", restart), capture.zone).run(request)
+        finally:
+            source.close()
+        source = open_chunk_source("src", capture.config.source("src"))  # the rerun resumes after chunk 7
+        try:
+            summary = DumpEngine(source, capture.zone).run(request)
+        finally:
+            source.close()
+    finally:
+        workload.stop()
+    wait_replicated(primary, replica)
+    wait_until_landed(replica, capture, timeout=90)
+    assert "capture.source_lost" in capture.log()
+    state, stats = reconciled_state(capture, database, "ledger")
+    assert state == table_state(primary, database, "ledger")
+    assert stats.chunks == summary["tables"][0]["chunks"] and stats.chunks_pending == 0
+    _no_writes(replica, primary, capture)
+
+
+def test_readonly_refuses_a_replica_that_does_not_log_what_it_applies(replication, tmp_path):
+    primary, _ = replication
+    database = _database(primary, "ro_bare")
+    populate_ledger(primary, database, 10)
+    bare = MariaDB(tmp_path / "bare", extra_options=["--server-id=3", "--log-slave-updates=0"])
+    bare.start()
+    try:
+        bare.execute(
+            f"CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT={primary.port}, MASTER_USER='root', "
+            "MASTER_USE_GTID=slave_pos",
+            "START SLAVE",
+        )
+        wait_replicated(primary, bare)
+        config = SourceConfig(
+            kind="mariadb", port=bare.port, user=READER[0], password=READER[1], server_id=77, watermarks="readonly"
+        )
+        source = open_chunk_source("src", config)
+        try:
+            with pytest.raises(DumpInputError, match="replica with log_slave_updates OFF: what it applies"):
+                DumpEngine(source, LandingZone(tmp_path / "landing", "src")).run(
+                    DumpRequest(tables=[f"{database}.ledger"])
+                )
+        finally:
+            source.close()
+        assert not chunk_files(LandingZone(tmp_path / "landing", "src"), database, "ledger")
+    finally:
+        bare.destroy()
+
+
+def test_an_idle_server_s_heartbeat_lets_a_chunk_read_after_a_binlog_rotation_join_the_stream(
+    mariadb, database, make_capture
+):
+    """Right after FLUSH BINARY LOGS the snapshot stands in the new file, past the last commit:
+    with nothing written, only the heartbeat's position moves the frontier past the chunk."""
+    populate_ledger(mariadb, database, 50)
+    capture = make_capture([f"{database}.*"], watermarks="readonly").start()
+    capture.wait_running()
+    wait_until_landed(mariadb, capture)
+    mariadb.execute("FLUSH BINARY LOGS")
+    source = open_chunk_source("src", capture.config.source("src"))
+    try:
+        DumpEngine(source, capture.zone).run(DumpRequest(tables=[f"{database}.ledger"]))
+    finally:
+        source.close()
+    (meta,) = [read_chunk_meta(p) for p in chunk_files(capture.zone, database, "ledger")]
+    wait_for(
+        lambda: capture.zone.checkpoint().frontier.encode() > meta.position, 10, what="the frontier past the chunk"
+    )
+    state, stats = reconciled_state(capture, database, "ledger")
+    assert stats.chunks == 1 and stats.chunks_pending == 0
+    assert state == table_state(mariadb, database, "ledger")
