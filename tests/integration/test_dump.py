@@ -39,10 +39,10 @@ from tests.servers import wait_for
 pytestmark = pytest.mark.integration
 
 
-@pytest.mark.parametrize("seed", [1, 2])
-def test_dump_during_concurrent_writes_reconciles_to_the_table(mariadb, database, make_capture, seed):
+@pytest.mark.parametrize(("seed", "watermarks"), [(1, "table"), (2, "table"), (1, "readonly")])
+def test_dump_during_concurrent_writes_reconciles_to_the_table(mariadb, database, make_capture, seed, watermarks):
     populate_ledger(mariadb, database, 3000)  # history before capture started: only the dump has it
-    capture = make_capture([f"{database}.*"]).start()
+    capture = make_capture([f"{database}.*"], watermarks=watermarks).start()
     capture.wait_running()
     workload = Workload(mariadb, database, "ledger", 100_000, seed)
     workload.start()
@@ -61,6 +61,26 @@ def test_dump_during_concurrent_writes_reconciles_to_the_table(mariadb, database
     # the log alone does not rebuild the table: the dump carried the history
     log_only = {k: v for k, v in state.items() if k[0] >= 100_000}
     assert len(log_only) < len(state)
+    _check_watermarks(capture, summary["dump_id"], watermarks)
+
+
+def _check_watermarks(capture, dump_id: str, watermarks: str) -> None:
+    """Table watermarks land LOW/HIGH rows for the dump; read-only ones none, and their chunks carry
+    their log positions instead, in chunk order."""
+    marks = [e for e in capture.events(WATERMARK_SCHEMA, WATERMARK_TABLE) if e["after"]["dump_id"] == dump_id]
+    metas = sorted(
+        (m for p in capture.zone.root.glob(f"chunks/{dump_id}/*/*.parquet") if (m := read_chunk_meta(p))),
+        key=lambda m: (m.table, m.chunk),
+    )
+    assert metas
+    if watermarks == "readonly":
+        assert marks == [] and all(m.position is not None for m in metas)
+        for table in {m.table for m in metas}:
+            positions = [m.position for m in metas if m.table == table]
+            assert positions == sorted(positions)
+    else:
+        highs = [m for m in marks if m["after"]["kind"] == "HIGH"]
+        assert len(highs) >= len(metas) and all(m.position is None for m in metas)
 
 
 def test_composite_case_insensitive_binary_and_unique_keys(mariadb, database, make_capture):
@@ -92,9 +112,10 @@ def test_composite_case_insensitive_binary_and_unique_keys(mariadb, database, ma
         assert state == table_state(mariadb, database, table, key), table
 
 
-def test_key_list_and_key_range(mariadb, database, make_capture):
+@pytest.mark.parametrize("watermarks", ["table", "readonly"])
+def test_key_list_and_key_range(mariadb, database, make_capture, watermarks):
     populate_ledger(mariadb, database, 100)
-    capture = make_capture([f"{database}.*"]).start()
+    capture = make_capture([f"{database}.*"], watermarks=watermarks).start()
     capture.wait_running()
     engine, source = open_engine(capture)
     try:
@@ -117,6 +138,14 @@ def test_key_list_and_key_range(mariadb, database, make_capture):
         (None, (13,), (20,), False),
         (None, (17,), (20,), True),
     ]
+    mariadb.execute("UPDATE ledger SET v = -5 WHERE id IN (7, 15)", database=database)
+    wait_until_landed(mariadb, capture)
+    state, stats = reconciled_state(capture, database, "ledger")
+    assert stats.chunks == 5 and stats.chunks_pending == 0
+    assert state == {k: r for k, r in table_state(mariadb, database, "ledger").items() if k in state}
+    assert sorted(k[0] for k in state) == [5, 7, 9, *range(10, 21)]
+    for dump in (by_keys, by_range):
+        _check_watermarks(capture, dump["dump_id"], watermarks)
 
 
 def test_key_list_under_a_case_insensitive_collation_counts_only_truly_missing_keys(
@@ -218,9 +247,10 @@ def test_the_cli_refuses_zero_settings_and_a_range_that_ends_before_it_starts(ma
         source.close()
 
 
-def test_cli_dump_survives_kill9_and_resumes_after_the_last_chunk(mariadb, database, make_capture):
+@pytest.mark.parametrize("watermarks", ["table", "readonly"])
+def test_cli_dump_survives_kill9_and_resumes_after_the_last_chunk(mariadb, database, make_capture, watermarks):
     populate_ledger(mariadb, database, 400)
-    capture = make_capture([f"{database}.*"]).start()
+    capture = make_capture([f"{database}.*"], watermarks=watermarks).start()
     capture.wait_running()
     cmd = [
         sys.executable,
@@ -255,6 +285,7 @@ def test_cli_dump_survives_kill9_and_resumes_after_the_last_chunk(mariadb, datab
     wait_until_landed(mariadb, capture)
     state, _ = reconciled_state(capture, database, "ledger")
     assert state == table_state(mariadb, database, "ledger")
+    _check_watermarks(capture, "resumable", watermarks)
 
 
 def test_a_chunk_whose_high_never_committed_is_redone_on_resume(mariadb, database, make_capture):
@@ -296,9 +327,10 @@ def test_a_chunk_whose_high_never_committed_is_redone_on_resume(mariadb, databas
     assert state == table_state(mariadb, database, "ledger") and stats.chunks == 11 and stats.chunks_pending == 0
 
 
-def test_pause_resume_retune_and_cancel_from_the_cli(mariadb, database, make_capture):
+@pytest.mark.parametrize("watermarks", ["table", "readonly"])
+def test_pause_resume_retune_and_cancel_from_the_cli(mariadb, database, make_capture, watermarks):
     populate_ledger(mariadb, database, 3000)
-    capture = make_capture([f"{database}.*"])
+    capture = make_capture([f"{database}.*"], watermarks=watermarks)
     control = FileControl(dump_dir(capture.zone, "ctl") / "control.json")
     control.update(state="paused")
     engine, source = open_engine(capture, control)
@@ -341,9 +373,12 @@ def test_pause_resume_retune_and_cancel_from_the_cli(mariadb, database, make_cap
     assert retuned >= 3 and set(sizes()[:retuned]) == {10} and set(sizes()[retuned:]) == {25}
 
 
-def test_a_rows_per_s_ceiling_and_a_delay_set_through_the_control_slow_the_dump(mariadb, database, make_capture):
+@pytest.mark.parametrize("watermarks", ["table", "readonly"])
+def test_a_rows_per_s_ceiling_and_a_delay_set_through_the_control_slow_the_dump(
+    mariadb, database, make_capture, watermarks
+):
     populate_ledger(mariadb, database, 600)
-    capture = make_capture([f"{database}.*"])
+    capture = make_capture([f"{database}.*"], watermarks=watermarks)
     took: dict[str, float] = {}
     # what `logtide dump-control --max-rows-per-s 400` and `--delay 0.3` write; read before each chunk
     for dump_id, override in (("ceiling", {"max_rows_per_s": 400}), ("delay", {"delay_s": 0.3})):

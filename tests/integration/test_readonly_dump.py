@@ -20,7 +20,14 @@ from capture.landing.chunks import chunk_files, read_chunk_meta
 from capture.sources import open_chunk_source
 from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE
 from tests.conftest import CaptureProcess
-from tests.integration.dumping import Workload, populate_ledger, reconciled_state, table_state, wait_until_landed
+from tests.integration.dumping import (
+    AlterAt,
+    Workload,
+    populate_ledger,
+    reconciled_state,
+    table_state,
+    wait_until_landed,
+)
 from tests.servers import MariaDB, free_port, start_replica, wait_for, wait_replicated
 
 pytestmark = pytest.mark.integration
@@ -251,3 +258,32 @@ def test_an_idle_server_s_heartbeat_lets_a_chunk_read_after_a_binlog_rotation_jo
     state, stats = reconciled_state(capture, database, "ledger")
     assert stats.chunks == 1 and stats.chunks_pending == 0
     assert state == table_state(mariadb, database, "ledger")
+
+
+def test_changes_committed_between_the_snapshot_and_the_chunk_file_win_over_the_chunk(mariadb, database, make_capture):
+    """Writes that commit right after a chunk's snapshot began (before its SELECT) and right before
+    it ends (after the SELECT) are not in the chunk's rows: the chunk must stand before them in the
+    stream. Placed at any later position (say, the binlog end read after the SELECT), the chunk's
+    older rows would overwrite them."""
+    populate_ledger(mariadb, database, 100)
+    capture = make_capture([f"{database}.*"], watermarks="readonly").start()
+    capture.wait_running()
+    source = open_chunk_source("src", capture.config.source("src"))
+    racing = AlterAt(source, lambda sql: mariadb.execute(sql, database=database))
+    racing.at(2, "LOW", "UPDATE ledger SET v = -2, note = 'after low' WHERE id IN (12, 13)")
+    racing.at(2, "HIGH", "DELETE FROM ledger WHERE id = 15")
+    racing.at(3, "HIGH", "UPDATE ledger SET id = 1000 WHERE id = 25")
+    racing.at(4, "LOW", "DELETE FROM ledger WHERE id = 35")
+    racing.at(4, "HIGH", "INSERT INTO ledger VALUES (35, -4, 'back'), (101, -4, 'past the end')")
+    try:
+        DumpEngine(racing, capture.zone).run(
+            DumpRequest(tables=[f"{database}.ledger"], settings=DumpSettings(chunk_size=10))
+        )
+    finally:
+        source.close()
+    wait_until_landed(mariadb, capture)
+    state, stats = reconciled_state(capture, database, "ledger")
+    assert stats.dropped_by_window == 0 and stats.chunks_pending == 0  # read-only windows are empty
+    assert state == table_state(mariadb, database, "ledger")
+    assert state[(12,)]["v"] == -2 and (15,) not in state and (1000,) in state and (25,) not in state
+    assert state[(35,)]["note"] == "back"
