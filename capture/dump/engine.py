@@ -8,8 +8,9 @@ Per chunk of one table, in key order:
      requested keys matched no row: see `_missing_keys`);
   4. write the chunk file (rows + watermark ids + key range) durably;
   5. write and commit the HIGH watermark: the log now says the chunk exists (`watermarks:
-     readonly`: nothing is written; LOW began a consistent snapshot whose log position the
-     chunk file carries, and HIGH ends it: capture/sources/mysql/snapshot.py);
+     readonly`: nothing is written to the source; LOW began a consistent snapshot whose log
+     position the chunk file carries, HIGH ends it and reads the log's end, which lands in the
+     chunk's HIGH file: capture/sources/mysql/snapshot.py, capture/landing/chunks.py);
   6. describe the table again: if its columns changed since the SELECT (an ALTER anywhere up
      to HIGH), read the chunk again under the same number (also when the SELECT failed on a
      column dropped under it);
@@ -33,7 +34,6 @@ import json
 import time
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
@@ -48,7 +48,7 @@ from capture.dump.record import DumpRecord
 from capture.errors import DumpCancelledError, DumpInputError, SourceConnectionError, UnusableTableError
 from capture.events import Row, TableSchema
 from capture.landing import LandingZone
-from capture.landing.chunks import ChunkMeta, write_chunk
+from capture.landing.chunks import ChunkMeta, write_chunk, write_chunk_high
 from capture.log import get_logger
 from capture.output.gate import wait_for_outputs
 from capture.sources.base import ChunkSource, Watermark
@@ -319,6 +319,7 @@ class DumpEngine:
             low = Watermark(dump_id, table.qualified_name, number, "LOW", str(uuid.uuid4()))
             high = Watermark(dump_id, table.qualified_name, number, "HIGH", str(uuid.uuid4()))
             self.source.write_watermark(low)
+            low_lsn = self.source.log_position()
             batch: list[Row] | None = None
             missing_keys: list[Row] = []
             start = plan.start if progress.after is None else None
@@ -344,7 +345,6 @@ class DumpEngine:
                 continue
             if batch is None and not last and progress.after is not None:
                 _check_advances(table, number, progress.after, rows)
-            position = self.source.log_position()
             meta = ChunkMeta(
                 dump_id=dump_id,
                 table=table.qualified_name,
@@ -360,11 +360,12 @@ class DumpEngine:
                 rows=len(rows),
                 read_view=view,
                 exact_order=_exact_order(table, (progress.after, start, plan.stop), rows),
-                position=position,
-                read_at=None if position is None else datetime.now(UTC).isoformat(),
+                low_lsn=low_lsn,
             )
-            write_chunk(self.zone, table, meta, rows)
+            path = write_chunk(self.zone, table, meta, rows)
             self.source.write_watermark(high, table)
+            if (high_lsn := self.source.log_position()) is not None:  # read-only: HIGH lands here
+                write_chunk_high(path, meta, high_lsn)
             # After HIGH: a schema change the log places before HIGH is visible now, and the rows
             # read with the old columns must not stand at HIGH. The chunk is read again under the
             # same number; its file is replaced and the first HIGH names no chunk any more. So is a

@@ -7,7 +7,7 @@ For one table, given the landed log (up to the committed frontier) and the chunk
   2. For every chunk file, find its LOW and HIGH. No HIGH in the log (yet): the chunk is not
      part of the stream (it was redone, or its HIGH is past the frontier). A HIGH without
      its LOW, or before it, contradicts the protocol: refuse (WatermarkError). A read-only
-     chunk's LOW and HIGH are its recorded log position, once the frontier is past it.
+     chunk's LOW is in its file, its HIGH in its HIGH file (capture/landing/chunks.py).
   3. Drop chunk rows whose key has a log event of the table between LOW and HIGH: the log
      holds a newer state of that row. PostgreSQL: also those whose key has a log event
      before LOW from a transaction the chunk's snapshot could not see (a commit is in the
@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import Any
 
 import pyarrow.parquet as pq
@@ -65,15 +66,16 @@ class ReconcileStats:
     unknown_values: list[Unknown] = field(default_factory=list)  # key changes' columns nothing held: NULL
 
 
-def _watermarks(zone: LandingZone) -> dict[str, tuple[int, dict[str, Any]]]:
+def _watermarks(zone: LandingZone) -> dict[str, tuple[int, datetime | None]]:
+    """Watermark id -> (LSN, commit time) of every landed watermark row."""
     data = zone.read_table(WATERMARK_SCHEMA, WATERMARK_TABLE)
     if data is None:
         return {}
     marks = {}
-    for event in data.select(["_lsn", "after"]).to_pylist():
+    for event in data.select(["_lsn", "_commit_ts", "after"]).to_pylist():
         after = event["after"]
         if after is not None:
-            marks[after["watermark_id"]] = (int(event["_lsn"]), after)
+            marks[after["watermark_id"]] = (int(event["_lsn"]), event["_commit_ts"])
     return marks
 
 
@@ -169,11 +171,11 @@ def reconcile_table(
     checkpoint = zone.checkpoint()
     frontier = checkpoint.frontier.encode() if checkpoint is not None else 0
     for meta, path in chunks:
-        window = chunk_window(meta, lambda mark_id: marks[mark_id][0] if mark_id in marks else None, frontier)
+        window = chunk_window(path, meta, lambda mark_id: marks.get(mark_id), frontier)
         if window is None:
             stats.chunks_pending += 1
             continue
-        low, high = window
+        low, high = window.low, window.high
         in_window: dict[Row, list[StreamEvent]] = {}
         for i in range(bisect.bisect_right(lsns, low), bisect.bisect_left(lsns, high)):
             in_window.setdefault(stream[i].key, []).append(stream[i])

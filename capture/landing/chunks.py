@@ -5,9 +5,16 @@ reconcile them with the log (its watermarks and the key range it covers).
 
 A chunk file is written (atomically, durably) before its HIGH watermark, so whoever reads
 the HIGH watermark from the log finds the chunk. A redone chunk replaces the file and gets
-new watermark ids; a HIGH watermark whose id no chunk file carries is ignored. A read-only
-chunk (`position` set) has no watermark rows: it stands at `position` in the log, and is part
-of the stream once the landed frontier is past it (`chunk_window`).
+new watermark ids; a HIGH watermark whose id no chunk file carries is ignored.
+
+A read-only chunk (`watermarks: readonly`, capture/sources/mysql/snapshot.py) has no watermark
+rows: its LOW is in the file (`low_lsn`), its HIGH in a small file written after it,
+
+    <chunk:08d>.high.json   {"high_id", "high_lsn", "at"}
+
+the landing zone's stand-in for the HIGH row: read from the log after the chunk file was
+durable, so a merge whose frontier is past it finds the file. No HIGH file, or one naming
+another `high_id` (left by an attempt the chunk was redone after): not part of the stream yet.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +31,12 @@ import pyarrow.parquet as pq
 
 from capture.dump.keys import decode_key, encode_key
 from capture.errors import WatermarkError
-from capture.events import Row, TableSchema
-from capture.landing.files import fsync_dir, write_parquet_atomic
+from capture.events import Row, TableSchema, lsn_text
+from capture.landing.files import fsync_dir, write_json_atomic, write_parquet_atomic
 from capture.landing.zone import LandingZone, table_folder
 
 META_KEY = b"logtide.chunk"
+HIGH_SUFFIX = ".high.json"
 
 
 @dataclass(frozen=True)
@@ -51,15 +60,9 @@ class ChunkMeta:
     # `TableSchema.exact_key_order`, no NULL among its bounds and returned keys): only then may the
     # merge delete target keys it finds inside the range. False in files written before it existed.
     exact_order: bool = False
-    # `watermarks: readonly`: the encoded LSN the chunk's consistent snapshot stands at
-    # (capture/sources/mysql/snapshot.py); its LOW and HIGH are both there and no watermark row
-    # exists (low_id/high_id name none). None: table watermarks, found in the log by id.
-    position: int | None = None
-    read_at: str | None = None  # readonly: when the chunk was read (UTC, ISO 8601), its rows' commit time
-
-    @property
-    def readonly(self) -> bool:
-        return self.position is not None
+    # `watermarks: readonly`: LOW, the encoded LSN the chunk's consistent snapshot stands at (HIGH
+    # is in the chunk's HIGH file); no watermark row names low_id. None: table watermarks.
+    low_lsn: int | None = None
 
     def to_json(self) -> str:
         data = asdict(self)
@@ -108,19 +111,50 @@ def chunk_files(zone: LandingZone, schema: str, table: str) -> list[Path]:
     return sorted(p for dump in base.iterdir() for p in (dump / folder).glob("[0-9]*.parquet"))
 
 
-def chunk_window(meta: ChunkMeta, marks: Callable[[str], int | None], frontier: int) -> tuple[int, int] | None:
-    """(LOW, HIGH) LSNs of a chunk in the landed log below `frontier`, None while it is not part of
-    the stream (its HIGH not landed yet, or redone). `marks`: watermark id -> LSN in the log. A
-    read-only chunk's LOW and HIGH are both its `position`: the window is empty."""
-    if meta.position is not None:
-        return (meta.position, meta.position) if meta.position < frontier else None
+def high_path(chunk: Path) -> Path:
+    return chunk.with_name(chunk.name.removesuffix(".parquet") + HIGH_SUFFIX)
+
+
+def write_chunk_high(chunk: Path, meta: ChunkMeta, high_lsn: int) -> None:
+    """A read-only chunk's HIGH, durably, after its file (see the module docstring)."""
+    at = datetime.now(UTC).isoformat()
+    write_json_atomic({"high_id": meta.high_id, "high_lsn": lsn_text(high_lsn), "at": at}, high_path(chunk))
+
+
+@dataclass(frozen=True)
+class Window:
+    low: int  # encoded LSNs in the log
+    high: int
+    high_ts: datetime | None  # commit time of the chunk's rows: the HIGH row's, or when a read-only HIGH was read
+
+
+def readonly_window(chunk: Path, meta: ChunkMeta) -> Window | None:
+    """LOW and HIGH of a read-only chunk; None while its HIGH file is missing or names another attempt."""
+    try:
+        high = json.loads(high_path(chunk).read_text())
+    except FileNotFoundError:
+        return None
+    if meta.low_lsn is None or high["high_id"] != meta.high_id:
+        return None
+    return Window(meta.low_lsn, int(high["high_lsn"]), datetime.fromisoformat(high["at"]))
+
+
+def chunk_window(
+    chunk: Path, meta: ChunkMeta, marks: Callable[[str], tuple[int, datetime | None] | None], frontier: int
+) -> Window | None:
+    """LOW and HIGH of a chunk whose HIGH is in the landed log below `frontier`; None while it is not
+    part of the stream (HIGH not landed yet, or the chunk was redone). `marks`: watermark id ->
+    (LSN, commit time) in the log. A HIGH without its LOW, or before it, contradicts the protocol."""
+    if meta.low_lsn is not None:
+        window = readonly_window(chunk, meta)
+        return window if window is not None and window.high < frontier else None
     high = marks(meta.high_id)
-    if high is None or high >= frontier:
+    if high is None or high[0] >= frontier:
         return None
     low = marks(meta.low_id)
-    if low is None or low >= high:
+    if low is None or low[0] >= high[0]:
         raise WatermarkError(
-            f"{meta.table} chunk {meta.chunk} of dump {meta.dump_id}: HIGH watermark at {high} "
-            f"has {'no LOW' if low is None else f'its LOW after it ({low})'} in the log"
+            f"{meta.table} chunk {meta.chunk} of dump {meta.dump_id}: HIGH watermark at {high[0]} "
+            f"has {'no LOW' if low is None else f'its LOW after it ({low[0]})'} in the log"
         )
-    return low, high
+    return Window(low[0], high[0], high[1])

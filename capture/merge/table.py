@@ -13,7 +13,7 @@ For every table of the source with landed log events or chunks, one run:
      F = the landing zone's committed frontier. A >= F: nothing to do.
   2. Reads the table's log events with A <= LSN < F, and the chunks whose HIGH watermark is in
      [A, F) (HIGH and LOW found by watermark id in the log of `logtide.watermarks`; a read-only
-     chunk's LOW and HIGH are both its recorded position, capture/sources/mysql/snapshot.py); the
+     chunk's LOW in its file and HIGH in its HIGH file, capture/landing/chunks.py); the
      log is read from the earliest LOW of those chunks, since a window may begin before A.
   3. Drops chunk rows whose key has a log event of the table strictly between the chunk's LOW
      and HIGH (PostgreSQL: also those a log event before LOW changed that the chunk's snapshot
@@ -70,7 +70,7 @@ from capture.dump.keys import encode_key
 from capture.errors import LogtideError, MergeError, WatermarkError
 from capture.events import lsn_text
 from capture.landing import LandingZone
-from capture.landing.chunks import META_KEY, ChunkMeta, chunk_files
+from capture.landing.chunks import META_KEY, ChunkMeta, chunk_files, readonly_window
 from capture.landing.files import parse_segment_name
 from capture.landing.zone import table_folder
 from capture.log import get_logger
@@ -254,22 +254,23 @@ class Chunk:
 
 
 def _readonly_chunks(zone: LandingZone, schema: str, table: str, since: int, frontier: int) -> list[Chunk]:
-    """Read-only chunks (`ChunkMeta.position`, no watermark rows) standing in [since, frontier): LOW
-    and HIGH are both the position (an empty window). A redone chunk replaced its file, so every
-    file counts once, at the position it was last read at."""
+    """Read-only chunks (`ChunkMeta.low_lsn`, no watermark rows) whose HIGH, in their HIGH file
+    (capture/landing/chunks.py), is in [since, frontier)."""
     chunks = []
     for path in chunk_files(zone, schema, table):
         file_schema = pq.read_schema(path)
         meta = ChunkMeta.from_json(file_schema.metadata[META_KEY])
-        if meta.position is not None and since <= meta.position < frontier:
-            read_at = datetime.fromisoformat(meta.read_at) if meta.read_at else None
+        if meta.low_lsn is None:
+            continue
+        window = readonly_window(path, meta)
+        if window is not None and since <= window.high < frontier:
             row_type = file_schema.field("after").type
-            chunks.append(Chunk(0, path, meta, meta.position, meta.position, read_at, row_type))
+            chunks.append(Chunk(0, path, meta, window.low, window.high, window.high_ts, row_type))
     return chunks
 
 
 def _chunks(zone: LandingZone, marks: Watermarks, schema: str, table: str, since: int) -> tuple[list[Chunk], int]:
-    """Chunks whose HIGH watermark (read-only: position) is at or after `since`; and how many HIGHs
+    """Chunks whose HIGH watermark (read-only: HIGH file) is at or after `since`; and how many HIGHs
     were stale (redone chunks)."""
     name = f"{schema}.{table}"
     chunks, stale = [], 0
@@ -341,9 +342,10 @@ def _completed_dumps(
             continue
         chunks = []
         for path, m in zip(paths, metas, strict=True):
-            if m.position is not None:  # read-only: stands at its position, no watermark rows
-                read_at = datetime.fromisoformat(m.read_at) if m.read_at else None
-                chunks.append(Chunk(len(chunks), path, m, m.position, m.position, read_at, final.row_type))
+            if m.low_lsn is not None:  # read-only: no watermark rows
+                if (window := readonly_window(path, m)) is None:
+                    break
+                chunks.append(Chunk(len(chunks), path, m, window.low, window.high, window.high_ts, final.row_type))
                 continue
             low, high = marks.find(m.low_id), marks.find(m.high_id)
             if low is None or high is None:

@@ -107,9 +107,9 @@ class ChunkSource(Protocol):
         begins the chunk's snapshot, HIGH ends it (see `log_position`)."""
 
     def log_position(self) -> int | None:
-        """Read-only watermarks: the encoded LSN at which the chunk's snapshot (begun by LOW)
-        stands in the log, stored with the chunk in place of watermark rows; None with table
-        watermarks."""
+        """Read-only watermarks: the encoded LSN in the log of the watermark last "written"
+        (LOW: where the chunk's snapshot stands; HIGH: the log's end once the chunk file is
+        durable), which the engine lands with the chunk; None with table watermarks."""
 
     def select_chunk(
         self, table: TableSchema, after: Row | None, start: Row | None, stop: Row | None, limit: int

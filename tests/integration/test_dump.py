@@ -19,7 +19,7 @@ from capture.dump.control import DumpSettings, FileControl
 from capture.dump.engine import DumpEngine, DumpRequest
 from capture.dump.progress import dump_dir
 from capture.errors import DumpInputError
-from capture.landing.chunks import chunk_files, read_chunk_meta
+from capture.landing.chunks import chunk_files, read_chunk_meta, readonly_window
 from capture.sources import open_chunk_source
 from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE
 from tests.conftest import ROOT
@@ -65,51 +65,23 @@ def test_dump_during_concurrent_writes_reconciles_to_the_table(mariadb, database
 
 
 def _check_watermarks(capture, dump_id: str, watermarks: str) -> None:
-    """Table watermarks land LOW/HIGH rows for the dump; read-only ones none, and their chunks carry
-    their log positions instead, in chunk order."""
+    """Table watermarks land LOW/HIGH rows for the dump; read-only ones none: each chunk carries its
+    LOW and has a HIGH file, and the windows follow each other in the log, chunk after chunk."""
     marks = [e for e in capture.events(WATERMARK_SCHEMA, WATERMARK_TABLE) if e["after"]["dump_id"] == dump_id]
-    metas = sorted(
-        (m for p in capture.zone.root.glob(f"chunks/{dump_id}/*/*.parquet") if (m := read_chunk_meta(p))),
-        key=lambda m: (m.table, m.chunk),
-    )
+    paths = sorted(capture.zone.root.glob(f"chunks/{dump_id}/*/*.parquet"))
+    metas = [read_chunk_meta(p) for p in paths]
     assert metas
-    if watermarks == "readonly":
-        assert marks == [] and all(m.position is not None for m in metas)
-        for table in {m.table for m in metas}:
-            positions = [m.position for m in metas if m.table == table]
-            assert positions == sorted(positions)
-    else:
+    if watermarks == "table":
         highs = [m for m in marks if m["after"]["kind"] == "HIGH"]
-        assert len(highs) >= len(metas) and all(m.position is None for m in metas)
-
-
-def test_composite_case_insensitive_binary_and_unique_keys(mariadb, database, make_capture):
-    mariadb.execute(
-        "CREATE TABLE composite (region VARCHAR(10) COLLATE utf8mb4_general_ci, n INT, v INT, PRIMARY KEY (region, n))",
-        "INSERT INTO composite VALUES ('a', 1, 1), ('A ', 2, 2), ('b', 1, 3), ('B', 2, 4), ('c', 9, 5), ('é', 1, 6)",
-        "CREATE TABLE bin (k VARBINARY(8) PRIMARY KEY, v INT)",
-        "INSERT INTO bin VALUES (X'00', 1), (X'0001', 2), (X'ff', 3), (X'7f', 4)",
-        "CREATE TABLE uniq (code CHAR(3) NOT NULL, v INT, UNIQUE KEY (code))",
-        "INSERT INTO uniq VALUES ('x', 1), ('y', 2), ('z', 3)",
-        database=database,
-    )
-    capture = make_capture([f"{database}.*"]).start()
-    capture.wait_running()
-    engine, source = open_engine(capture)
-    try:
-        summary = engine.run(
-            DumpRequest(
-                tables=[f"{database}.{t}" for t in ("composite", "bin", "uniq")], settings=DumpSettings(chunk_size=2)
-            )
-        )
-    finally:
-        source.close()
-    mariadb.execute("UPDATE uniq SET code = 'q' WHERE code = 'y'", database=database)  # key change, no primary key
-    wait_until_landed(mariadb, capture)
-    assert [t["rows"] for t in summary["tables"]] == [6, 4, 3]
-    for table, key in (("composite", ("region", "n")), ("bin", ("k",)), ("uniq", ("code",))):
-        state, _ = reconciled_state(capture, database, table)
-        assert state == table_state(mariadb, database, table, key), table
+        assert len(highs) >= len(metas) and all(m.low_lsn is None for m in metas)
+        return
+    assert marks == []
+    for table in {m.table for m in metas}:
+        windows = [readonly_window(p, m) for p, m in sorted(zip(paths, metas, strict=True), key=lambda pm: pm[1].chunk)
+                   if m.table == table]  # fmt: skip
+        assert None not in windows
+        bounds = [b for w in windows for b in (w.low, w.high)]
+        assert bounds == sorted(bounds)
 
 
 @pytest.mark.parametrize("watermarks", ["table", "readonly"])

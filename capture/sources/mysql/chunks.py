@@ -54,7 +54,7 @@ class MySqlChunkSource:
         self.config = config
         self._builders: dict[str, list[ColumnBuilder]] = {}
         self.readonly = config.watermarks == "readonly"
-        self._position: int | None = None  # readonly: where the open chunk snapshot stands
+        self._position: int | None = None  # readonly: where the last watermark stands in the log
         try:
             self._conn = pymysql.connect(**connection_settings(config), autocommit=True, conv=select_conversions())
         except pymysql.MySQLError as exc:
@@ -131,9 +131,10 @@ class MySqlChunkSource:
     def write_watermark(self, mark: Watermark, table: TableSchema | None = None) -> None:
         if self.readonly:
             if mark.kind == "LOW":
-                self._position = snapshot.placement(snapshot.open_snapshot(self._run))
+                self._position = snapshot.open_snapshot(self._run).encode()
             else:
                 self._run("COMMIT")
+                self._position = snapshot.binlog_end(self._run).encode()
             return
         try:
             self._run(
@@ -175,7 +176,8 @@ class MySqlChunkSource:
         return None
 
     def log_position(self) -> int | None:
-        """Read-only: the encoded LSN the open chunk snapshot stands at (`snapshot.placement`)."""
+        """Read-only: the encoded LSN of the last watermark (LOW: the chunk's snapshot, HIGH: the
+        binlog end after it); None with table watermarks."""
         return self._position if self.readonly else None
 
     def close(self) -> None:

@@ -131,7 +131,6 @@ class BinlogReader:
         self._catalog: pymysql.connections.Connection | None = None  # key lookups (`_key`), opened once needed
         self._last_timestamp: int | None = None
         self._last_commit_ts = datetime.now(UTC)
-        self._frontier = position_lsn(resume["file"], resume["pos"])  # of the last TransactionEnd
 
     def _stream(self) -> BinLogStreamReader:
         heartbeat = self.config.heartbeat_s
@@ -259,8 +258,6 @@ class BinlogReader:
                 self.file = event.next_binlog
                 file_seq = file_number(self.file) << 32
             elif isinstance(event, HeartbeatLogEvent) and not in_transaction:
-                if (end := self._idle_end(event, file_seq)) is not None:
-                    yield end
                 yield Heartbeat()
             if self.stop.is_set() and not in_transaction:
                 return
@@ -282,22 +279,7 @@ class BinlogReader:
             # one replication domain (the common case): its GTID is the whole state
             one = gtid is not None and len(gtids) == 1
             resume["gtid"] = gtid[1] if one else ",".join(gtids[d] for d in sorted(gtids))
-        self._frontier = Lsn(file_seq | pos)
-        return TransactionEnd(self._frontier, resume, commit_ts)
-
-    def _idle_end(self, event: HeartbeatLogEvent, file_seq: int) -> TransactionEnd | None:
-        """The frontier moved to where an idle server's heartbeat says its binlog ends, when events
-        that are no transaction (a new file's header, binlog checkpoints) lie past the last commit:
-        a read-only dump's chunk placed at that end (capture/sources/mysql/snapshot.py) is then below
-        the frontier without waiting for the next commit. None when the frontier is there already."""
-        pos = event.packet.log_pos
-        if event.ident != self.file or Lsn(file_seq | pos) <= self._frontier:
-            return None
-        self._frontier = Lsn(file_seq | pos)
-        resume = {**self.resume, "file": self.file, "pos": pos}
-        if self.mariadb:
-            resume["gtid"] = ",".join(self.gtids[d] for d in sorted(self.gtids))
-        return TransactionEnd(self._frontier, resume, self._last_commit_ts)
+        return TransactionEnd(Lsn(file_seq | pos), resume, commit_ts)
 
     def _table(self, event: Any) -> tuple[TableSchema, RowConverter]:
         """Schema and converter of the rows event's table, built once per table map: kept on

@@ -4,10 +4,14 @@ snapshot that the server places at an exact position of its own binlog.
 `START TRANSACTION WITH CONSISTENT SNAPSHOT` makes MariaDB take the InnoDB read view and the
 binlog position together (under the lock that orders commits), and report that position as
 `Binlog_snapshot_file`/`Binlog_snapshot_position`: the snapshot sees exactly the transactions
-the binlog holds before it (MariaDB commits in binlog order). A chunk read there needs no
-LOW/HIGH pair and no GTID matching: its window is empty, and its rows stand just before that
-position (`placement`), after every event of the transactions it saw and before every event
-of those it did not. Nothing is written to the source; the transaction is READ ONLY.
+the binlog holds before it (MariaDB commits in binlog order). That position is the chunk's LOW.
+Its HIGH is the binlog end read after the chunk file is durable (`binlog_end`), which the engine
+writes next to the file (capture/landing/chunks.py `write_chunk_high`), since nothing may be
+written to the source. Between them, DBLog's window: every event there is newer than the
+chunk (the snapshot did not see it), so a key it touches is dropped from the chunk, and the rest
+stand at HIGH. A merge that reaches HIGH finds the file, as with a HIGH watermark row: the log
+passes HIGH only after the file was written. Nothing is written to the source; the transaction
+is READ ONLY.
 
 Why not the GTID position read before and after the SELECT (Debezium's read-only snapshots):
 `@@gtid_binlog_pos` moves when a transaction is written to the binlog, before its InnoDB commit
@@ -50,12 +54,10 @@ def open_snapshot(run: Run) -> Lsn:
     return position_lsn(str(file), int(pos))
 
 
-def placement(position: Lsn) -> int:
-    """The encoded LSN a chunk read at `position` stands at: just below it. Events of the
-    transactions before it start below `position`; those after it start at or past it (their
-    GTID event at it, rows events later); the landed frontier at `position` (capture caught up,
-    or an idle server's heartbeat) is above it, so the chunk is merged as soon as capture is there."""
-    return position.encode() - 1
+def binlog_end(run: Run) -> Lsn:
+    """The server's binlog end now: a read-only chunk's HIGH, read after its file is durable."""
+    file, pos = run("SHOW MASTER STATUS")[0][:2]
+    return position_lsn(str(file), int(pos))
 
 
 def check_server(run: Run) -> list[str]:
