@@ -362,6 +362,7 @@ class DumpEngine:
                 exact_order=_exact_order(table, (progress.after, start, plan.stop), rows),
                 low_lsn=low_lsn,
             )
+            self.source.finish_reads()
             path = write_chunk(self.zone, table, meta, rows)
             self.source.write_watermark(high, table)
             if (high_lsn := self.source.log_position()) is not None:  # read-only: HIGH lands here

@@ -191,7 +191,8 @@ def check_schema_change_rereads(
     assert columns[6] == ["id", "v", "extra"]
     marks = [e["after"] for e in capture.events(WATERMARK_SCHEMA, WATERMARK_TABLE)]
     highs = [m["chunk"] for m in marks if m["kind"] == "HIGH" and m["dump_id"] == "race"]
-    assert highs.count(3) == 2 and highs.count(6) == 1  # 3 read twice; 6 got no HIGH with the old columns
+    if capture.config.source(capture.source).watermarks == "table":  # read-only: no watermark rows
+        assert highs.count(3) == 2 and highs.count(6) == 1  # 3 read twice; 6 got no HIGH with the old columns
     state, _ = reconciled_state(capture, schema, "ledger")
     now = table()
     assert {k: r for k, r in state.items() if k[0] > 100} == {k: r for k, r in now.items() if k[0] > 100}

@@ -417,9 +417,10 @@ def test_writers_never_wait_for_the_dump(mariadb, database, make_capture):
     assert {k: after[k] - before[k] for k in after} == {"Innodb_row_lock_waits": 0, "Innodb_row_lock_time": 0}
 
 
-def test_a_column_added_during_the_dump_reaches_the_following_chunks(mariadb, database, make_capture):
+@pytest.mark.parametrize("watermarks", ["table", "readonly"])
+def test_a_column_added_during_the_dump_reaches_the_following_chunks(mariadb, database, make_capture, watermarks):
     populate_ledger(mariadb, database, 600)
-    capture = make_capture([f"{database}.*"]).start()
+    capture = make_capture([f"{database}.*"], watermarks=watermarks).start()
     capture.wait_running()
     engine, source = open_engine(capture)
     request = DumpRequest(
@@ -455,9 +456,10 @@ def test_a_column_added_during_the_dump_reaches_the_following_chunks(mariadb, da
     assert all(state[k]["extra"] == 5 for k in state if k[0] > 20 * (altered_at + 1))
 
 
-def test_a_schema_change_just_before_high_or_after_low_rereads_the_chunk(mariadb, database, make_capture):
+@pytest.mark.parametrize("watermarks", ["table", "readonly"])
+def test_a_schema_change_just_before_high_or_after_low_rereads_the_chunk(mariadb, database, make_capture, watermarks):
     populate_ledger(mariadb, database, 200)
-    capture = make_capture([f"{database}.*"]).start()
+    capture = make_capture([f"{database}.*"], watermarks=watermarks).start()
     capture.wait_running()
     check_schema_change_rereads(
         capture,

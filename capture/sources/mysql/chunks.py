@@ -133,7 +133,7 @@ class MySqlChunkSource:
             if mark.kind == "LOW":
                 self._position = snapshot.open_snapshot(self._run).encode()
             else:
-                self._run("COMMIT")
+                self.finish_reads()  # done already when the engine called it: a no-op then
                 self._position = snapshot.binlog_end(self._run).encode()
             return
         try:
@@ -174,6 +174,12 @@ class MySqlChunkSource:
     def read_view(self) -> None:
         """Chunk reads see transactions in binlog order (preflight checks it): nothing to add."""
         return None
+
+    def finish_reads(self) -> None:
+        """Read-only: end the chunk's snapshot transaction, so that it holds the table's metadata
+        lock (which an ALTER TABLE waits for) only while it reads, not while the file is written."""
+        if self.readonly:
+            self._run("COMMIT")  # nothing to end (a second call) is no error
 
     def log_position(self) -> int | None:
         """Read-only: the encoded LSN of the last watermark (LOW: the chunk's snapshot, HIGH: the

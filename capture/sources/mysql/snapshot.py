@@ -5,6 +5,8 @@ snapshot that the server places at an exact position of its own binlog.
 binlog position together (under the lock that orders commits), and report that position as
 `Binlog_snapshot_file`/`Binlog_snapshot_position`: the snapshot sees exactly the transactions
 the binlog holds before it (MariaDB commits in binlog order). That position is the chunk's LOW.
+The transaction ends once the chunk's reads are done (`finish_reads`), before its file is written:
+its metadata lock holds back an ALTER TABLE only as long as a plain SELECT's would.
 Its HIGH is the binlog end read after the chunk file is durable (`binlog_end`), which the engine
 writes next to the file (capture/landing/chunks.py `write_chunk_high`), since nothing may be
 written to the source. Between them, DBLog's window: every event there is newer than the
@@ -44,6 +46,7 @@ Run = Callable[..., list[tuple[Any, ...]]]
 def open_snapshot(run: Run) -> Lsn:
     """Begin the chunk's transaction: REPEATABLE READ (a consistent snapshot means nothing under
     READ COMMITTED), READ ONLY; the binlog position its snapshot stands at."""
+    run("ROLLBACK")  # a chunk read again after a failed SELECT: its transaction is still open
     run("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")  # this transaction only
     run("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
     status = {str(name).lower(): value for name, value in run("SHOW STATUS LIKE 'binlog\\_snapshot\\_%'")}

@@ -274,6 +274,9 @@ class PostgresChunkSource:
             return None
         return {"snapshot": self.last_snapshot, "before_low": lsn_text(Lsn(self._before_low).encode())}
 
+    def finish_reads(self) -> None:
+        """Each chunk read commits its own transaction already."""
+
     def log_position(self) -> None:
         """Table watermarks only (config refuses `watermarks: readonly` for postgresql)."""
         return None
