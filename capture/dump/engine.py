@@ -367,6 +367,15 @@ class DumpEngine:
             self.source.write_watermark(high, table)
             if (high_lsn := self.source.log_position()) is not None:  # read-only: HIGH lands here
                 write_chunk_high(path, meta, high_lsn)
+                if self._passed(high_lsn):
+                    log.warning(
+                        "dump.chunk_late",
+                        dump_id=dump_id,
+                        table=table.qualified_name,
+                        chunk=number,
+                        action="capture landed past HIGH before its file was written: chunk read again",
+                    )
+                    continue
             # After HIGH: a schema change the log places before HIGH is visible now, and the rows
             # read with the old columns must not stand at HIGH. The chunk is read again under the
             # same number; its file is replaced and the first HIGH names no chunk any more. So is a
@@ -402,6 +411,15 @@ class DumpEngine:
             table,
             len(rows),
         )
+
+    def _passed(self, high_lsn: int) -> bool:
+        """Whether the landed frontier is past a read-only HIGH that was just written. A merge takes
+        the chunks whose HIGH is below its frontier: one that read a frontier past HIGH before the
+        HIGH file existed would skip the chunk for good. A frontier still at or below HIGH now
+        proves no merge could have (the frontier only grows), so only a chunk whose file write
+        was overtaken (a stalled dump: capture lands a commit ~0.1 s after it) is read again."""
+        checkpoint = self.zone.checkpoint()
+        return checkpoint is not None and checkpoint.frontier.encode() > high_lsn
 
     def _missing_keys(self, table: TableSchema, batch: list[Row], rows: pa.StructArray) -> list[Row]:
         """The requested keys that no returned row equals, as the database compares them: under a

@@ -125,6 +125,8 @@ def reconcile_table(
     """The stream of the table's landing zone; `stored`: the target's rows the stream applies to
     (only read for key changes that leave columns out; none: the landing zone is the whole history)."""
     stats = ReconcileStats()
+    checkpoint = zone.checkpoint()  # before the chunk files: a HIGH below it has its file (engine `_passed`)
+    frontier = checkpoint.frontier.encode() if checkpoint is not None else 0
     log_table = zone.read_table(schema, table)
     log_events = [] if log_table is None else log_table.to_pylist()
     metadata = {} if log_table is None else (log_table.schema.metadata or {})
@@ -168,8 +170,6 @@ def reconcile_table(
             by_xid.setdefault(xid, []).append(i)
 
     marks = _watermarks(zone)
-    checkpoint = zone.checkpoint()
-    frontier = checkpoint.frontier.encode() if checkpoint is not None else 0
     for meta, path in chunks:
         window = chunk_window(path, meta, lambda mark_id: marks.get(mark_id), frontier)
         if window is None:

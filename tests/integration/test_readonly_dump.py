@@ -30,7 +30,7 @@ from tests.integration.dumping import (
     table_state,
     wait_until_landed,
 )
-from tests.servers import MariaDB, free_port, start_replica, wait_replicated
+from tests.servers import MariaDB, free_port, start_replica, wait_for, wait_replicated
 
 pytestmark = pytest.mark.integration
 READER = ("reader", "reader-pw")  # SELECT and binlog reading only: no write grant anywhere
@@ -295,3 +295,52 @@ def test_changes_committed_between_the_snapshot_and_the_chunk_file_win_over_the_
     assert state == table_state(mariadb, database, "ledger")
     assert state[(12,)]["v"] == -2 and (15,) not in state and (1000,) in state and (25,) not in state
     assert state[(35,)]["note"] == "back"
+
+
+class OvertakenAt:
+    """The real chunk source, except that right after HIGH of one chunk is read (before the engine
+    writes its HIGH file) a commit is made and landed past it, as if the dump had stalled there."""
+
+    def __init__(self, source, chunk: int, overtake) -> None:
+        self._source, self._chunk, self._overtake = source, chunk, overtake
+        self.lows: list[tuple[int, str]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._source, name)
+
+    def write_watermark(self, mark, table=None) -> None:
+        self._source.write_watermark(mark, table)
+        if mark.kind == "LOW":
+            self.lows.append((mark.chunk, mark.id))
+        elif mark.chunk == self._chunk and [c for c, _ in self.lows].count(mark.chunk) == 1:
+            self._overtake(self._source.log_position())
+
+
+def test_a_chunk_whose_high_the_frontier_passed_before_its_file_was_written_is_read_again(
+    mariadb, database, make_capture
+):
+    """A merge that read a frontier past a read-only HIGH before its file existed would skip the chunk
+    for good; the dump sees the frontier past HIGH once the file is written and reads the chunk again."""
+    populate_ledger(mariadb, database, 100)
+    capture = make_capture([f"{database}.*"], watermarks="readonly").start()
+    capture.wait_running()
+
+    def overtake(high: int) -> None:
+        nudge(mariadb)
+        wait_for(lambda: capture.zone.checkpoint().frontier.encode() > high, 30, what="the frontier past HIGH")
+
+    source = open_chunk_source("src", capture.config.source("src"))
+    stalled = OvertakenAt(source, 3, overtake)
+    try:
+        DumpEngine(stalled, capture.zone).run(
+            DumpRequest(tables=[f"{database}.ledger"], settings=DumpSettings(chunk_size=20))
+        )
+    finally:
+        source.close()
+    wait_until_landed(mariadb, capture)
+    assert [c for c, _ in stalled.lows] == [1, 2, 3, 3, 4, 5, 6]  # chunk 3 read twice
+    metas = {m.chunk: m for m in (read_chunk_meta(p) for p in chunk_files(capture.zone, database, "ledger"))}
+    assert metas[3].low_id == stalled.lows[3][1]
+    state, stats = reconciled_state(capture, database, "ledger")
+    assert (stats.chunks, stats.chunks_pending) == (6, 0)
+    assert state == table_state(mariadb, database, "ledger")
