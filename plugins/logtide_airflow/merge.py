@@ -12,7 +12,9 @@ that lets a dump's merge see the dump's last chunks.
 - `wait_for_high_watermarks`: the merge reads only what the landing zone has committed. A chunk
   is reconciled once its HIGH watermark is below the committed frontier, so a merge started the
   moment a dump ends would miss the dump's last chunks until the next merge. The dump DAGs
-  therefore wait until capture has landed the HIGH watermark of every table's last chunk.
+  therefore wait until capture has landed the HIGH watermark of every table's last chunk (a
+  read-only chunk's HIGH is in its HIGH file: until the frontier is past it; README, Read-only
+  watermarks).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from capture.config import LogtideConfig, MergeConfig, load_config
 from capture.errors import LogtideError
 from capture.events import lsn_text
 from capture.landing import LandingZone
-from capture.landing.chunks import read_chunk_meta
+from capture.landing.chunks import ChunkMeta, read_chunk_meta, readonly_window
 from capture.landing.files import parse_segment_name
 from capture.landing.zone import table_folder
 from capture.log import get_logger
@@ -83,15 +85,15 @@ def merge_alias(source: str) -> AssetAlias:
 # -- what the landing zone holds -------------------------------------------------------------------
 
 
-def last_chunks(zone: LandingZone, dump_id: str, tables: Sequence[str]) -> dict[str, Any]:
-    """The chunk metadata (`ChunkMeta`) of the last chunk of each table of a finished dump."""
+def last_chunks(zone: LandingZone, dump_id: str, tables: Sequence[str]) -> dict[str, tuple[Path, ChunkMeta]]:
+    """The file and metadata of the last chunk of each table of a finished dump."""
     found = {}
     for name in tables:
         schema, _, table = name.partition(".")
         files = sorted((zone.root / "chunks" / dump_id / table_folder(schema, table)).glob("*.parquet"))
         if not files:
             raise LandingTimeoutError(f"dump {dump_id} wrote no chunk of {name} in {zone.root / 'chunks'}")
-        found[name] = read_chunk_meta(files[-1])  # named <chunk:08d>.parquet: the last sorts last
+        found[name] = (files[-1], read_chunk_meta(files[-1]))  # named <chunk:08d>.parquet: the last sorts last
     return found
 
 
@@ -127,22 +129,35 @@ class WatermarkLog:
         return {i: self.lsns[i] for i in ids if i in self.lsns}
 
 
+def _readonly_highs(chunks: dict[str, tuple[Path, ChunkMeta]], frontier: int | None) -> dict[str, int]:
+    """HIGH id -> LSN of the read-only last chunks whose HIGH (in their HIGH file) is below the frontier.
+    On an idle source that takes the next commit on the server (README, Read-only watermarks)."""
+    found = {}
+    for path, meta in chunks.values():
+        if meta.low_lsn is not None and frontier is not None:
+            window = readonly_window(path, meta)
+            if window is not None and window.high < frontier:
+                found[meta.high_id] = window.high
+    return found
+
+
 def wait_for_high_watermarks(
     zone: LandingZone, dump_id: str, tables: Sequence[str], timeout_s: float, poll_s: float = 0.5
 ) -> dict[str, dict[str, Any]]:
     """Wait until the committed frontier is past the HIGH watermark of each table's last chunk of
     `dump_id`; return per table its last chunk, that watermark's LSN and the frontier seen."""
     chunks = last_chunks(zone, dump_id, tables)
-    wanted = {meta.high_id: name for name, meta in chunks.items()}
+    wanted = {meta.high_id: name for name, (_, meta) in chunks.items()}
     marks = WatermarkLog(zone)
     began = time.monotonic()
     while True:
-        found = marks.find(set(wanted))
+        found = marks.find({i for i, name in wanted.items() if chunks[name][1].low_lsn is None})
+        found |= _readonly_highs(chunks, marks.frontier)
         if len(found) == len(wanted):
             break
         if time.monotonic() - began >= timeout_s:
             name = next(wanted[i] for i in wanted if i not in found)
-            meta = chunks[name]
+            meta = chunks[name][1]
             raise LandingTimeoutError(
                 f"capture for source {zone.source} has not landed HIGH watermark {meta.high_id} of {name} "
                 f"(chunk {meta.chunk} of dump {dump_id}) in {timeout_s:.0f} s (committed frontier "
@@ -153,7 +168,7 @@ def wait_for_high_watermarks(
     waited = round(time.monotonic() - began, 3)
     result = {
         name: {"chunk": meta.chunk, "high_lsn": lsn_text(found[meta.high_id]), "frontier": lsn_text(marks.frontier)}
-        for name, meta in chunks.items()
+        for name, (_, meta) in chunks.items()
     }
     for name, seen in result.items():
         log.info("merge.dump_landed", source=zone.source, dump_id=dump_id, table=name, waited_s=waited, **seen)

@@ -344,3 +344,26 @@ def test_a_chunk_whose_high_the_frontier_passed_before_its_file_was_written_is_r
     state, stats = reconciled_state(capture, database, "ledger")
     assert (stats.chunks, stats.chunks_pending) == (6, 0)
     assert state == table_state(mariadb, database, "ledger")
+
+
+def test_the_airflow_merge_waits_for_read_only_highs(mariadb, database, make_capture):
+    """`logtide_dump`'s `landed` task (wait_for_high_watermarks) takes a read-only chunk's HIGH from its
+    HIGH file: it waits until the frontier passes it, which on an idle server is the next commit."""
+    from logtide_airflow.merge import LandingTimeoutError, wait_for_high_watermarks
+
+    populate_ledger(mariadb, database, 30)
+    capture = make_capture([f"{database}.*"], watermarks="readonly").start()
+    capture.wait_running()
+    wait_until_landed(mariadb, capture, nudge_first=False)
+    source = open_chunk_source("src", capture.config.source("src"))
+    try:
+        DumpEngine(source, capture.zone).run(DumpRequest(dump_id="af", tables=[f"{database}.ledger"]))
+    finally:
+        source.close()
+    table = f"{database}.ledger"
+    with pytest.raises(LandingTimeoutError, match="has not landed HIGH watermark"):
+        wait_for_high_watermarks(capture.zone, "af", [table], timeout_s=1.0, poll_s=0.1)
+    nudge(mariadb)
+    landed = wait_for_high_watermarks(capture.zone, "af", [table], timeout_s=30, poll_s=0.1)[table]
+    (meta,) = [read_chunk_meta(p) for p in chunk_files(capture.zone, database, "ledger")]
+    assert landed["chunk"] == 1 and meta.low_lsn <= int(landed["high_lsn"]) < int(landed["frontier"])
