@@ -38,8 +38,9 @@ READER = ("reader", "reader-pw")  # SELECT and binlog reading only: no write gra
 
 @pytest.fixture(scope="module")
 def replication(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[MariaDB, MariaDB]]:
-    """A fresh primary and its GTID replica; the read-only user is made on the primary and
-    replicated (a user made on the replica would be a transaction of the replica's own)."""
+    """A fresh primary and its GTID replica, applying in parallel (4 threads, optimistic); the
+    read-only user is made on the primary and replicated (a user made on the replica would be a
+    transaction of the replica's own)."""
     primary = MariaDB(tmp_path_factory.mktemp("primary"))
     replica = None
     try:
@@ -48,7 +49,7 @@ def replication(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Mari
             f"CREATE USER '{READER[0]}'@'%' IDENTIFIED BY '{READER[1]}'",
             f"GRANT SELECT, REPLICATION SLAVE, BINLOG MONITOR ON *.* TO '{READER[0]}'@'%'",
         )
-        replica = start_replica(primary, tmp_path_factory.mktemp("replica"))
+        replica = start_replica(primary, tmp_path_factory.mktemp("replica"), parallel_threads=4)
         wait_replicated(primary, replica)
         yield primary, replica
     finally:
@@ -141,6 +142,9 @@ def _no_writes(replica: MariaDB, primary: MariaDB, capture: CaptureProcess) -> N
 
 def test_a_readonly_dump_of_a_lagging_replica_under_a_primary_workload_equals_the_primary(replication, replica_capture):
     primary, replica = replication
+    with replica.connect() as conn, conn.cursor() as cur:
+        cur.execute("SELECT @@slave_parallel_threads, @@slave_parallel_mode")
+        assert cur.fetchone() == (4, "optimistic")
     database = _database(primary, "ro_lag")
     populate_ledger(primary, database, 3000)
     wait_replicated(primary, replica)
