@@ -79,7 +79,7 @@ class SourceConfig(_Strict):
     watermarks: Literal["table", "readonly"] = Field(
         "table",
         description="table: dumps write LOW/HIGH rows to logtide.watermarks; readonly: dumps write nothing, "
-        "each chunk is read in a consistent snapshot placed at its exact binlog position (mariadb/mysql)",
+        "each chunk is read in a consistent snapshot placed at its exact binlog position (mariadb)",
     )
     metrics: MetricsConfig = MetricsConfig()
     dump: DumpConfig = DumpConfig()

@@ -9,8 +9,10 @@ Per chunk of one table, in key order:
   4. write the chunk file (rows + watermark ids + key range) durably;
   5. write and commit the HIGH watermark: the log now says the chunk exists (`watermarks:
      readonly`: nothing is written to the source; LOW began a consistent snapshot whose log
-     position the chunk file carries, HIGH ends it and reads the log's end, which lands in the
-     chunk's HIGH file: capture/sources/mysql/snapshot.py, capture/landing/chunks.py);
+     position the chunk file carries, ended before the file is written (`finish_reads`); HIGH
+     reads the log's end, which lands in the chunk's HIGH file, and a HIGH the landed frontier
+     passed before that file existed has the chunk read again (`_passed`):
+     capture/sources/mysql/snapshot.py, capture/landing/chunks.py);
   6. describe the table again: if its columns changed since the SELECT (an ALTER anywhere up
      to HIGH), read the chunk again under the same number (also when the SELECT failed on a
      column dropped under it);

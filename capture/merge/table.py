@@ -70,7 +70,7 @@ from capture.dump.keys import encode_key
 from capture.errors import LogtideError, MergeError, WatermarkError
 from capture.events import lsn_text
 from capture.landing import LandingZone
-from capture.landing.chunks import META_KEY, ChunkMeta, chunk_files, readonly_window
+from capture.landing.chunks import META_KEY, ChunkMeta, chunk_files, high_path, readonly_window
 from capture.landing.files import parse_segment_name
 from capture.landing.zone import table_folder
 from capture.log import get_logger
@@ -258,6 +258,8 @@ def _readonly_chunks(zone: LandingZone, schema: str, table: str, since: int, fro
     (capture/landing/chunks.py), is in [since, frontier)."""
     chunks = []
     for path in chunk_files(zone, schema, table):
+        if not high_path(path).exists():  # a table-watermark chunk, or one whose HIGH is not written yet
+            continue
         file_schema = pq.read_schema(path)
         meta = ChunkMeta.from_json(file_schema.metadata[META_KEY])
         if meta.low_lsn is None:
