@@ -4,6 +4,7 @@ Run from the repository root::
 
     .venv/bin/python -m benchmarks.dump_throughput               # 1,000,000 rows
     .venv/bin/python -m benchmarks.dump_throughput --rows 50000  # quick smoke run
+    .venv/bin/python -m benchmarks.dump_throughput --compare-readonly  # table vs readonly watermarks
 
 Against one private MariaDB (tests/servers.py), with the capture service running:
 
@@ -20,6 +21,11 @@ Against one private MariaDB (tests/servers.py), with the capture service running
    ``bench.big`` runs, then while two writer processes (`benchmarks.oltp_writer`) commit
    2,000 single-row UPDATE transactions/s into ``bench.accounts`` for 10 s. Target: p99
    during the dump <= 3 s.
+
+With ``--compare-readonly`` it measures, instead of the latency rows, the dump with table
+watermarks against the dump with ``watermarks: readonly`` (a consistent snapshot per chunk and a
+HIGH file, capture/sources/mysql/snapshot.py) on the same table, alternately, twice each, and
+prints the best of each and their ratio.
 """
 
 from __future__ import annotations
@@ -92,9 +98,9 @@ def baseline(server: MariaDB, chunk: int) -> float:
     return rows / (time.perf_counter() - began)
 
 
-def dump(config_path: Path, chunk: int, dump_id: str) -> float:
+def dump(config_path: Path, chunk: int, dump_id: str, watermarks: str = "table") -> float:
     config = load_config(config_path)
-    source = open_chunk_source("bench", config.source("bench"))
+    source = open_chunk_source("bench", config.source("bench").model_copy(update={"watermarks": watermarks}))
     engine = DumpEngine(source, LandingZone(config.landing.path, "bench"))
     began = time.perf_counter()
     try:
@@ -170,6 +176,9 @@ def main() -> int:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--chunk-size", type=int, default=5000)
     parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
+    parser.add_argument(
+        "--compare-readonly", action="store_true", help="table vs readonly watermarks instead of the latency rows"
+    )
     args = parser.parse_args()
     base = Path(tempfile.mkdtemp(prefix="logtide-bench-dump-"))
     server = MariaDB(base / "mariadb")
@@ -198,6 +207,17 @@ def main() -> int:
         time.sleep(2)
         base_rate = baseline(server, args.chunk_size)
         dump_rate = dump(config_path, args.chunk_size, "throughput")
+        if args.compare_readonly:
+            rates: dict[str, list[float]] = {"table": [dump_rate], "readonly": []}
+            for i, watermarks in enumerate(("readonly", "table", "readonly")):
+                rates[watermarks].append(dump(config_path, args.chunk_size, f"compare-{i}", watermarks))
+            table_rate, readonly_rate = max(rates["table"]), max(rates["readonly"])
+            print(f"\nDump benchmark: {args.rows:,} rows, chunk size {args.chunk_size} (best of 2 each)")
+            print(f"  plain keyset SELECT loop     {base_rate:12,.0f} rows/s")
+            print(f"  dump, table watermarks       {table_rate:12,.0f} rows/s")
+            print(f"  dump, readonly watermarks    {readonly_rate:12,.0f} rows/s")
+            print(f"  readonly / table             {readonly_rate / table_rate:12.2f}")
+            return 0
 
         pulse = Pulse(
             lambda: server.connect("bench"), LandingZone(load_config(config_path).landing.path, "bench"), "bench.pulse"

@@ -174,7 +174,10 @@ def _setup(config: LogtideConfig, args: argparse.Namespace) -> int:
         source.setup()
     finally:
         source.close()
-    log.info("setup.done", source=args.source, note="watermark table ready")
+    note = "watermark table ready"
+    if config.source(args.source).watermarks == "readonly":
+        note = "read-only watermarks: nothing to create; the server can place chunks"
+    log.info("setup.done", source=args.source, note=note)
     return 0
 
 

@@ -31,6 +31,11 @@ class MetricsConfig(_Strict):
 
 
 POSTGRES_CHUNK_SIZE = 20_000  # the default chunk_size of kind postgresql
+READONLY_POSTGRESQL = (
+    "watermarks: readonly is not implemented for kind 'postgresql' (README, 'Read-only watermarks': "
+    "sound on a primary only, since PostgreSQL 15 cannot decode logically on a standby); use watermarks: "
+    "table, whose user needs INSERT and UPDATE on logtide.watermarks"
+)
 
 
 class DumpConfig(_Strict):
@@ -71,6 +76,11 @@ class SourceConfig(_Strict):
         "index (as Debezium's message.key.columns): unique, NOT NULL columns",
     )
     heartbeat_s: float = Field(0.5, gt=0, le=60)
+    watermarks: Literal["table", "readonly"] = Field(
+        "table",
+        description="table: dumps write LOW/HIGH rows to logtide.watermarks; readonly: dumps write nothing, "
+        "each chunk is read in a consistent snapshot placed at its exact binlog position (mariadb)",
+    )
     metrics: MetricsConfig = MetricsConfig()
     dump: DumpConfig = DumpConfig()
 
@@ -114,9 +124,16 @@ class SourceConfig(_Strict):
                 raise ValueError("kind 'postgresql' needs database: the database whose tables are captured")
             if self.server_id is not None:
                 raise ValueError("server_id is for mariadb/mysql; postgresql uses a replication slot (slot)")
+            if self.watermarks == "readonly":
+                raise ValueError(READONLY_POSTGRESQL)
         else:
             if self.server_id is None:
                 raise ValueError(f"kind {self.kind!r} needs server_id: a replica id unique among the server's replicas")
+            if self.kind == "mysql" and self.watermarks == "readonly":
+                raise ValueError(
+                    "watermarks: readonly is not implemented for kind 'mysql' (it needs the binlog position of "
+                    "a consistent snapshot, which MariaDB reports and MySQL does not); use watermarks: table"
+                )
             for name in ("database", "slot", "publication", "retained_warn_bytes"):
                 if getattr(self, name) is not None:
                     raise ValueError(f"{name} is for kind 'postgresql' only")
@@ -311,6 +328,12 @@ class LogtideConfig(_Strict):
                 raise ValueError(f"output name {name!r} may only hold letters, digits, '_' and '-'")
             if output.source not in self.sources:
                 raise ValueError(f"output {name!r} names source {output.source!r}, which is not in sources")
+            if self.sources[output.source].watermarks == "readonly":
+                raise ValueError(
+                    f"output {name!r} follows source {output.source!r}, whose dumps use watermarks: readonly; "
+                    "outputs place dump rows at HIGH watermark rows in the log, which read-only dumps do not "
+                    "write (not implemented yet), so the output would carry the log without the dumps' rows"
+                )
         return self
 
     @field_validator("sources")

@@ -59,6 +59,7 @@ def source_status(config: LogtideConfig, name: str) -> dict[str, Any]:
     report: dict[str, Any] = {
         "source": name,
         "kind": source.kind,
+        "watermarks": source.watermarks,
         "landing": str(zone.root),
         "frontier": lsn_text(checkpoint.frontier.encode()) if checkpoint else None,  # text: see lsn_text
         "position": checkpoint.resume if checkpoint else None,
@@ -325,7 +326,9 @@ def table_recorded(table: Any, key: str) -> str | None:
 def render(report: list[dict[str, Any]]) -> str:
     lines: list[str] = []
     for entry in report:
-        lines.append(f"source {entry['source']} ({entry['kind']})  landing {entry['landing']}")
+        lines.append(
+            f"source {entry['source']} ({entry['kind']}, {entry['watermarks']} watermarks)  landing {entry['landing']}"
+        )
         lease = entry["lease"]
         if lease is not None:
             standbys = ", ".join(lease.get("standbys") or []) or "none"

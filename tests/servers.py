@@ -150,6 +150,37 @@ class MariaDB(ChildServer):
                 cursor.execute(statement)
 
 
+def start_replica(primary: MariaDB, base: Path, server_id: int = 2, parallel_threads: int = 0) -> MariaDB:
+    """A MariaDB replicating `primary` by GTID (MASTER_USE_GTID=slave_pos) from its first
+    transaction, writing what it applies to its own binlog (log_slave_updates), as a read
+    replica that capture and read-only dumps can read; `parallel_threads` > 0: applied in
+    parallel (slave_parallel_mode optimistic, MariaDB's default). Root replicates; the slave
+    threads start again by themselves when the replica is restarted."""
+    options = [f"--server-id={server_id}", "--log-slave-updates=1"]
+    if parallel_threads:
+        options += [f"--slave-parallel-threads={parallel_threads}", "--slave-parallel-mode=optimistic"]
+    replica = MariaDB(base, extra_options=options)
+    replica.start()
+    replica.execute(
+        f"CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT={primary.port}, MASTER_USER='root', "
+        "MASTER_PASSWORD='', MASTER_USE_GTID=slave_pos, MASTER_CONNECT_RETRY=1",
+        "START SLAVE",
+    )
+    return replica
+
+
+def wait_replicated(primary: MariaDB, replica: MariaDB, timeout: float = 60) -> str:
+    """Until the replica has applied everything the primary's binlog holds now; that GTID position."""
+    with primary.connect() as conn, conn.cursor() as cur:
+        cur.execute("SELECT @@gtid_binlog_pos")
+        position = cur.fetchone()[0]
+    with replica.connect() as conn, conn.cursor() as cur:
+        cur.execute("SELECT MASTER_GTID_WAIT(%s, %s)", (position, timeout))
+        if cur.fetchone()[0] != 0:
+            raise TimeoutError(f"the replica did not reach {position} in {timeout} s")
+    return position
+
+
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 PG_OPTIONS = {
     "wal_level": "logical",

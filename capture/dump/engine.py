@@ -7,7 +7,12 @@ Per chunk of one table, in key order:
      key-list dump selects the next batch of keys, and the database, not Python, tells which
      requested keys matched no row: see `_missing_keys`);
   4. write the chunk file (rows + watermark ids + key range) durably;
-  5. write and commit the HIGH watermark: the log now says the chunk exists;
+  5. write and commit the HIGH watermark: the log now says the chunk exists (`watermarks:
+     readonly`: nothing is written to the source; LOW began a consistent snapshot whose log
+     position the chunk file carries, ended before the file is written (`finish_reads`); HIGH
+     reads the log's end, which lands in the chunk's HIGH file, and a HIGH the landed frontier
+     passed before that file existed has the chunk read again (`_passed`):
+     capture/sources/mysql/snapshot.py, capture/landing/chunks.py);
   6. describe the table again: if its columns changed since the SELECT (an ALTER anywhere up
      to HIGH), read the chunk again under the same number (also when the SELECT failed on a
      column dropped under it);
@@ -47,8 +52,9 @@ from capture.dump.record import DumpRecord
 from capture.errors import DumpCancelledError, DumpInputError, SourceConnectionError, UnusableTableError
 from capture.events import Row, TableSchema
 from capture.landing import LandingZone
-from capture.landing.chunks import ChunkMeta, write_chunk
+from capture.landing.chunks import ChunkMeta, write_chunk, write_chunk_high
 from capture.landing.keys import encode_key
+from capture.landing.reader import committed_frontier
 from capture.log import get_logger
 from capture.sources.base import ChunkSource, ReadView, Watermark
 
@@ -352,6 +358,7 @@ class DumpEngine:
             low = Watermark(dump_id, table.qualified_name, number, "LOW", str(uuid.uuid4()))
             high = Watermark(dump_id, table.qualified_name, number, "HIGH", str(uuid.uuid4()))
             self.source.write_watermark(low)
+            low_lsn = self.source.log_position()
             try:
                 read = self._read(plan, table, progress, settings.chunk_size)
             except (SourceConnectionError, DumpCancelledError):
@@ -379,9 +386,22 @@ class DumpEngine:
                 rows=len(read.rows),
                 read_view=read.view,
                 exact_order=_exact_order(table, (progress.after, read.start, plan.stop), read.rows),
+                low_lsn=low_lsn,
             )
-            write_chunk(self.zone, table, meta, read.rows)
+            self.source.finish_reads()
+            path = write_chunk(self.zone, table, meta, read.rows)
             self.source.write_watermark(high, table)
+            if (high_lsn := self.source.log_position()) is not None:  # read-only: HIGH lands here
+                write_chunk_high(path, meta, high_lsn)
+                if self._passed(high_lsn):
+                    log.warning(
+                        "dump.chunk_late",
+                        dump_id=dump_id,
+                        table=table.qualified_name,
+                        chunk=number,
+                        action="capture landed past HIGH before its file was written: chunk read again",
+                    )
+                    continue
             # After HIGH: a schema change the log places before HIGH is visible now, and the rows
             # read with the old columns must not stand at HIGH. The chunk is read again under the
             # same number; its file is replaced and the first HIGH names no chunk any more. So is a
@@ -419,6 +439,15 @@ class DumpEngine:
             first=json.dumps([k[0] if len(k) == 1 else k for k in shown], separators=(",", ":")),
             note="the merge deletes them from the target",
         )
+
+    def _passed(self, high_lsn: int) -> bool:
+        """Whether the landed frontier is past a read-only HIGH that was just written. A merge takes
+        the chunks whose HIGH is below its frontier: one that read a frontier past HIGH before the
+        HIGH file existed would skip the chunk for good. A frontier still at or below HIGH now
+        proves no merge could have (the frontier only grows), so only a chunk whose file write
+        was overtaken (a stalled dump: capture lands a commit ~0.1 s after it) is read again."""
+        frontier = committed_frontier(self.zone)
+        return frontier is not None and frontier > high_lsn
 
     def _missing_keys(self, table: TableSchema, batch: list[Row], rows: pa.StructArray) -> list[Row]:
         """The requested keys that no returned row equals, as the database compares them: under a

@@ -4,9 +4,11 @@ This is the reference the Spark merge is checked against, and what the dump test
 For one table, given the landed log (up to the committed frontier) and the chunk files:
 
   1. Index the watermark events (`logtide.watermarks`) by watermark id -> LSN.
-  2. For every chunk file, find its LOW and HIGH. No HIGH in the log (yet): the chunk is not
-     part of the stream (it was redone, or its HIGH is past the frontier). A HIGH without
-     its LOW, or before it, contradicts the protocol: refuse (WatermarkError).
+  2. For every chunk file, find its LOW and HIGH (capture/landing/reader.py `chunk_window`; a
+     read-only chunk's LOW is in its file, its HIGH in its HIGH file). No HIGH below the
+     frontier (yet): the chunk is not part of the stream (it was redone, or its HIGH is past
+     the frontier). A HIGH without its LOW, or before it, contradicts the protocol: refuse
+     (WatermarkError).
   3. Drop chunk rows whose key has a log event of the table between LOW and HIGH: the log
      holds a newer state of that row. PostgreSQL: also those whose key has a log event
      before LOW from a transaction the chunk's snapshot could not see (a commit is in the
@@ -38,10 +40,10 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from capture.dump.key_changes import Unknown, chunk_knows, is_completed, key_changes, resolve
-from capture.events import Row
+from capture.events import Lsn, Row
 from capture.landing import LandingZone
 from capture.landing.chunks import read_chunk_meta
-from capture.landing.reader import Watermarks, chunk_files, chunk_low
+from capture.landing.reader import Watermarks, chunk_files, chunk_window, committed_frontier
 from capture.sources.base import ReadView
 
 
@@ -77,7 +79,11 @@ def reconcile_table(
     """The stream of the table's landing zone; `stored`: the target's rows the stream applies to
     (only read for key changes that leave columns out; none: the landing zone is the whole history)."""
     stats = ReconcileStats()
-    log_table = zone.read_table(schema, table)
+    # One frontier for the log, the watermarks and the chunks, read before the chunk files are
+    # listed: a chunk whose HIGH is below it had its file written before (the engine reads again
+    # a read-only chunk whose HIGH file the frontier overtook: `DumpEngine._passed`).
+    frontier = committed_frontier(zone) or 0
+    log_table = zone.read_table(schema, table, Lsn.decode(frontier))
     log_events = [] if log_table is None else log_table.to_pylist()
     metadata = {} if log_table is None else (log_table.schema.metadata or {})
     key_columns = tuple(k for k in metadata.get(b"logtide.key", b"").decode().split(",") if k)
@@ -115,15 +121,15 @@ def reconcile_table(
             moved_from.setdefault(old_key, []).append(lsn)
     fallback: dict[int, dict[str, Any]] = {}
 
-    marks = Watermarks(zone)
+    marks = Watermarks(zone, frontier)
     for meta, path in chunks:
-        high = marks.find(meta.high_id)
-        if high is None:
+        window = chunk_window(marks, path, meta)
+        if window is None:
             stats.chunks_pending += 1
             continue
-        low = chunk_low(marks, meta, high)
+        low, high = window.low, window.high
         in_window: dict[Row, list[StreamEvent]] = {}
-        for i in range(bisect.bisect_right(lsns, low), bisect.bisect_left(lsns, high.lsn)):
+        for i in range(bisect.bisect_right(lsns, low), bisect.bisect_left(lsns, high)):
             in_window.setdefault(stream[i].key, []).append(stream[i])
         hidden: dict[Row, list[StreamEvent]] = {}
         if meta.read_view is not None:
@@ -142,9 +148,9 @@ def reconcile_table(
                     fallback[lsn] = {**chunk_knows(row, newer, lsn - 1, key_columns), **fallback.get(lsn, {})}
                 base = _base_missing(row, newer, key_columns)
                 if base is not None:
-                    stream.append(StreamEvent(high.lsn, 1 + position, "r", key, row, base))
+                    stream.append(StreamEvent(high, 1 + position, "r", key, row, base))
             else:
-                stream.append(StreamEvent(high.lsn, 1 + position, "r", key, row))
+                stream.append(StreamEvent(high, 1 + position, "r", key, row))
     stream.sort(key=lambda e: (e.lsn, e.order))
     if moves:
         fills, stats.unknown_values = resolve(stream, moves, stored or {}, fallback)

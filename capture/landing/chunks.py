@@ -6,26 +6,39 @@ reconcile them with the log (its watermarks and the key range it covers).
 A chunk file is written (atomically, durably) before its HIGH watermark, so whoever reads
 the HIGH watermark from the log finds the chunk. A redone chunk replaces the file and gets
 new watermark ids; a HIGH watermark whose id no chunk file carries is ignored.
+
+A read-only chunk (`watermarks: readonly`, capture/sources/mysql/snapshot.py) has no watermark
+rows: its LOW is in the file (`low_lsn`), its HIGH in a small file written after it,
+
+    <chunk:08d>.high.json   {"high_id", "high_lsn", "at"}
+
+the landing zone's stand-in for the HIGH row: read from the log after the chunk file was
+durable, so a merge whose frontier is past it finds the file. No HIGH file, or one naming
+another `high_id` (left by an attempt the chunk was redone after): not part of the stream yet.
+This module writes chunk files and HIGH files; capture/landing/reader.py reads them back
+(`chunk_window`: a chunk's LOW and HIGH for either kind).
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from capture.events import Row, TableSchema
-from capture.landing.files import fsync_dir, write_parquet_atomic
+from capture.events import Row, TableSchema, lsn_text
+from capture.landing.files import fsync_dir, write_json_atomic, write_parquet_atomic
 from capture.landing.keys import decode_key, encode_key
 from capture.landing.zone import LandingZone, table_folder
 from capture.sources import read_view_from_json
 from capture.sources.base import ReadView
 
 META_KEY = b"logtide.chunk"
+HIGH_SUFFIX = ".high.json"
 
 
 @dataclass(frozen=True)
@@ -49,6 +62,9 @@ class ChunkMeta:
     # `TableSchema.exact_key_order`, no NULL among its bounds and returned keys): only then may the
     # merge delete target keys it finds inside the range. False in files written before it existed.
     exact_order: bool = False
+    # `watermarks: readonly`: LOW, the encoded LSN the chunk's consistent snapshot stands at (HIGH
+    # is in the chunk's HIGH file); no watermark row names low_id. None: table watermarks.
+    low_lsn: int | None = None
 
     def to_json(self) -> str:
         data = asdict(self)
@@ -92,3 +108,14 @@ def write_chunk(zone: LandingZone, table: TableSchema, meta: ChunkMeta, rows: pa
 
 def read_chunk_meta(path: Path) -> ChunkMeta:
     return ChunkMeta.from_json(pq.read_schema(path).metadata[META_KEY])
+
+
+def high_path(chunk: Path) -> Path:
+    """Where a read-only chunk's HIGH file is, next to the chunk file."""
+    return chunk.with_name(chunk.name.removesuffix(".parquet") + HIGH_SUFFIX)
+
+
+def write_chunk_high(chunk: Path, meta: ChunkMeta, high_lsn: int) -> None:
+    """A read-only chunk's HIGH, durably, after its file (see the module docstring)."""
+    at = datetime.now(UTC).isoformat()
+    write_json_atomic({"high_id": meta.high_id, "high_lsn": lsn_text(high_lsn), "at": at}, high_path(chunk))

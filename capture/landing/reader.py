@@ -1,5 +1,7 @@
 """Reading the landing zone back: the one place that lists log files below a frontier, indexes
-the watermark events by id and finds the chunk file a HIGH watermark closes.
+the watermark events by id and finds the chunk file a HIGH watermark closes, with its LOW and
+HIGH (`Window`) for both kinds of watermarks: rows in the log of `logtide.watermarks`, or a
+read-only chunk's LOW in its file and HIGH in its HIGH file (capture/landing/chunks.py).
 
 Its users are the Spark merge (capture/merge/table.py), the plain-Python reconciliation
 (capture/dump/reconcile.py), the Airflow wait for a dump's last HIGH watermarks, `logtide status`
@@ -9,6 +11,7 @@ read and the frontier comparison is done on the names, without opening a file.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -17,7 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from capture.errors import WatermarkError
-from capture.landing.chunks import META_KEY, ChunkMeta, chunk_folder, chunk_path
+from capture.landing.chunks import META_KEY, ChunkMeta, chunk_folder, chunk_path, high_path
 from capture.landing.files import Segment, segments
 from capture.landing.zone import LandingZone, folder_table, table_folder
 from capture.log import get_logger
@@ -124,8 +127,18 @@ class Watermarks:
 
 
 @dataclass(frozen=True)
+class Window:
+    """Where a chunk stands in the log: its LOW and HIGH (encoded LSNs), and the commit time its
+    rows take at HIGH (the HIGH row's; read-only: when the HIGH was read)."""
+
+    low: int
+    high: int
+    high_ts: datetime | None
+
+
+@dataclass(frozen=True)
 class LandedChunk:
-    """A chunk file with its LOW and HIGH watermark found in the log."""
+    """A chunk file with its LOW and HIGH found in the landed log (or its HIGH file)."""
 
     path: Path
     meta: ChunkMeta
@@ -177,12 +190,43 @@ def chunk_low(marks: Watermarks, meta: ChunkMeta, high: Mark) -> int:
     return low.lsn
 
 
+def _high_file(path: Path) -> tuple[str, int, datetime] | None:
+    """(HIGH id, HIGH LSN, when it was read) from a chunk's HIGH file; None when it has none."""
+    try:
+        data = json.loads(high_path(path).read_text())
+    except FileNotFoundError:
+        return None
+    return data["high_id"], int(data["high_lsn"]), datetime.fromisoformat(data["at"])
+
+
+def readonly_window(path: Path, meta: ChunkMeta) -> Window | None:
+    """A read-only chunk's LOW (its file) and HIGH (its HIGH file), wherever the frontier is; None
+    while the HIGH file is missing or names another attempt (the chunk was redone after it)."""
+    high = _high_file(path)
+    if meta.low_lsn is None or high is None or high[0] != meta.high_id:
+        return None
+    return Window(meta.low_lsn, high[1], high[2])
+
+
+def chunk_window(marks: Watermarks, path: Path, meta: ChunkMeta) -> Window | None:
+    """The chunk's LOW and HIGH when its HIGH is below the frontier of `marks`, for both kinds of
+    watermarks; None while it is not part of the stream (HIGH not landed, or the chunk redone).
+    A HIGH row without its LOW before it contradicts the protocol: WatermarkError."""
+    if meta.low_lsn is not None:
+        window = readonly_window(path, meta)
+        return window if window is not None and window.high < marks.frontier else None
+    high = marks.find(meta.high_id)
+    if high is None:
+        return None
+    return Window(chunk_low(marks, meta, high), high.lsn, high.commit_ts)
+
+
 def closed_chunks(
     zone: LandingZone, marks: Watermarks, schema: str, table: str, since: int
 ) -> tuple[list[LandedChunk], list[Mark]]:
-    """The chunks of a table whose HIGH watermark is at or after `since`, in HIGH order; and the
-    stale HIGHs: those whose chunk file is gone or now carries another HIGH (the chunk was redone:
-    a later HIGH carries its rows)."""
+    """The chunks of a table whose HIGH is at or after `since` (and below the frontier), in HIGH
+    order; and the stale HIGH rows: those whose chunk file is gone or now carries another HIGH (the
+    chunk was redone: a later HIGH carries its rows)."""
     name = f"{schema}.{table}"
     found, stale = [], []
     for mark in marks.since(since):
@@ -200,19 +244,37 @@ def closed_chunks(
             continue
         low = chunk_low(marks, meta, mark)
         found.append(LandedChunk(path, meta, row_type, low, mark.lsn, mark.commit_ts))
-    return found, stale
+    found += _readonly_closed(zone, marks, schema, table, since)
+    return sorted(found, key=lambda c: c.high), stale  # stable: chunks sharing a HIGH keep their order
+
+
+def _readonly_closed(zone: LandingZone, marks: Watermarks, schema: str, table: str, since: int) -> list[LandedChunk]:
+    """Read-only chunks whose HIGH file puts HIGH in [since, frontier). The HIGH file is read first
+    and the chunk file's footer only for those (table-watermark chunks have no HIGH file)."""
+    found = []
+    for path in chunk_files(zone, schema, table):
+        high = _high_file(path)
+        if high is None or not since <= high[1] < marks.frontier:
+            continue
+        try:
+            meta, row_type = read_chunk_schema(path)
+        except FileNotFoundError:  # a HIGH file left without its chunk file: nothing to place
+            continue
+        if meta.low_lsn is not None and meta.high_id == high[0]:
+            found.append(LandedChunk(path, meta, row_type, meta.low_lsn, high[1], high[2]))
+    return found
 
 
 def dump_chunks(
     zone: LandingZone, marks: Watermarks, dump_id: str, schema: str, table: str
 ) -> list[LandedChunk] | None:
-    """Every chunk of one table in one dump with its watermarks, in chunk order; None when some
-    chunk's LOW or HIGH is not (yet) in the log below the frontier."""
+    """Every chunk of one table in one dump with its LOW and HIGH, in chunk order; None when some
+    chunk's HIGH is not (yet) below the frontier."""
     chunks = []
     for path in dump_chunk_files(zone, dump_id, schema, table):
         meta, row_type = read_chunk_schema(path)
-        high = marks.find(meta.high_id)
-        if high is None or marks.find(meta.low_id) is None:
+        window = chunk_window(marks, path, meta)
+        if window is None:
             return None
-        chunks.append(LandedChunk(path, meta, row_type, chunk_low(marks, meta, high), high.lsn, high.commit_ts))
+        chunks.append(LandedChunk(path, meta, row_type, window.low, window.high, window.high_ts))
     return chunks

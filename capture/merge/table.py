@@ -12,8 +12,9 @@ For every table of the source with landed log events or chunks, one run:
      the latest merge snapshot in the table's current ancestry (0 for a new table);
      F = the landing zone's committed frontier. A >= F: nothing to do.
   2. Reads the table's log events with A <= LSN < F, and the chunks whose HIGH watermark is in
-     [A, F) (HIGH and LOW found by watermark id in the log of `logtide.watermarks`); the log is
-     read from the earliest LOW of those chunks, since a window may begin before A.
+     [A, F) (capture/landing/reader.py: HIGH and LOW found by watermark id in the log of
+     `logtide.watermarks`; a read-only chunk's LOW in its file and HIGH in its HIGH file); the
+     log is read from the earliest LOW of those chunks, since a window may begin before A.
   3. Drops chunk rows whose key has a log event of the table strictly between the chunk's LOW
      and HIGH (PostgreSQL: also those a log event before LOW changed that the chunk's snapshot
      could not see); places the survivors at HIGH (op 'r', ordered by their position in the chunk).
@@ -205,7 +206,8 @@ class Chunk:
 
 
 def _chunks(zone: LandingZone, marks: Watermarks, schema: str, table: str, since: int) -> tuple[list[Chunk], int]:
-    """Chunks whose HIGH watermark is at or after `since`; and how many HIGHs were stale (redone chunks)."""
+    """Chunks whose HIGH (a watermark row, or a read-only chunk's HIGH file) is at or after `since`;
+    and how many HIGHs were stale (redone chunks)."""
     found, stale = closed_chunks(zone, marks, schema, table, since)
     return [_chunk(i, c) for i, c in enumerate(found)], len(stale)
 

@@ -124,7 +124,18 @@ class ChunkSource(Protocol):
     def write_watermark(self, mark: Watermark, table: TableSchema | None = None) -> None:
         """Write and commit the watermark row (a log event like any other). With `table` (a
         HIGH), a source may read that table's catalog in the same round trip, after the commit,
-        for the `describe` the engine calls next."""
+        for the `describe` the engine calls next. `watermarks: readonly` writes nothing: LOW
+        begins the chunk's snapshot, HIGH ends it (see `log_position`)."""
+
+    def finish_reads(self) -> None:
+        """The chunk's reads are done (its SELECT, a key list's re-checks), before its file is
+        written: a source may end the transaction they ran in (read-only watermarks: the
+        snapshot, whose metadata lock would hold back an ALTER TABLE)."""
+
+    def log_position(self) -> int | None:
+        """Read-only watermarks: the encoded LSN in the log of the watermark last "written"
+        (LOW: where the chunk's snapshot stands; HIGH: the log's end once the chunk file is
+        durable), which the engine lands with the chunk; None with table watermarks."""
 
     def select_chunk(
         self, table: TableSchema, after: Row | None, start: Row | None, stop: Row | None, limit: int

@@ -12,7 +12,9 @@ that lets a dump's merge see the dump's last chunks.
 - `wait_for_high_watermarks`: the merge reads only what the landing zone has committed. A chunk
   is reconciled once its HIGH watermark is below the committed frontier, so a merge started the
   moment a dump ends would miss the dump's last chunks until the next merge. The dump DAGs
-  therefore wait until capture has landed the HIGH watermark of every table's last chunk.
+  therefore wait until capture has landed the HIGH watermark of every table's last chunk (a
+  read-only chunk's HIGH is in its HIGH file: until the frontier is past it; README, Read-only
+  watermarks).
 """
 
 from __future__ import annotations
@@ -35,8 +37,8 @@ from capture.config import LogtideConfig, MergeConfig, load_config
 from capture.errors import LandingTimeoutError, LogtideError
 from capture.events import lsn_text
 from capture.landing import LandingZone
-from capture.landing.chunks import read_chunk_meta
-from capture.landing.reader import Watermarks, dump_chunk_files, merge_tables
+from capture.landing.chunks import ChunkMeta, read_chunk_meta
+from capture.landing.reader import Watermarks, Window, chunk_window, dump_chunk_files, merge_tables
 from capture.log import get_logger
 from capture.merge.target import target_of
 from capture.merge_submit import APPLICATION, build_merge_submit, merge_lock
@@ -75,15 +77,15 @@ def merge_alias(source: str) -> AssetAlias:
 # -- what the landing zone holds -------------------------------------------------------------------
 
 
-def last_chunks(zone: LandingZone, dump_id: str, tables: Sequence[str]) -> dict[str, Any]:
-    """The chunk metadata (`ChunkMeta`) of the last chunk of each table of a finished dump."""
+def last_chunks(zone: LandingZone, dump_id: str, tables: Sequence[str]) -> dict[str, tuple[Path, ChunkMeta]]:
+    """The file and metadata of the last chunk of each table of a finished dump."""
     found = {}
     for name in tables:
         schema, _, table = name.partition(".")
         files = dump_chunk_files(zone, dump_id, schema, table)
         if not files:
             raise LandingTimeoutError(f"dump {dump_id} wrote no chunk of {name} in {zone.root / 'chunks'}")
-        found[name] = read_chunk_meta(files[-1])
+        found[name] = (files[-1], read_chunk_meta(files[-1]))  # named <chunk:08d>.parquet: the last sorts last
     return found
 
 
@@ -93,17 +95,20 @@ def wait_for_high_watermarks(
     """Wait until the committed frontier is past the HIGH watermark of each table's last chunk of
     `dump_id`; return per table its last chunk, that watermark's LSN and the frontier seen."""
     chunks = last_chunks(zone, dump_id, tables)
-    wanted = {meta.high_id: name for name, meta in chunks.items()}
     marks = Watermarks(zone)  # follows the checkpoint; reads each committed file once
+    windows: dict[str, Window] = {}
     began = time.monotonic()
     while True:
         marks.refresh()
-        found = {i: m.lsn for i, m in marks.find_all(set(wanted)).items()}
-        if len(found) == len(wanted):
+        for name, (path, meta) in chunks.items():
+            if name not in windows and (window := chunk_window(marks, path, meta)) is not None:
+                windows[name] = window
+        waiting = [name for name in chunks if name not in windows]
+        if not waiting:
             break
         if time.monotonic() - began >= timeout_s:
-            name = next(wanted[i] for i in wanted if i not in found)
-            meta = chunks[name]
+            name = waiting[0]
+            meta = chunks[name][1]
             raise LandingTimeoutError(
                 f"capture for source {zone.source} has not landed HIGH watermark {meta.high_id} of {name} "
                 f"(chunk {meta.chunk} of dump {dump_id}) in {timeout_s:.0f} s (committed frontier "
@@ -113,8 +118,8 @@ def wait_for_high_watermarks(
         time.sleep(poll_s)
     waited = round(time.monotonic() - began, 3)
     result = {
-        name: {"chunk": meta.chunk, "high_lsn": lsn_text(found[meta.high_id]), "frontier": lsn_text(marks.frontier)}
-        for name, meta in chunks.items()
+        name: {"chunk": meta.chunk, "high_lsn": lsn_text(windows[name].high), "frontier": lsn_text(marks.frontier)}
+        for name, (_, meta) in chunks.items()
     }
     for name, seen in result.items():
         log.info("merge.dump_landed", source=zone.source, dump_id=dump_id, table=name, waited_s=waited, **seen)

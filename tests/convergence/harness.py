@@ -59,6 +59,7 @@ class Scale:
     dump_s: float = 10.0  # about how long a dump lasts unpaused: the --delay between chunks is chosen for it
     dumps: int = 1
     kill_every_s: tuple[float, float] = (3.0, 8.0)  # capture is SIGKILLed after a random pause in this range
+    watermarks: str = "table"  # the source's `watermarks`: table, or readonly (MariaDB; README, Read-only watermarks)
 
 
 KITS: dict[str, type[Kit]] = {"mariadb": MariaDBKit, "postgres": PostgresKit}
@@ -236,6 +237,8 @@ class Harness:
         """The default config, except what a test must set: the server, a free metrics port, where the
         landing zone and the warehouse are, and `keys` for the keyless table once Logtide has them."""
         source = {**self.kit.source_config(self.tables), "metrics": {"port": free_port()}}
+        if self.scale.watermarks != "table":
+            source["watermarks"] = self.scale.watermarks
         if self.config_keys:
             source["keys"] = {f"{self.kit.schema}.{t.name}": list(t.ident) for t in self.tables if t.key == "config"}
         config = {

@@ -20,7 +20,7 @@ from capture.dump.engine import DumpEngine, DumpRequest
 from capture.dump.progress import dump_dir
 from capture.errors import DumpInputError
 from capture.landing.chunks import read_chunk_meta
-from capture.landing.reader import chunk_files
+from capture.landing.reader import chunk_files, readonly_window
 from capture.sources import open_chunk_source
 from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE
 from tests.conftest import ROOT
@@ -40,10 +40,10 @@ from tests.servers import wait_for
 pytestmark = pytest.mark.integration
 
 
-@pytest.mark.parametrize("seed", [1, 2])
-def test_dump_during_concurrent_writes_reconciles_to_the_table(mariadb, database, make_capture, seed):
+@pytest.mark.parametrize(("seed", "watermarks"), [(1, "table"), (2, "table"), (1, "readonly")])
+def test_dump_during_concurrent_writes_reconciles_to_the_table(mariadb, database, make_capture, seed, watermarks):
     populate_ledger(mariadb, database, 3000)  # history before capture started: only the dump has it
-    capture = make_capture([f"{database}.*"]).start()
+    capture = make_capture([f"{database}.*"], watermarks=watermarks).start()
     capture.wait_running()
     workload = Workload(mariadb, database, "ledger", 100_000, seed)
     workload.start()
@@ -62,40 +62,33 @@ def test_dump_during_concurrent_writes_reconciles_to_the_table(mariadb, database
     # the log alone does not rebuild the table: the dump carried the history
     log_only = {k: v for k, v in state.items() if k[0] >= 100_000}
     assert len(log_only) < len(state)
+    _check_watermarks(capture, summary["dump_id"], watermarks)
 
 
-def test_composite_case_insensitive_binary_and_unique_keys(mariadb, database, make_capture):
-    mariadb.execute(
-        "CREATE TABLE composite (region VARCHAR(10) COLLATE utf8mb4_general_ci, n INT, v INT, PRIMARY KEY (region, n))",
-        "INSERT INTO composite VALUES ('a', 1, 1), ('A ', 2, 2), ('b', 1, 3), ('B', 2, 4), ('c', 9, 5), ('é', 1, 6)",
-        "CREATE TABLE bin (k VARBINARY(8) PRIMARY KEY, v INT)",
-        "INSERT INTO bin VALUES (X'00', 1), (X'0001', 2), (X'ff', 3), (X'7f', 4)",
-        "CREATE TABLE uniq (code CHAR(3) NOT NULL, v INT, UNIQUE KEY (code))",
-        "INSERT INTO uniq VALUES ('x', 1), ('y', 2), ('z', 3)",
-        database=database,
-    )
-    capture = make_capture([f"{database}.*"]).start()
-    capture.wait_running()
-    engine, source = open_engine(capture)
-    try:
-        summary = engine.run(
-            DumpRequest(
-                tables=[f"{database}.{t}" for t in ("composite", "bin", "uniq")], settings=DumpSettings(chunk_size=2)
-            )
-        )
-    finally:
-        source.close()
-    mariadb.execute("UPDATE uniq SET code = 'q' WHERE code = 'y'", database=database)  # key change, no primary key
-    wait_until_landed(mariadb, capture)
-    assert [t["rows"] for t in summary["tables"]] == [6, 4, 3]
-    for table, key in (("composite", ("region", "n")), ("bin", ("k",)), ("uniq", ("code",))):
-        state, _ = reconciled_state(capture, database, table)
-        assert state == table_state(mariadb, database, table, key), table
+def _check_watermarks(capture, dump_id: str, watermarks: str) -> None:
+    """Table watermarks land LOW/HIGH rows for the dump; read-only ones none: each chunk carries its
+    LOW and has a HIGH file, and the windows follow each other in the log, chunk after chunk."""
+    marks = [e for e in capture.events(WATERMARK_SCHEMA, WATERMARK_TABLE) if e["after"]["dump_id"] == dump_id]
+    paths = sorted(capture.zone.root.glob(f"chunks/{dump_id}/*/*.parquet"))
+    metas = [read_chunk_meta(p) for p in paths]
+    assert metas
+    if watermarks == "table":
+        highs = [m for m in marks if m["after"]["kind"] == "HIGH"]
+        assert len(highs) >= len(metas) and all(m.low_lsn is None for m in metas)
+        return
+    assert marks == []
+    for table in {m.table for m in metas}:
+        windows = [readonly_window(p, m) for p, m in sorted(zip(paths, metas, strict=True), key=lambda pm: pm[1].chunk)
+                   if m.table == table]  # fmt: skip
+        assert None not in windows
+        bounds = [b for w in windows for b in (w.low, w.high)]
+        assert bounds == sorted(bounds)
 
 
-def test_key_list_and_key_range(mariadb, database, make_capture):
+@pytest.mark.parametrize("watermarks", ["table", "readonly"])
+def test_key_list_and_key_range(mariadb, database, make_capture, watermarks):
     populate_ledger(mariadb, database, 100)
-    capture = make_capture([f"{database}.*"]).start()
+    capture = make_capture([f"{database}.*"], watermarks=watermarks).start()
     capture.wait_running()
     engine, source = open_engine(capture)
     try:
@@ -118,6 +111,14 @@ def test_key_list_and_key_range(mariadb, database, make_capture):
         (None, (13,), (20,), False),
         (None, (17,), (20,), True),
     ]
+    mariadb.execute("UPDATE ledger SET v = -5 WHERE id IN (7, 15)", database=database)
+    wait_until_landed(mariadb, capture)
+    state, stats = reconciled_state(capture, database, "ledger")
+    assert stats.chunks == 5 and stats.chunks_pending == 0
+    assert state == {k: r for k, r in table_state(mariadb, database, "ledger").items() if k in state}
+    assert sorted(k[0] for k in state) == [5, 7, 9, *range(10, 21)]
+    for dump in (by_keys, by_range):
+        _check_watermarks(capture, dump["dump_id"], watermarks)
 
 
 def test_key_list_under_a_case_insensitive_collation_counts_only_truly_missing_keys(
@@ -219,9 +220,10 @@ def test_the_cli_refuses_zero_settings_and_a_range_that_ends_before_it_starts(ma
         source.close()
 
 
-def test_cli_dump_survives_kill9_and_resumes_after_the_last_chunk(mariadb, database, make_capture):
+@pytest.mark.parametrize("watermarks", ["table", "readonly"])
+def test_cli_dump_survives_kill9_and_resumes_after_the_last_chunk(mariadb, database, make_capture, watermarks):
     populate_ledger(mariadb, database, 400)
-    capture = make_capture([f"{database}.*"]).start()
+    capture = make_capture([f"{database}.*"], watermarks=watermarks).start()
     capture.wait_running()
     cmd = [
         sys.executable,
@@ -256,6 +258,7 @@ def test_cli_dump_survives_kill9_and_resumes_after_the_last_chunk(mariadb, datab
     wait_until_landed(mariadb, capture)
     state, _ = reconciled_state(capture, database, "ledger")
     assert state == table_state(mariadb, database, "ledger")
+    _check_watermarks(capture, "resumable", watermarks)
 
 
 def test_a_chunk_whose_high_never_committed_is_redone_on_resume(mariadb, database, make_capture):
@@ -297,9 +300,10 @@ def test_a_chunk_whose_high_never_committed_is_redone_on_resume(mariadb, databas
     assert state == table_state(mariadb, database, "ledger") and stats.chunks == 11 and stats.chunks_pending == 0
 
 
-def test_pause_resume_retune_and_cancel_from_the_cli(mariadb, database, make_capture):
+@pytest.mark.parametrize("watermarks", ["table", "readonly"])
+def test_pause_resume_retune_and_cancel_from_the_cli(mariadb, database, make_capture, watermarks):
     populate_ledger(mariadb, database, 3000)
-    capture = make_capture([f"{database}.*"])
+    capture = make_capture([f"{database}.*"], watermarks=watermarks)
     control = FileControl(dump_dir(capture.zone, "ctl") / "control.json")
     control.update(state="paused")
     engine, source = open_engine(capture, control)
@@ -342,9 +346,12 @@ def test_pause_resume_retune_and_cancel_from_the_cli(mariadb, database, make_cap
     assert retuned >= 3 and set(sizes()[:retuned]) == {10} and set(sizes()[retuned:]) == {25}
 
 
-def test_a_rows_per_s_ceiling_and_a_delay_set_through_the_control_slow_the_dump(mariadb, database, make_capture):
+@pytest.mark.parametrize("watermarks", ["table", "readonly"])
+def test_a_rows_per_s_ceiling_and_a_delay_set_through_the_control_slow_the_dump(
+    mariadb, database, make_capture, watermarks
+):
     populate_ledger(mariadb, database, 600)
-    capture = make_capture([f"{database}.*"])
+    capture = make_capture([f"{database}.*"], watermarks=watermarks)
     took: dict[str, float] = {}
     # what `logtide dump-control --max-rows-per-s 400` and `--delay 0.3` write; read before each chunk
     for dump_id, override in (("ceiling", {"max_rows_per_s": 400}), ("delay", {"delay_s": 0.3})):
@@ -411,9 +418,10 @@ def test_writers_never_wait_for_the_dump(mariadb, database, make_capture):
     assert {k: after[k] - before[k] for k in after} == {"Innodb_row_lock_waits": 0, "Innodb_row_lock_time": 0}
 
 
-def test_a_column_added_during_the_dump_reaches_the_following_chunks(mariadb, database, make_capture):
+@pytest.mark.parametrize("watermarks", ["table", "readonly"])
+def test_a_column_added_during_the_dump_reaches_the_following_chunks(mariadb, database, make_capture, watermarks):
     populate_ledger(mariadb, database, 600)
-    capture = make_capture([f"{database}.*"]).start()
+    capture = make_capture([f"{database}.*"], watermarks=watermarks).start()
     capture.wait_running()
     engine, source = open_engine(capture)
     request = DumpRequest(
@@ -449,9 +457,10 @@ def test_a_column_added_during_the_dump_reaches_the_following_chunks(mariadb, da
     assert all(state[k]["extra"] == 5 for k in state if k[0] > 20 * (altered_at + 1))
 
 
-def test_a_schema_change_just_before_high_or_after_low_rereads_the_chunk(mariadb, database, make_capture):
+@pytest.mark.parametrize("watermarks", ["table", "readonly"])
+def test_a_schema_change_just_before_high_or_after_low_rereads_the_chunk(mariadb, database, make_capture, watermarks):
     populate_ledger(mariadb, database, 200)
-    capture = make_capture([f"{database}.*"]).start()
+    capture = make_capture([f"{database}.*"], watermarks=watermarks).start()
     capture.wait_running()
     check_schema_change_rereads(
         capture,

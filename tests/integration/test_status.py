@@ -80,7 +80,7 @@ def test_lag_grows_while_capture_is_stopped_and_returns_to_zero(mariadb, databas
 
 def test_status_without_the_database_still_shows_the_landing_zone(mariadb, database, make_capture, tmp_path):
     mariadb.execute("CREATE TABLE t (id INT PRIMARY KEY, v INT)", database=database)
-    capture = make_capture([f"{database}.*"]).start()
+    capture = make_capture([f"{database}.*"], watermarks="readonly").start()
     capture.wait_running()
     _insert_each_in_its_own_transaction(mariadb, database, 1, 3)
     wait_until_landed(mariadb, capture)
@@ -92,9 +92,10 @@ def test_status_without_the_database_still_shows_the_landing_zone(mariadb, datab
     report = _status(path)
     assert report["lag"]["error"].startswith("database unreachable")
     assert report["frontier"] == str(capture.zone.checkpoint().frontier.encode())  # LSNs leave as text
-    assert report["events_by_table"] == {f"{database}.t": 3}
+    assert report["events_by_table"] == {f"{database}.t": 3} and report["watermarks"] == "readonly"
     text = _cli(path, "status")
     assert text.returncode == 0 and "database unreachable" in text.stdout and "frontier" in text.stdout
+    assert "source src (mariadb, readonly watermarks)" in text.stdout
 
 
 def test_dump_progress_while_running_paused_killed_and_finished(mariadb, database, make_capture):
@@ -148,6 +149,7 @@ def test_dump_progress_while_running_paused_killed_and_finished(mariadb, databas
     assert done["tables"][table]["percent"] == 100.0 and done["tables"][table]["done"]
     text = _cli(capture.config_path, "status").stdout
     assert "watched  finished  1/1 tables  400 rows" in text
+    assert "source src (mariadb, table watermarks)" in text
     capture.stop()
 
 

@@ -14,6 +14,9 @@ import psycopg2.extras
 import pytest
 
 from capture.config import LogtideConfig, MergeConfig
+from capture.landing.chunks import read_chunk_meta
+from capture.landing.reader import chunk_files
+from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE
 from tests.integration import dumping as maria
 from tests.integration.postgres import dumping as pg
 from tests.spark.merging import LEDGER, LEDGER_ROWS, LEDGER_TYPES, plain, source_state
@@ -39,6 +42,7 @@ class Source:
     tables: list[Table]
     rows: int = 2000  # in the first table before capture starts: history only the dump has
     pauses: tuple[int, int] = (10, 30)  # chunks of the first table after which the dump pauses for a merge
+    watermarks: str = "table"  # the source's `watermarks`: table, or readonly (MariaDB)
 
     def create(self) -> None:
         raise NotImplementedError
@@ -67,7 +71,7 @@ class MariaDBSource(Source):
         self.server.execute(LEDGER, LEDGER_ROWS.format(rows=self.rows), database=self.database)
 
     def capture(self, **landing: Any) -> Any:
-        return self.make_capture([f"{self.database}.*"], landing=landing)
+        return self.make_capture([f"{self.database}.*"], landing=landing, watermarks=self.watermarks)
 
     def workload(self, table: Table, first_free_id: int, seed: int) -> maria.Workload:
         return maria.Workload(self.server, self.database, table.name, first_free_id, seed, **table.workload)
@@ -77,6 +81,13 @@ class MariaDBSource(Source):
 
     def state(self, table: Table) -> dict[tuple, dict[str, Any]]:
         return source_state(self.server, self.database, table.name, table.key)
+
+    def check_log(self, capture: Any) -> None:
+        """Read-only watermarks: no watermark row landed, every chunk carries its log position."""
+        if self.watermarks == "readonly":
+            assert capture.zone.read_table(WATERMARK_SCHEMA, WATERMARK_TABLE) is None
+            metas = [read_chunk_meta(p) for t in self.tables for p in chunk_files(capture.zone, self.schema, t.name)]
+            assert metas and all(m.low_lsn is not None for m in metas)
 
 
 # -- PostgreSQL ----------------------------------------------------------------------------------
@@ -228,7 +239,7 @@ MARIADB_TABLES = [Table("ledger", ("id",), LEDGER_TYPES)]
 
 def open_source(request: pytest.FixtureRequest, kind: str) -> Source:
     """The adapter for `kind`, its fixtures taken from pytest (only that server starts)."""
-    if kind == "mariadb":
+    if kind in ("mariadb", "mariadb_readonly"):
         return MariaDBSource(
             kind,
             request.getfixturevalue("mariadb"),
@@ -236,6 +247,7 @@ def open_source(request: pytest.FixtureRequest, kind: str) -> Source:
             database,
             request.getfixturevalue("make_capture"),
             MARIADB_TABLES,
+            watermarks="readonly" if kind == "mariadb_readonly" else "table",
         )
     return PostgresSource(
         kind,

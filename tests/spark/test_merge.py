@@ -65,8 +65,11 @@ def source(request: pytest.FixtureRequest) -> Source:
     return open_source(request, request.param)
 
 
-@pytest.mark.parametrize("seed", [1, 2])
-@pytest.mark.parametrize("source", ["mariadb", "postgres"], indirect=True)
+@pytest.mark.parametrize(
+    ("source", "seed"),
+    [("mariadb", 1), ("mariadb_readonly", 2), ("postgres", 1), ("postgres", 2)],
+    indirect=["source"],
+)
 def test_merges_during_a_dump_under_concurrent_writes_equal_the_source(source, catalogs, spark, seed):
     """The real capture, a random workload on every table during a full dump with small chunks and
     between merges (two in the middle of the dump, one after): each Iceberg table equals its source
@@ -155,12 +158,13 @@ def _clone(spark, table: str, key: int, new_key: int, lsn: str = "_lsn") -> None
     spark.sql(f"INSERT INTO {table} SELECT {', '.join(exprs)} FROM {table} WHERE id = {key}")
 
 
+@pytest.mark.parametrize("watermarks", ["table", "readonly"])
 def test_a_dump_repairs_a_target_damaged_behind_the_pipelines_back(
-    mariadb, database, make_capture, merge_config, spark
+    mariadb, database, make_capture, merge_config, spark, watermarks
 ):
     mariadb.execute(LEDGER, LEDGER_ROWS.format(rows=300), "DELETE FROM ledger WHERE id % 10 = 0", database=database)
     mariadb.execute(*PAIRS, database=database)
-    capture = make_capture([f"{database}.*"], landing={"flush_interval_s": 0.5}).start()
+    capture = make_capture([f"{database}.*"], landing={"flush_interval_s": 0.5}, watermarks=watermarks).start()
     capture.wait_running()
     config = merge_config(capture.config)
     tables = [f"{database}.ledger", f"{database}.pairs"]

@@ -90,3 +90,19 @@ def test_postgresql_sources_need_a_database_and_get_their_own_defaults():
         parse_config({"sources": {"m": {"kind": "mariadb", "user": "cdc"}}})
     with pytest.raises(ConfigError, match="database is for kind 'postgresql' only"):
         parse_config({"sources": {"m": {**MINIMAL["sources"]["shop"], "database": "x"}}})
+
+
+def test_watermarks_default_to_the_table_and_readonly_is_refused_where_it_is_not_sound():
+    assert parse_config(MINIMAL).source("shop").watermarks == "table"
+    readonly = {**MINIMAL["sources"]["shop"], "watermarks": "readonly"}
+    assert parse_config({"sources": {"shop": readonly}}).source("shop").watermarks == "readonly"
+    pg = {"kind": "postgresql", "user": "cdc", "database": "shop", "watermarks": "readonly"}
+    with pytest.raises(ConfigError, match="watermarks: readonly is not implemented for kind 'postgresql'"):
+        parse_config({"sources": {"shop": pg}})
+    with pytest.raises(ConfigError, match="watermarks: readonly is not implemented for kind 'mysql'"):
+        parse_config({"sources": {"shop": {**readonly, "kind": "mysql"}}})
+    output = {"source": "shop", "kind": "webhook", "url": "http://127.0.0.1:9/"}
+    with pytest.raises(ConfigError, match="whose dumps use watermarks: readonly"):
+        parse_config({"sources": {"shop": readonly}, "outputs": {"hook": output}})
+    with pytest.raises(ConfigError, match="Input should be 'table' or 'readonly'"):
+        parse_config({"sources": {"shop": {**readonly, "watermarks": "none"}}})

@@ -3,6 +3,7 @@ below a frontier, the watermark index, and the chunk a HIGH watermark closes."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pyarrow as pa
@@ -11,12 +12,13 @@ import pytest
 from capture.errors import WatermarkError
 from capture.events import Change, ChangeBatch, Column, Lsn, Op, TableSchema, TransactionEnd
 from capture.landing import Checkpoint, LandingZone
-from capture.landing.chunks import ChunkMeta, chunk_path, write_chunk
+from capture.landing.chunks import ChunkMeta, chunk_path, read_chunk_meta, write_chunk, write_chunk_high
 from capture.landing.files import segment_name
 from capture.landing.log_writer import LogWriter
 from capture.landing.reader import (
     Watermarks,
     chunk_files,
+    chunk_window,
     closed_chunks,
     dump_chunks,
     merge_tables,
@@ -48,10 +50,22 @@ class Zone:
         row = (f"{dump}/{T.schema}.{T.table}", dump, f"{T.schema}.{T.table}", chunk, kind, mark_id, NOW)
         self.commit(major, WATERMARKS, row, watermark=True)
 
-    def chunk(self, number: int, low: str, high: str, rows: int = 2, dump: str = "d1") -> None:
+    def chunk(
+        self, number: int, low: str, high: str, rows: int = 2, dump: str = "d1", low_lsn: int | None = None
+    ) -> ChunkMeta:
         meta = ChunkMeta(dump, f"{T.schema}.{T.table}", number, low, high, ("id",), None, None, None,
-                         False, None, rows)  # fmt: skip
+                         False, None, rows, low_lsn=low_lsn)  # fmt: skip
         write_chunk(self.zone, T, meta, pa.array([{"id": i, "v": "x"} for i in range(rows)], T.row_type))
+        return meta
+
+    def readonly_chunk(self, number: int, low: int, high: int | None, rows: int = 2, high_id: str = "") -> ChunkMeta:
+        """A chunk dumped with read-only watermarks: LOW in its file; HIGH (when given) in its HIGH
+        file, naming `high_id` when given (a file left by an attempt the chunk was redone after)."""
+        meta = self.chunk(number, f"low-{number}", f"high-{number}", rows, low_lsn=Lsn(low).encode())
+        if high is not None:
+            path = chunk_path(self.zone, "d1", T.schema, T.table, number)
+            write_chunk_high(path, replace(meta, high_id=high_id or meta.high_id), Lsn(high).encode())
+        return meta
 
 
 def test_segments_are_the_committed_files_below_the_frontier(tmp_path):
@@ -165,3 +179,40 @@ def test_merge_tables_are_the_logged_and_the_dumped_tables(tmp_path):
     z.chunk(1, "low-1", "high-1")  # the hostile table has only a chunk
     assert merge_tables(z.zone) == ["d b.t.1/%", "shop.orders"]
     assert merge_tables(LandingZone(tmp_path, "empty")) == []
+
+
+def test_read_only_chunks_are_closed_by_their_high_file_below_the_frontier(tmp_path):
+    """Read-only chunks (no watermark rows) take LOW from their file and HIGH from their HIGH file, in
+    HIGH order with the table-watermark chunks; not while the HIGH file is missing, names another
+    attempt, or is at or past the frontier."""
+    z = Zone(tmp_path)
+    z.chunk(1, "low-1", "high-1")
+    z.mark(10, "LOW", "low-1")
+    z.mark(30, "HIGH", "high-1")
+    z.readonly_chunk(2, low=20, high=25)  # HIGH before chunk 1's: placed first
+    z.readonly_chunk(3, low=25, high=25, rows=3)  # nothing committed while it was read: LOW = HIGH
+    z.readonly_chunk(4, low=26, high=None)  # HIGH not read yet
+    z.readonly_chunk(5, low=27, high=28, high_id="high-5-before-redo")
+    z.readonly_chunk(6, low=40, high=60)  # past the frontier
+    z.commit(50, T, (50, "v"))
+    marks = Watermarks(z.zone)
+    found, stale = closed_chunks(z.zone, marks, T.schema, T.table, 0)
+    assert [(c.meta.chunk, c.low, c.high, c.meta.rows) for c in found] == [
+        (2, Lsn(20).encode(), Lsn(25).encode(), 2),
+        (3, Lsn(25).encode(), Lsn(25).encode(), 3),
+        (1, Lsn(10).encode(), Lsn(30).encode(), 2),
+    ]
+    assert stale == [] and found[0].row_type == T.row_type and found[0].high_ts is not None
+    assert [c.meta.chunk for c in closed_chunks(z.zone, marks, T.schema, T.table, Lsn(26).encode())[0]] == [1]
+    assert dump_chunks(z.zone, marks, "d1", T.schema, T.table) is None  # 4, 5 and 6 are not closed
+    path = chunk_path(z.zone, "d1", T.schema, T.table, 6)
+    meta = read_chunk_meta(path)
+    assert chunk_window(marks, path, meta) is None
+    z.commit(70, T, (70, "v"))
+    marks.refresh()
+    window = chunk_window(marks, path, meta)
+    assert (window.low, window.high) == (Lsn(40).encode(), Lsn(60).encode())
+    z.readonly_chunk(4, low=26, high=27)
+    z.readonly_chunk(5, low=27, high=28)  # redone: its HIGH file names the chunk file's HIGH now
+    assert [c.meta.chunk for c in dump_chunks(z.zone, marks, "d1", T.schema, T.table)] == [1, 2, 3, 4, 5, 6]
+    assert [c.meta.chunk for c in closed_chunks(z.zone, marks, T.schema, T.table, 0)[0]] == [2, 3, 4, 5, 1, 6]

@@ -6,7 +6,8 @@ are parsed by Arrow's casts, which is what makes a dump about as fast as a plain
 One connection, autocommit, READ COMMITTED, time_zone '+00:00': a watermark write commits
 before the next statement, and each chunk SELECT is a statement of its own, so it reads a
 snapshot taken after the LOW watermark committed. Plain SELECTs only: no LOCK TABLES, no
-FOR UPDATE/SHARE.
+FOR UPDATE/SHARE. With `watermarks: readonly` nothing is written: LOW begins the chunk's
+consistent snapshot, HIGH ends it (capture/sources/mysql/snapshot.py).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from capture.config import SourceConfig
 from capture.errors import DumpInputError
 from capture.events import Row, TableSchema
 from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE, Watermark, check_watermark_columns
+from capture.sources.mysql import snapshot
 from capture.sources.mysql.catalog import base_tables, describe, table_keys
 from capture.sources.mysql.connection import connection_settings, query, translate
 from capture.sources.mysql.sql import chunk_select, duplicate_select, key_after_select, keys_select, qualified, quote
@@ -51,6 +53,8 @@ class MySqlChunkSource:
         self.name = name
         self.config = config
         self._builders: dict[str, list[ColumnBuilder]] = {}
+        self.readonly = config.watermarks == "readonly"
+        self._position: int | None = None  # readonly: where the last watermark stands in the log
         try:
             self._conn = pymysql.connect(**connection_settings(config), autocommit=True, conv=select_conversions())
         except pymysql.MySQLError as exc:
@@ -72,8 +76,15 @@ class MySqlChunkSource:
         return {row[0] for row in rows}
 
     def setup(self) -> None:
-        """Create the watermark table when it is missing; check its columns when it exists."""
+        """Create the watermark table when it is missing; check its columns when it exists.
+        Read-only: check that this server's binlog can place chunks, and write nothing."""
         self.check_keys()
+        if self.readonly:
+            if problems := snapshot.check_server(self._run):
+                raise DumpInputError(
+                    f"source {self.name!r} cannot be dumped with watermarks: readonly:\n  - " + "\n  - ".join(problems)
+                )
+            return
         found = self._watermark_columns()
         if not found:
             try:
@@ -118,6 +129,13 @@ class MySqlChunkSource:
         return int(rows[0][0] or 0) if rows else 0
 
     def write_watermark(self, mark: Watermark, table: TableSchema | None = None) -> None:
+        if self.readonly:
+            if mark.kind == "LOW":
+                self._position = snapshot.open_snapshot(self._run).encode()
+            else:
+                self.finish_reads()  # done already when the engine called it: a no-op then
+                self._position = snapshot.binlog_end(self._run).encode()
+            return
         try:
             self._run(
                 WATERMARK_UPSERT,
@@ -156,6 +174,17 @@ class MySqlChunkSource:
     def read_view(self) -> None:
         """Chunk reads see transactions in binlog order (preflight checks it): nothing to add."""
         return None
+
+    def finish_reads(self) -> None:
+        """Read-only: end the chunk's snapshot transaction, so that it holds the table's metadata
+        lock (which an ALTER TABLE waits for) only while it reads, not while the file is written."""
+        if self.readonly:
+            self._run("COMMIT")  # nothing to end (a second call) is no error
+
+    def log_position(self) -> int | None:
+        """Read-only: the encoded LSN of the last watermark (LOW: the chunk's snapshot, HIGH: the
+        binlog end after it); None with table watermarks."""
+        return self._position if self.readonly else None
 
     def close(self) -> None:
         self._conn.close()

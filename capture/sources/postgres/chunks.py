@@ -275,6 +275,13 @@ class PostgresChunkSource:
             return None
         return PgSnapshot.parse(self.last_snapshot, Lsn(self._before_low).encode())
 
+    def finish_reads(self) -> None:
+        """Each chunk read commits its own transaction already."""
+
+    def log_position(self) -> None:
+        """Table watermarks only (config refuses `watermarks: readonly` for postgresql)."""
+        return None
+
     def close(self) -> None:
         self._conn.close()
 

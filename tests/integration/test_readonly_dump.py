@@ -1,0 +1,374 @@
+"""Read-only watermarks (`watermarks: readonly`) against a real MariaDB primary and its GTID
+replica: capture and the dump read the replica with a user that may only SELECT and read the
+binlog, the workload writes the primary, and the reconciled landing zone equals the primary's table."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from capture.config import SourceConfig
+from capture.dump.control import DumpSettings
+from capture.dump.engine import DumpEngine, DumpRequest
+from capture.errors import DumpInputError, SourceConnectionError
+from capture.landing import LandingZone
+from capture.landing.chunks import read_chunk_meta
+from capture.landing.reader import chunk_files
+from capture.sources import open_chunk_source
+from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE
+from tests.conftest import CaptureProcess
+from tests.integration.dumping import (
+    AlterAt,
+    Workload,
+    nudge,
+    populate_ledger,
+    reconciled_state,
+    table_state,
+    wait_until_landed,
+)
+from tests.servers import MariaDB, free_port, start_replica, wait_for, wait_replicated
+
+pytestmark = pytest.mark.integration
+READER = ("reader", "reader-pw")  # SELECT and binlog reading only: no write grant anywhere
+
+
+@pytest.fixture(scope="module")
+def replication(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[MariaDB, MariaDB]]:
+    """A fresh primary and its GTID replica, applying in parallel (4 threads, optimistic); the
+    read-only user is made on the primary and replicated (a user made on the replica would be a
+    transaction of the replica's own)."""
+    primary = MariaDB(tmp_path_factory.mktemp("primary"))
+    replica = None
+    try:
+        primary.start()
+        primary.execute(
+            f"CREATE USER '{READER[0]}'@'%' IDENTIFIED BY '{READER[1]}'",
+            f"GRANT SELECT, REPLICATION SLAVE, BINLOG MONITOR ON *.* TO '{READER[0]}'@'%'",
+        )
+        replica = start_replica(primary, tmp_path_factory.mktemp("replica"), parallel_threads=4)
+        wait_replicated(primary, replica)
+        yield primary, replica
+    finally:
+        if replica is not None:
+            replica.destroy()
+        primary.destroy()
+
+
+@pytest.fixture
+def replica_capture(replication, tmp_path: Path) -> Iterator:
+    """`logtide capture` of the replica as the read-only user, `watermarks: readonly`."""
+    _, replica = replication
+    made: list[CaptureProcess] = []
+
+    def make(database: str) -> CaptureProcess:
+        source = {
+            "kind": "mariadb",
+            "port": replica.port,
+            "user": READER[0],
+            "password": READER[1],
+            "server_id": 4000 + len(made),
+            "include": [f"{database}.*"],
+            "heartbeat_s": 0.2,
+            "watermarks": "readonly",
+            "metrics": {"port": free_port()},
+        }
+        path = tmp_path / "logtide.yaml"
+        landing = {"path": str(tmp_path / "landing"), "flush_interval_s": 0.2}
+        path.write_text(yaml.safe_dump({"landing": landing, "sources": {"src": source}}))
+        made.append(CaptureProcess(path, "src", tmp_path))
+        return made[-1]
+
+    yield make
+    for process in made:
+        process.kill()
+
+
+def _database(primary: MariaDB, name: str) -> str:
+    primary.execute(f"DROP DATABASE IF EXISTS `{name}`", f"CREATE DATABASE `{name}`")
+    return name
+
+
+def _landed(primary: MariaDB, replica: MariaDB, capture: CaptureProcess, timeout: float = 60) -> None:
+    """Until the replica's capture has landed all the primary wrote, and a commit after the dump
+    (made on the primary: the replica must not write) has moved its log past the last chunk's HIGH."""
+    nudge(primary)
+    wait_replicated(primary, replica)
+    wait_until_landed(replica, capture, timeout, nudge_first=False)
+
+
+def _gtid(server: MariaDB) -> str:
+    with server.connect() as conn, conn.cursor() as cur:
+        cur.execute("SELECT @@gtid_binlog_pos")
+        return cur.fetchone()[0]
+
+
+class ReplicaAt:
+    """The real chunk source, except that the replica is acted on at chunk boundaries: `at(n, kind,
+    action)` runs `action()` right before LOW (`kind` "LOW") or HIGH ("HIGH") of chunk n."""
+
+    def __init__(self, source) -> None:
+        self._source, self._actions = source, {}
+
+    def at(self, chunk: int, kind: str, action) -> ReplicaAt:
+        self._actions[(chunk, kind)] = action
+        return self
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._source, name)
+
+    def write_watermark(self, mark, table=None) -> None:
+        action = self._actions.pop((mark.chunk, mark.kind), None)
+        if action is not None:
+            action()
+        self._source.write_watermark(mark, table)
+
+
+def _no_writes(replica: MariaDB, primary: MariaDB, capture: CaptureProcess) -> None:
+    """The dump wrote nothing: no watermark table on the replica, no watermark event landed, and the
+    replica's binlog holds only the primary's transactions (a write of its own would be 0-2-n)."""
+    with replica.connect() as conn, conn.cursor() as cur:
+        cur.execute("SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = %s", (WATERMARK_SCHEMA,))
+        assert cur.fetchone()[0] == 0
+        cur.execute(f"SHOW GRANTS FOR '{READER[0]}'@'%'")
+        grants = " ".join(r[0] for r in cur.fetchall())
+    assert "INSERT" not in grants and "UPDATE" not in grants and "ALL PRIVILEGES" not in grants
+    assert capture.events(WATERMARK_SCHEMA, WATERMARK_TABLE) == []
+    assert _gtid(replica) == _gtid(primary) and "-2-" not in _gtid(replica)
+
+
+def test_a_readonly_dump_of_a_lagging_replica_under_a_primary_workload_equals_the_primary(replication, replica_capture):
+    primary, replica = replication
+    with replica.connect() as conn, conn.cursor() as cur:
+        cur.execute("SELECT @@slave_parallel_threads, @@slave_parallel_mode")
+        assert cur.fetchone() == (4, "optimistic")
+    database = _database(primary, "ro_lag")
+    populate_ledger(primary, database, 3000)
+    wait_replicated(primary, replica)
+    capture = replica_capture(database).start()
+    capture.wait_running()
+    workload = Workload(primary, database, "ledger", 100_000, seed=3)
+    workload.start()
+    behind: list[bool] = []
+
+    def lagging() -> None:  # the replica is behind the primary while chunks 6-19 are read
+        behind.append(_gtid(replica) != _gtid(primary))
+
+    source = open_chunk_source("src", capture.config.source("src"))
+    lag = ReplicaAt(source)
+    lag.at(6, "LOW", lambda: replica.execute("STOP SLAVE SQL_THREAD"))
+    lag.at(12, "LOW", lagging)
+    lag.at(20, "LOW", lambda: replica.execute("START SLAVE SQL_THREAD"))
+    try:
+        summary = DumpEngine(lag, capture.zone).run(
+            DumpRequest(tables=[f"{database}.ledger"], settings=DumpSettings(chunk_size=37))
+        )
+    finally:
+        source.close()
+        workload.stop()
+    _landed(primary, replica, capture)
+
+    state, stats = reconciled_state(capture, database, "ledger")
+    assert state == table_state(primary, database, "ledger") == table_state(replica, database, "ledger")
+    assert behind == [True] and workload.transactions > 50
+    assert stats.chunks == summary["tables"][0]["chunks"] > 50 and stats.chunks_pending == 0
+    metas = sorted((read_chunk_meta(p) for p in chunk_files(capture.zone, database, "ledger")), key=lambda m: m.chunk)
+    lows = [m.low_lsn for m in metas]
+    assert None not in lows and lows == sorted(lows)
+    assert len(set(lows[6:18])) == 1  # the replica applied nothing meanwhile: one snapshot position
+    _no_writes(replica, primary, capture)
+
+
+def test_a_readonly_dump_resumes_after_the_replica_restarts(replication, replica_capture):
+    primary, replica = replication
+    database = _database(primary, "ro_restart")
+    populate_ledger(primary, database, 1000)
+    wait_replicated(primary, replica)
+    capture = replica_capture(database).start()
+    capture.wait_running()
+    workload = Workload(primary, database, "ledger", 100_000, seed=4)
+    workload.start()
+
+    def restart() -> None:
+        replica.stop()
+        replica.start()
+
+    request = DumpRequest(dump_id="restart", tables=[f"{database}.ledger"], settings=DumpSettings(chunk_size=50))
+    try:
+        source = open_chunk_source("src", capture.config.source("src"))
+        try:
+            with pytest.raises(SourceConnectionError):
+                DumpEngine(ReplicaAt(source).at(8, "HIGH", restart), capture.zone).run(request)
+        finally:
+            source.close()
+        source = open_chunk_source("src", capture.config.source("src"))  # the rerun resumes after chunk 7
+        try:
+            summary = DumpEngine(source, capture.zone).run(request)
+        finally:
+            source.close()
+    finally:
+        workload.stop()
+    _landed(primary, replica, capture, timeout=90)
+    assert "capture.source_lost" in capture.log()
+    state, stats = reconciled_state(capture, database, "ledger")
+    assert state == table_state(primary, database, "ledger")
+    assert stats.chunks == summary["tables"][0]["chunks"] and stats.chunks_pending == 0
+    _no_writes(replica, primary, capture)
+
+
+def test_readonly_refuses_a_replica_that_does_not_log_what_it_applies(replication, tmp_path):
+    primary, _ = replication
+    database = _database(primary, "ro_bare")
+    populate_ledger(primary, database, 10)
+    bare = MariaDB(tmp_path / "bare", extra_options=["--server-id=3", "--log-slave-updates=0"])
+    bare.start()
+    try:
+        bare.execute(
+            f"CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT={primary.port}, MASTER_USER='root', "
+            "MASTER_USE_GTID=slave_pos",
+            "START SLAVE",
+        )
+        wait_replicated(primary, bare)
+        config = SourceConfig(
+            kind="mariadb", port=bare.port, user=READER[0], password=READER[1], server_id=77, watermarks="readonly"
+        )
+        source = open_chunk_source("src", config)
+        try:
+            with pytest.raises(DumpInputError, match="replica with log_slave_updates OFF: what it applies"):
+                DumpEngine(source, LandingZone(tmp_path / "landing", "src")).run(
+                    DumpRequest(tables=[f"{database}.ledger"])
+                )
+        finally:
+            source.close()
+        assert not chunk_files(LandingZone(tmp_path / "landing", "src"), database, "ledger")
+    finally:
+        bare.destroy()
+
+
+def test_a_readonly_chunk_waits_for_the_next_commit_on_an_idle_server(mariadb, database, make_capture):
+    """A read-only chunk's HIGH is the binlog end after its file: on a server where nothing commits,
+    the frontier does not pass it (a heartbeat repeats that end), and the chunk waits; the next
+    commit anywhere on the server lets it in."""
+    populate_ledger(mariadb, database, 50)
+    capture = make_capture([f"{database}.*"], watermarks="readonly").start()
+    capture.wait_running()
+    wait_until_landed(mariadb, capture, nudge_first=False)
+    source = open_chunk_source("src", capture.config.source("src"))
+    try:
+        DumpEngine(source, capture.zone).run(DumpRequest(tables=[f"{database}.ledger"]))
+    finally:
+        source.close()
+    time.sleep(1.0)  # five heartbeats
+    state, stats = reconciled_state(capture, database, "ledger")
+    assert (stats.chunks, stats.chunks_pending, state) == (0, 1, {})
+    nudge(mariadb)
+    wait_until_landed(mariadb, capture, nudge_first=False)
+    state, stats = reconciled_state(capture, database, "ledger")
+    assert (stats.chunks, stats.chunks_pending) == (1, 0)
+    assert state == table_state(mariadb, database, "ledger")
+
+
+def test_changes_committed_between_the_snapshot_and_the_chunk_file_win_over_the_chunk(mariadb, database, make_capture):
+    """Writes that commit right after a chunk's snapshot began (before its SELECT) and right before
+    it ends (after the SELECT) are not in the chunk's rows: they are in its window, so the chunk's
+    rows of those keys are dropped. With LOW read anywhere later than the snapshot (say, the binlog
+    end after the SELECT), they would fall before the window and the chunk's older rows win."""
+    populate_ledger(mariadb, database, 100)
+    capture = make_capture([f"{database}.*"], watermarks="readonly").start()
+    capture.wait_running()
+    source = open_chunk_source("src", capture.config.source("src"))
+    racing = AlterAt(source, lambda sql: mariadb.execute(sql, database=database))
+    racing.at(2, "LOW", "UPDATE ledger SET v = -2, note = 'after low' WHERE id IN (12, 13)")
+    racing.at(2, "HIGH", "DELETE FROM ledger WHERE id = 15")
+    racing.at(3, "HIGH", "UPDATE ledger SET id = 1000 WHERE id = 25")
+    racing.at(4, "LOW", "DELETE FROM ledger WHERE id = 35")
+    racing.at(4, "HIGH", "INSERT INTO ledger VALUES (35, -4, 'back'), (101, -4, 'past the end')")
+    try:
+        DumpEngine(racing, capture.zone).run(
+            DumpRequest(tables=[f"{database}.ledger"], settings=DumpSettings(chunk_size=10))
+        )
+    finally:
+        source.close()
+    wait_until_landed(mariadb, capture)
+    state, stats = reconciled_state(capture, database, "ledger")
+    assert stats.chunks_pending == 0
+    assert stats.dropped_by_window == 5  # 12, 13, 15, 25 and 35: their events are in their chunk's window
+    assert state == table_state(mariadb, database, "ledger")
+    assert state[(12,)]["v"] == -2 and (15,) not in state and (1000,) in state and (25,) not in state
+    assert state[(35,)]["note"] == "back"
+
+
+class OvertakenAt:
+    """The real chunk source, except that right after HIGH of one chunk is read (before the engine
+    writes its HIGH file) a commit is made and landed past it, as if the dump had stalled there."""
+
+    def __init__(self, source, chunk: int, overtake) -> None:
+        self._source, self._chunk, self._overtake = source, chunk, overtake
+        self.lows: list[tuple[int, str]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._source, name)
+
+    def write_watermark(self, mark, table=None) -> None:
+        self._source.write_watermark(mark, table)
+        if mark.kind == "LOW":
+            self.lows.append((mark.chunk, mark.id))
+        elif mark.chunk == self._chunk and [c for c, _ in self.lows].count(mark.chunk) == 1:
+            self._overtake(self._source.log_position())
+
+
+def test_a_chunk_whose_high_the_frontier_passed_before_its_file_was_written_is_read_again(
+    mariadb, database, make_capture
+):
+    """A merge that read a frontier past a read-only HIGH before its file existed would skip the chunk
+    for good; the dump sees the frontier past HIGH once the file is written and reads the chunk again."""
+    populate_ledger(mariadb, database, 100)
+    capture = make_capture([f"{database}.*"], watermarks="readonly").start()
+    capture.wait_running()
+
+    def overtake(high: int) -> None:
+        nudge(mariadb)
+        wait_for(lambda: capture.zone.checkpoint().frontier.encode() > high, 30, what="the frontier past HIGH")
+
+    source = open_chunk_source("src", capture.config.source("src"))
+    stalled = OvertakenAt(source, 3, overtake)
+    try:
+        DumpEngine(stalled, capture.zone).run(
+            DumpRequest(tables=[f"{database}.ledger"], settings=DumpSettings(chunk_size=20))
+        )
+    finally:
+        source.close()
+    wait_until_landed(mariadb, capture)
+    assert [c for c, _ in stalled.lows] == [1, 2, 3, 3, 4, 5, 6]  # chunk 3 read twice
+    metas = {m.chunk: m for m in (read_chunk_meta(p) for p in chunk_files(capture.zone, database, "ledger"))}
+    assert metas[3].low_id == stalled.lows[3][1]
+    state, stats = reconciled_state(capture, database, "ledger")
+    assert (stats.chunks, stats.chunks_pending) == (6, 0)
+    assert state == table_state(mariadb, database, "ledger")
+
+
+def test_the_airflow_merge_waits_for_read_only_highs(mariadb, database, make_capture):
+    """`logtide_dump`'s `landed` task (wait_for_high_watermarks) takes a read-only chunk's HIGH from its
+    HIGH file: it waits until the frontier passes it, which on an idle server is the next commit."""
+    from logtide_airflow.merge import LandingTimeoutError, wait_for_high_watermarks
+
+    populate_ledger(mariadb, database, 30)
+    capture = make_capture([f"{database}.*"], watermarks="readonly").start()
+    capture.wait_running()
+    wait_until_landed(mariadb, capture, nudge_first=False)
+    source = open_chunk_source("src", capture.config.source("src"))
+    try:
+        DumpEngine(source, capture.zone).run(DumpRequest(dump_id="af", tables=[f"{database}.ledger"]))
+    finally:
+        source.close()
+    table = f"{database}.ledger"
+    with pytest.raises(LandingTimeoutError, match="has not landed HIGH watermark"):
+        wait_for_high_watermarks(capture.zone, "af", [table], timeout_s=1.0, poll_s=0.1)
+    nudge(mariadb)
+    landed = wait_for_high_watermarks(capture.zone, "af", [table], timeout_s=30, poll_s=0.1)[table]
+    (meta,) = [read_chunk_meta(p) for p in chunk_files(capture.zone, database, "ledger")]
+    assert landed["chunk"] == 1 and meta.low_lsn <= int(landed["high_lsn"]) < int(landed["frontier"])
