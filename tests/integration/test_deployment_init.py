@@ -36,6 +36,7 @@ def config_for(tmp_path: Path, source: str, port: int) -> Path:
     data = yaml.safe_load((ROOT / "config/compose.yaml").read_text())
     data["sources"] = {source: {**data["sources"][source], "host": "127.0.0.1", "port": port}}
     data["sources"][source]["metrics"]["port"] = 0
+    data["outputs"] = {k: v for k, v in (data.get("outputs") or {}).items() if v["source"] == source}
     data["landing"]["path"] = str(tmp_path / "landing")
     data["coordination"] = {"kind": "local"}
     path = tmp_path / "logtide.yaml"
