@@ -539,6 +539,9 @@ class Context:
     applied_at: datetime
     namespace: str = field(init=False)
     marks_lock: threading.Lock = field(init=False, default_factory=threading.Lock)
+    # what Spark puts before a chunk file's path in `_metadata.file_path` (file: or file://): read
+    # by the run's first table with chunk rows from a row of its own, then reused (`_chunk_rows`)
+    file_scheme: str | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.namespace = target_namespace(self.config.merge, self.source)
@@ -685,24 +688,26 @@ class TableMerge:
                     self._report_unknown(filled, [u for u in unknown if u.lsn >= a_target])
             # The changelog is the stream, materialized once: the MERGE reads its rows back
             # (all of [A, F), also those a run killed before its MERGE had appended already).
+            counts = None
             if a_changelog < F:
                 with self._step("changelog"):
-                    self._append_changelog(stream.where(stream["_lsn"] >= _lsn(a_changelog)), props)
+                    written = self._append_changelog(stream.where(stream["_lsn"] >= _lsn(a_changelog)), props)
                 log.info("merge.changelog_committed", table=self.name, frontier=F)
+                if a_changelog == a:  # this run appended all of [A, F): its counts are the stream's
+                    counts = written
             with self._step("stream"):
                 appended = spark.table(self.changelog)
                 appended = appended.where((appended["_lsn"] >= _lsn(a)) & (appended["_lsn"] < _lsn(F)))
-                counts = {
-                    (r["_source"], r["_op"]): r["count"] for r in appended.groupBy("_source", "_op").count().collect()
-                }
-            chunk_survivors = sum(n for (s, _), n in counts.items() if s == "chunk")
+                if counts is None:  # a killed run appended part of it: count what the changelog holds
+                    counts = {r["_source"]: r["count"] for r in appended.groupBy("_source").count().collect()}
+            chunk_survivors = counts.get("chunk", 0)
             self.report.update(
-                log_events=sum(n for (s, _), n in counts.items() if s == "log"),
+                log_events=counts.get("log", 0),
                 chunks=len(chunks),
                 stale_highs=stale,
                 chunk_rows=sum(c.meta.rows for c in chunks),
                 dropped_by_window=sum(c.meta.rows for c in chunks) - chunk_survivors,
-                repair_deletes=sum(n for (s, _), n in counts.items() if s == "repair"),
+                repair_deletes=counts.get("repair", 0),
             )
             if a_target < F:
                 with self._step("merge"):
@@ -864,14 +869,18 @@ class TableMerge:
         spelled_folder = {f: spark_file_path(spark, f) for f in folders}
         spelled = {p: f"{spelled_folder[str(Path(p).parent)]}/{Path(p).name}" for p in paths}
         # The scheme Spark puts before a path in `_metadata.file_path` (file: or file://), read once
-        # from the first row rather than stripped from every row (a regexp per row cost 3 s per 1M rows).
-        first = raw.select("_file").first()
-        if first is not None:
-            uri = first[0]
-            known = next((path for path in spelled.values() if uri.endswith(path)), None)
-            if known is None:
-                raise MergeError(f"Spark names a chunk file {uri}, which is none of the run's chunk files")
-            spelled = {p: uri[: len(uri) - len(known)] + path for p, path in spelled.items()}
+        # per run from a row rather than stripped from every row (a regexp per row cost 3 s per 1M
+        # rows), and not once per table (a job each: `Context.file_scheme`).
+        if self.ctx.file_scheme is None:
+            first = raw.select("_file").first()
+            if first is not None:
+                uri = first[0]
+                known = next((path for path in spelled.values() if uri.endswith(path)), None)
+                if known is None:
+                    raise MergeError(f"Spark names a chunk file {uri}, which is none of the run's chunk files")
+                self.ctx.file_scheme = uri[: len(uri) - len(known)]
+        if self.ctx.file_scheme is not None:
+            spelled = {p: self.ctx.file_scheme + path for p, path in spelled.items()}
         meta = _values(
             spark,
             CHUNK_COLUMNS,
@@ -1169,9 +1178,20 @@ class TableMerge:
                 out.append(sf.lit(None).cast(f.dataType).alias(f.name))
         return frame.select(*out, *extra)
 
-    def _append_changelog(self, stream: Any, props: dict[str, str]) -> None:
-        rows = self._aligned(stream, self.changelog)
+    def _append_changelog(self, stream: Any, props: dict[str, str]) -> dict[str, int]:
+        """Append the stream in one commit carrying `props`; the rows appended by `_source`, counted
+        by the write itself (an observation, not a job of its own)."""
+        from pyspark.sql import Observation
+        from pyspark.sql import functions as sf
+
+        sources = ("log", "chunk", "repair")
+        observation = Observation()
+        rows = self._aligned(stream, self.changelog).observe(
+            observation, *(sf.count_if(sf.col("_source") == s).alias(s) for s in sources)
+        )
         commit_with(self.ctx.spark, props, lambda: rows.writeTo(self.changelog).append())
+        counted = observation.get
+        return {s: int(counted[s]) for s in sources}
 
     def _merge(self, stream: Any, props: dict[str, str]) -> None:
         from pyspark import StorageLevel
