@@ -122,6 +122,8 @@ class Interleaver:
     def replay_from(self, next_lsn: int) -> int:
         """Where a restarted interleaver must start reading to rebuild the open windows (their look-back
         included); `next_lsn` when none is open."""
+        if not self._open:  # the usual case, asked for every event
+            return next_lsn
         return min((w.history_from for w in self._open.values()), default=next_lsn)
 
     def push(self, event: Event) -> list[Event]:

@@ -7,17 +7,15 @@ whose acknowledgement was lost is a duplicate recognisable by its LSN (JetStream
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import json
 import re
 import urllib.error
 import urllib.request
-from typing import Any, Protocol
+from typing import Protocol
 
 from capture.config import OutputConfig
 from capture.log import get_logger
 from capture.output.formats import Message
+from capture.output.jetstream import JetStreamConnection, NatsProtocolError
 
 log = get_logger(__name__)
 
@@ -42,54 +40,28 @@ def subject_token(name: str) -> str:
 class NatsOutput:
     """Publishes to a JetStream stream, one subject per table (`<prefix>.<source>.<db>.<table>`), the
     message id (`Nats-Msg-Id`: source and LSN) letting JetStream drop the duplicates of a retry; a
-    message counts only once JetStream acknowledged it (stored)."""
+    message counts only once JetStream acknowledged it (stored). Up to `max_inflight` publishes are
+    written before their acknowledgements are read (capture/output/jetstream.py: the wire protocol)."""
 
     def __init__(self, name: str, source: str, config: OutputConfig) -> None:
-        import nats  # the optional client: only a NATS output needs it
-
-        self._nats = nats
         self.name, self.source, self.config = name, source, config
         self.last_error: str | None = None
-        self._loop = asyncio.new_event_loop()
-        self._nc: Any = None
-        self._js: Any = None
+        self._conn: JetStreamConnection | None = None
         self._subjects: dict[tuple[str, str], str] = {}  # (db, table) -> its subject
 
-    def _run(self, coro: Any) -> Any:
-        return self._loop.run_until_complete(coro)
-
-    async def _connect(self) -> None:
-        if self._nc is not None and self._nc.is_connected:
-            return
-        if self._nc is not None:
-            await self._close()
-
-        async def on_error(exc: Exception) -> None:  # one line instead of the client's traceback
-            log.warning("output.nats_error", output=self.name, error=f"{type(exc).__name__}: {exc}")
-
-        self._nc = await self._nats.connect(
-            servers=self.config.url.split(","),
-            connect_timeout=self.config.timeout_s,
-            error_cb=on_error,
-            # no buffering across a reconnect: what JetStream stored is then always a prefix of what was
-            # sent, so a retry (deduplicated by message id) never lands behind a later message
-            allow_reconnect=False,
-        )
-        self._js = self._nc.jetstream(timeout=self.config.timeout_s)
-        if self.config.create_stream:
-            from nats.js.api import StreamConfig
-            from nats.js.errors import NotFoundError
-
+    def _connect(self) -> JetStreamConnection:
+        if self._conn is None:
+            conn = JetStreamConnection(self.config.url.split(","), self.config.timeout_s, f"logtide-relay-{self.name}")
             try:
-                await self._js.stream_info(self.config.stream)
-            except NotFoundError:
-                await self._js.add_stream(
-                    StreamConfig(
-                        name=self.config.stream,
-                        subjects=[f"{self.config.subject_prefix}.>"],
-                        duplicate_window=self.config.duplicate_window_s,
+                if self.config.create_stream:
+                    conn.ensure_stream(
+                        self.config.stream, [f"{self.config.subject_prefix}.>"], self.config.duplicate_window_s
                     )
-                )
+            except BaseException:
+                conn.close()
+                raise
+            self._conn = conn
+        return self._conn
 
     def subject(self, message: Message) -> str:
         e = message.event
@@ -99,72 +71,37 @@ class NatsOutput:
             subject = self._subjects[(e.schema, e.table)] = ".".join([*tokens, subject_token(e.table)])
         return subject
 
-    async def _publish(self, messages: list[Message]) -> int:
-        """Publish up to `max_inflight` messages before awaiting their acknowledgements (each with its own
-        reply subject, so an ack names its message); count the acknowledged ones from the first on."""
-        await self._connect()
+    def deliver(self, messages: list[Message]) -> int:
+        """Publish in windows of `max_inflight`; count the acknowledged ones from the first on. A connection
+        is closed after any error (a new one next time), never reused: no later message lands behind a retry."""
         done = 0
         window = max(1, self.config.max_inflight)
-        for start in range(0, len(messages), window):
-            group = messages[start : start + window]
-            acked = await self._window(group)
-            done += acked
-            if acked < len(group):
-                return done
-        return done
-
-    async def _window(self, group: list[Message]) -> int:
-        nc = self._nc
-        prefix = nc.new_inbox()
-        replies: dict[int, bytes] = {}
-        complete = asyncio.Event()
-
-        async def on_ack(msg: Any) -> None:
-            replies[int(msg.subject.rsplit(".", 1)[1])] = msg.data
-            if len(replies) == len(group):
-                complete.set()
-
-        sub = await nc.subscribe(prefix + ".*", cb=on_ack)
         try:
-            for i, m in enumerate(group):
-                await nc.publish(self.subject(m), m.payload, reply=f"{prefix}.{i}", headers={"Nats-Msg-Id": m.msg_id})
-            await nc.flush(timeout=self.config.timeout_s)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(complete.wait(), self.config.timeout_s)
-        finally:
-            await sub.unsubscribe()
-        for i in range(len(group)):
-            reply = replies.get(i)
-            if reply is None:
-                self.last_error = f"no acknowledgement within {self.config.timeout_s:g} s"
-            else:
-                if b'"error"' not in reply and b'"seq"' in reply:  # a plain ack, without parsing it
-                    continue
-                answer = json.loads(reply)
-                if "error" not in answer and "seq" in answer:
-                    continue
-                self.last_error = f"JetStream refused {group[i].msg_id}: {answer.get('error', answer)}"
-            log.warning("output.publish_failed", output=self.name, error=self.last_error)
-            return i
-        return len(group)
-
-    def deliver(self, messages: list[Message]) -> int:
-        try:
-            return self._run(self._publish(messages))
-        except Exception as exc:
+            conn = self._connect()
+            for start in range(0, len(messages), window):
+                group = messages[start : start + window]
+                replies, why = conn.publish([(self.subject(m), m.msg_id, m.payload) for m in group])
+                for i in range(len(group)):
+                    reply = replies.get(i)
+                    if reply is None or not reply.acknowledged:
+                        self.last_error = (
+                            why if reply is None else f"JetStream refused {group[i].msg_id}: {reply.why_not()}"
+                        )
+                        log.warning("output.publish_failed", output=self.name, error=self.last_error)
+                        self.close()
+                        return done + i
+                done += len(group)
+            return done
+        except (OSError, NatsProtocolError, ValueError) as exc:
             self.last_error = f"{type(exc).__name__}: {exc}"
             log.warning("output.publish_failed", output=self.name, error=self.last_error)
-            return 0
-
-    async def _close(self) -> None:
-        with contextlib.suppress(Exception):  # closing a broken connection: nothing to keep
-            await self._nc.close()
-        self._nc = self._js = None
+            self.close()
+            return done
 
     def close(self) -> None:
-        if self._nc is not None:
-            self._run(self._close())
-        self._loop.close()
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
 
 
 class WebhookOutput:
