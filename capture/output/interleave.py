@@ -143,8 +143,9 @@ class Interleaver:
             if mark["kind"] == "HIGH":
                 return self._high(mark, event)
             raise WatermarkError(f"watermark {mark['watermark_id']} at LSN {event.lsn} has kind {mark['kind']!r}")
-        for window in self._by_table.get(event.qualified_name, ()):
-            window.events.append(event)
+        if self._by_table:  # a window is open
+            for window in self._by_table.get(event.qualified_name, ()):
+                window.events.append(event)
         self._recent.append(event)
         return [event]
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import ssl
-from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
 from capture.log import get_logger
@@ -28,24 +28,25 @@ class NatsProtocolError(Exception):
     """The server said -ERR, answered what the protocol does not allow, or lacks what publishing needs."""
 
 
-@dataclass(frozen=True, slots=True)
-class Reply:
-    data: bytes
-    status: bytes = b""  # the header status line of an HMSG reply (e.g. b"503" when no stream has the subject)
+_ACK = re.compile(rb"MSG [^ \r\n]+\.(\d+) 1 (\d+)\r\n")  # a reply on our inbox subscription (sid 1)
 
-    @property
-    def acknowledged(self) -> bool:
-        """JetStream's PubAck (`{"stream":…,"seq":…}`, maybe `"duplicate":true`): stored, or already was."""
-        return not self.status and b'"seq"' in self.data and b'"error"' not in self.data
 
-    def why_not(self) -> str:
-        if self.status:
-            return f"status {self.status.decode(errors='replace')}"
-        try:
-            answer = json.loads(self.data)
-        except ValueError:
-            return repr(self.data[:200])
-        return str(answer.get("error", answer)) if isinstance(answer, dict) else repr(answer)
+def acknowledged(reply: bytes) -> bool:
+    """JetStream's PubAck (`{"stream":…,"seq":…}`, maybe `"duplicate":true`): stored, or already was."""
+    return b'"seq"' in reply and b'"error"' not in reply
+
+
+def _refusal(reply: bytes | None, status: bytes | None) -> str | None:
+    """Why JetStream did not store a message, from its reply; None when there was no reply."""
+    if status is not None:
+        return f"status {status.decode(errors='replace')}"  # 503: no stream takes the subject
+    if reply is None:
+        return None
+    try:
+        answer = json.loads(reply)
+    except ValueError:
+        return repr(reply[:200])
+    return str(answer.get("error", answer)) if isinstance(answer, dict) else repr(answer)
 
 
 class JetStreamConnection:
@@ -63,8 +64,9 @@ class JetStreamConnection:
             try:
                 self._sock = self._open(url.strip(), name)
                 break
-            except (OSError, NatsProtocolError) as exc:
-                errors.append(f"{url.strip()}: {type(exc).__name__}: {exc}")
+            except (OSError, NatsProtocolError) as exc:  # named by host and port: never the credentials
+                where = urlsplit(url.strip() if "://" in url else f"nats://{url.strip()}")
+                errors.append(f"{where.hostname}:{where.port or 4222}: {type(exc).__name__}: {exc}")
         else:
             raise ConnectionError("; ".join(errors) or "no NATS server url")
 
@@ -139,55 +141,82 @@ class JetStreamConnection:
         self._at += size + 2
         return body
 
-    def publish(self, messages: list[tuple[str, str | None, bytes]]) -> tuple[dict[int, Reply], str | None]:
-        """Write (subject, message id or None, payload) in order, each asking for its own reply, then read the
-        replies until every one came or `timeout_s` passed without any: index -> reply, and why some are
-        missing (None when none is). The socket's errors propagate (the connection is then unusable)."""
-        first = self._next
-        self._next += len(messages)
-        parts = []
-        for i, (subject, msg_id, payload) in enumerate(messages, first):
-            if msg_id is None:
-                parts.append(f"PUB {subject} {self._inbox}.{i} {len(payload)}\r\n".encode())
-            else:
-                header = f"NATS/1.0\r\nNats-Msg-Id: {msg_id}\r\n\r\n".encode()
-                size = len(header)
-                parts.append(f"HPUB {subject} {self._inbox}.{i} {size} {size + len(payload)}\r\n".encode())
-                parts.append(header)
-            parts.append(payload)
-            parts.append(b"\r\n")
-        self._sock.sendall(b"".join(parts))
-        replies: dict[int, Reply] = {}
-        prefix_len = len(self._inbox) + 1
-        try:
-            while len(replies) < len(messages):
-                line = self._line()
-                if line.startswith(b"MSG "):  # MSG <subject> <sid> <size>
-                    fields = line.split(b" ")
-                    body = self._body(int(fields[-1]))
-                    replies[int(fields[1][prefix_len:]) - first] = Reply(body)
-                elif line.startswith(b"HMSG "):  # HMSG <subject> <sid> <header size> <total size>
-                    fields = line.split(b" ")
-                    body = self._body(int(fields[-1]))
-                    status_line = body[: int(fields[-2])].split(b"\r\n", 1)[0]  # NATS/1.0 503
-                    status = status_line[9:].strip() or b"?"
-                    replies[int(fields[1][prefix_len:]) - first] = Reply(body[int(fields[-2]) :], status)
-                elif line not in (b"PONG", b"+OK") and not line.startswith(b"INFO "):
-                    raise NatsProtocolError(f"unexpected {line[:200]!r}")
-        except TimeoutError:
-            return replies, f"no acknowledgement within {self.timeout_s:g} s"
-        return replies, None
+    def publish(self, messages: list[tuple[bytes, bytes, bytes]]) -> tuple[int, str | None]:
+        """Write (subject, message id, payload) in order, each asking for its own reply, then read the
+        replies until every one came or `timeout_s` passed without any: how many, from the first, JetStream
+        acknowledged (stored, or already had: a duplicate), and why the next one was not (None: all were).
+        The socket's errors propagate (the connection is then unusable)."""
+        replies, statuses, why = self._exchange(messages)
+        for i in range(len(messages)):
+            reply = replies.get(i)
+            if reply is None or not acknowledged(reply):
+                refusal = _refusal(reply, statuses.get(i))
+                return i, why if refusal is None else f"JetStream refused {messages[i][1].decode()}: {refusal}"
+        return len(messages), None
 
-    def request(self, subject: str, payload: bytes) -> Reply:
-        """One request/reply (the JetStream API); raises TimeoutError when nothing answers in time."""
-        replies, why = self.publish([(subject, None, payload)])
+    def request(self, subject: str, payload: bytes) -> bytes:
+        """One request/reply (the JetStream API); raises when nothing answers in time or the answer is a status."""
+        replies, statuses, why = self._exchange([(subject.encode(), None, payload)])
+        if 0 in statuses:
+            raise NatsProtocolError(f"{subject}: status {statuses[0].decode(errors='replace')}")
         if 0 not in replies:
             raise TimeoutError(f"{subject}: {why}")
         return replies[0]
 
+    def _exchange(
+        self, messages: list[tuple[bytes, bytes | None, bytes]]
+    ) -> tuple[dict[int, bytes], dict[int, bytes], str | None]:
+        """Replies (index -> body), header statuses of the HMSG replies (index -> b"503"), why some are missing."""
+        first = self._next
+        self._next += len(messages)
+        inbox = self._inbox.encode()
+        parts = []
+        for i, (subject, msg_id, payload) in enumerate(messages, first):
+            if msg_id is None:
+                parts.append(b"PUB %s %s.%d %d\r\n%s\r\n" % (subject, inbox, i, len(payload), payload))
+            else:  # the header block is NATS/1.0\r\nNats-Msg-Id: <id>\r\n\r\n: 27 bytes and the id
+                size = 27 + len(msg_id)
+                parts.append(
+                    b"HPUB %s %s.%d %d %d\r\nNATS/1.0\r\nNats-Msg-Id: %s\r\n\r\n%s\r\n"
+                    % (subject, inbox, i, size, size + len(payload), msg_id, payload)
+                )
+        self._sock.sendall(b"".join(parts))
+        replies: dict[int, bytes] = {}
+        statuses: dict[int, bytes] = {}
+        prefix_len = len(inbox) + 1
+        match = _ACK.match
+        try:
+            while len(replies) + len(statuses) < len(messages):
+                found = match(self._buffer, self._at)  # the usual reply, parsed in one step
+                if found is not None:
+                    start = found.end()
+                    end = start + int(found[2])
+                    if end + 2 <= len(self._buffer):
+                        replies[int(found[1]) - first] = self._buffer[start:end]
+                        self._at = end + 2
+                        continue
+                line = self._line()
+                if line.startswith(b"MSG "):  # MSG <subject> <sid> <size>
+                    fields = line.split(b" ")
+                    replies[int(fields[1][prefix_len:]) - first] = self._body(int(fields[-1]))
+                elif line.startswith(b"HMSG "):  # HMSG <subject> <sid> <header size> <total size>
+                    fields = line.split(b" ")
+                    body = self._body(int(fields[-1]))
+                    status = body[: int(fields[-2])].split(b"\r\n", 1)[0][9:].strip()  # NATS/1.0 503
+                    index = int(fields[1][prefix_len:]) - first
+                    if status:
+                        statuses[index] = status
+                    else:
+                        replies[index] = body[int(fields[-2]) :]
+                elif line not in (b"PONG", b"+OK") and not line.startswith(b"INFO "):
+                    raise NatsProtocolError(f"unexpected {line[:200]!r}")
+        except TimeoutError:
+            return replies, statuses, f"no acknowledgement within {self.timeout_s:g} s"
+        return replies, statuses, None
+
     def ensure_stream(self, stream: str, subjects: list[str], duplicate_window_s: float) -> None:
         """Create `stream` (file storage, limits retention: JetStream's defaults) unless it exists."""
-        info = json.loads(self.request(f"$JS.API.STREAM.INFO.{stream}", b"").data or b"{}")
+        info = json.loads(self.request(f"$JS.API.STREAM.INFO.{stream}", b"") or b"{}")
         error = info.get("error")
         if not error:
             return
@@ -201,7 +230,7 @@ class JetStreamConnection:
             "retention": "limits",
             "num_replicas": 1,
         }
-        created = json.loads(self.request(f"$JS.API.STREAM.CREATE.{stream}", json.dumps(config).encode()).data)
+        created = json.loads(self.request(f"$JS.API.STREAM.CREATE.{stream}", json.dumps(config).encode()))
         if created.get("error"):
             raise NatsProtocolError(f"cannot create stream {stream}: {created['error']}")
         log.info("output.stream_created", stream=stream, subjects=subjects)

@@ -47,7 +47,7 @@ class NatsOutput:
         self.name, self.source, self.config = name, source, config
         self.last_error: str | None = None
         self._conn: JetStreamConnection | None = None
-        self._subjects: dict[tuple[str, str], str] = {}  # (db, table) -> its subject
+        self._subjects: dict[tuple[str, str], bytes] = {}  # (db, table) -> its subject
 
     def _connect(self) -> JetStreamConnection:
         if self._conn is None:
@@ -63,12 +63,12 @@ class NatsOutput:
             self._conn = conn
         return self._conn
 
-    def subject(self, message: Message) -> str:
+    def subject(self, message: Message) -> bytes:
         e = message.event
         subject = self._subjects.get((e.schema, e.table))
         if subject is None:
             tokens = [self.config.subject_prefix, subject_token(self.source), subject_token(e.schema)]
-            subject = self._subjects[(e.schema, e.table)] = ".".join([*tokens, subject_token(e.table)])
+            subject = self._subjects[(e.schema, e.table)] = ".".join([*tokens, subject_token(e.table)]).encode()
         return subject
 
     def deliver(self, messages: list[Message]) -> int:
@@ -80,17 +80,13 @@ class NatsOutput:
             conn = self._connect()
             for start in range(0, len(messages), window):
                 group = messages[start : start + window]
-                replies, why = conn.publish([(self.subject(m), m.msg_id, m.payload) for m in group])
-                for i in range(len(group)):
-                    reply = replies.get(i)
-                    if reply is None or not reply.acknowledged:
-                        self.last_error = (
-                            why if reply is None else f"JetStream refused {group[i].msg_id}: {reply.why_not()}"
-                        )
-                        log.warning("output.publish_failed", output=self.name, error=self.last_error)
-                        self.close()
-                        return done + i
-                done += len(group)
+                acked, why = conn.publish([(self.subject(m), m.msg_id.encode(), m.payload) for m in group])
+                done += acked
+                if why is not None:
+                    self.last_error = why
+                    log.warning("output.publish_failed", output=self.name, error=why)
+                    self.close()
+                    return done
             return done
         except (OSError, NatsProtocolError, ValueError) as exc:
             self.last_error = f"{type(exc).__name__}: {exc}"
