@@ -64,7 +64,7 @@ class JetStreamConnection:
             try:
                 self._sock = self._open(url.strip(), name)
                 break
-            except (OSError, NatsProtocolError) as exc:  # named by host and port: never the credentials
+            except (OSError, NatsProtocolError, ValueError) as exc:  # named by host and port, never credentials
                 where = urlsplit(url.strip() if "://" in url else f"nats://{url.strip()}")
                 errors.append(f"{where.hostname}:{where.port or 4222}: {type(exc).__name__}: {exc}")
         else:
@@ -74,6 +74,7 @@ class JetStreamConnection:
         parts = urlsplit(url if "://" in url else f"nats://{url}")
         host, port = parts.hostname or "127.0.0.1", parts.port or 4222
         sock: socket.socket = socket.create_connection((host, port), timeout=self.timeout_s)
+        self._buffer, self._at = b"", 0  # nothing left from a server tried before
         try:
             self._sock = sock
             info = json.loads(self._line(expect=b"INFO ")[5:])
