@@ -28,7 +28,8 @@ class NatsProtocolError(Exception):
     """The server said -ERR, answered what the protocol does not allow, or lacks what publishing needs."""
 
 
-_ACK = re.compile(rb"MSG [^ \r\n]+\.(\d+) 1 (\d+)\r\n")  # a reply on our inbox subscription (sid 1)
+# a reply on our inbox subscription (sid 1); nats-server writes the empty reply-to field as a second space
+_ACK = re.compile(rb"MSG [^ \r\n]+\.(\d+) 1 +(\d+)\r\n")
 
 
 def acknowledged(reply: bytes) -> bool:
