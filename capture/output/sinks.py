@@ -7,15 +7,21 @@ whose acknowledgement was lost is a duplicate recognisable by its LSN (JetStream
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import re
 import urllib.error
 import urllib.request
-from typing import Protocol
+from typing import Any, Protocol
+from urllib.parse import urlsplit
+
+import nats
+from nats.js.api import StreamConfig
+from nats.js.errors import NotFoundError
 
 from capture.config import OutputConfig
 from capture.log import get_logger
 from capture.output.formats import Message
-from capture.output.jetstream import JetStreamConnection, NatsProtocolError
 
 log = get_logger(__name__)
 
@@ -38,66 +44,128 @@ def subject_token(name: str) -> str:
 
 
 class NatsOutput:
-    """Publishes to a JetStream stream, one subject per table (`<prefix>.<source>.<db>.<table>`), the
-    message id (`Nats-Msg-Id`: source and LSN) letting JetStream drop the duplicates of a retry; a
-    message counts only once JetStream acknowledged it (stored). Up to `max_inflight` publishes are
-    written before their acknowledgements are read (capture/output/jetstream.py: the wire protocol)."""
+    """Publishes to a JetStream stream through nats-py, one subject per table
+    (`<prefix>.<source>.<db>.<table>`), the message id (`Nats-Msg-Id`: source and LSN) letting JetStream drop
+    the duplicates of a retry; a message counts only once JetStream acknowledged it (stored). A window of
+    `max_inflight` messages is published before any acknowledgement is awaited."""
 
     def __init__(self, name: str, source: str, config: OutputConfig) -> None:
         self.name, self.source, self.config = name, source, config
         self.last_error: str | None = None
-        self._conn: JetStreamConnection | None = None
-        self._subjects: dict[tuple[str, str], bytes] = {}  # (db, table) -> its subject
+        self._loop = asyncio.new_event_loop()
+        self._nc: Any = None
+        self._js: Any = None
+        self._subjects: dict[tuple[str, str], str] = {}  # (db, table) -> its subject
+        self._secrets = [p for p in (urlsplit(u.strip()).password for u in config.url.split(",")) if p]
 
-    def _connect(self) -> JetStreamConnection:
-        if self._conn is None:
-            conn = JetStreamConnection(self.config.url.split(","), self.config.timeout_s, f"logtide-relay-{self.name}")
+    def _run(self, coro: Any) -> Any:
+        return self._loop.run_until_complete(coro)
+
+    def _why(self, exc: BaseException) -> str:
+        """The error as one line, without any password from the URLs."""
+        text = f"{type(exc).__name__}: {exc}"
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        return text
+
+    async def _connect(self) -> None:
+        if self._nc is not None:
+            return
+
+        async def on_error(exc: Exception) -> None:  # one line instead of the client's traceback
+            log.warning("output.nats_error", output=self.name, error=self._why(exc))
+
+        nc = await nats.connect(
+            servers=[u.strip() for u in self.config.url.split(",")],
+            connect_timeout=self.config.timeout_s,
+            error_cb=on_error,
+            name=f"logtide-relay-{self.name}",
+            # no buffering across a reconnect: what JetStream stored is then always a prefix of what was
+            # sent, so a retry (deduplicated by message id) never lands behind a later message
+            allow_reconnect=False,
+        )
+        self._nc, self._js = nc, nc.jetstream(timeout=self.config.timeout_s)
+        # a first request before any window: it sets up the client's one reply subscription, so the
+        # publishes of a window do not race to set it up (and none waits for it behind a later one)
+        await self._js.account_info()
+        if self.config.create_stream:
             try:
-                if self.config.create_stream:
-                    conn.ensure_stream(
-                        self.config.stream, [f"{self.config.subject_prefix}.>"], self.config.duplicate_window_s
+                await self._js.stream_info(self.config.stream)
+            except NotFoundError:
+                await self._js.add_stream(
+                    StreamConfig(
+                        name=self.config.stream,
+                        subjects=[f"{self.config.subject_prefix}.>"],
+                        duplicate_window=self.config.duplicate_window_s,
                     )
-            except BaseException:
-                conn.close()
-                raise
-            self._conn = conn
-        return self._conn
+                )
 
-    def subject(self, message: Message) -> bytes:
+    def subject(self, message: Message) -> str:
         e = message.event
         subject = self._subjects.get((e.schema, e.table))
         if subject is None:
             tokens = [self.config.subject_prefix, subject_token(self.source), subject_token(e.schema)]
-            subject = self._subjects[(e.schema, e.table)] = ".".join([*tokens, subject_token(e.table)]).encode()
+            subject = self._subjects[(e.schema, e.table)] = ".".join([*tokens, subject_token(e.table)])
         return subject
 
-    def deliver(self, messages: list[Message]) -> int:
-        """Publish in windows of `max_inflight`; count the acknowledged ones from the first on. A connection
-        is closed after any error (a new one next time), never reused: no later message lands behind a retry."""
+    async def _publish(self, messages: list[Message]) -> int:
+        """Publish in windows of `max_inflight`; count the acknowledged ones from the first on."""
+        await self._connect()
         done = 0
         window = max(1, self.config.max_inflight)
+        for start in range(0, len(messages), window):
+            group = messages[start : start + window]
+            acked = await self._window(group)
+            done += acked
+            if acked < len(group):
+                return done
+        return done
+
+    async def _window(self, group: list[Message]) -> int:
+        """All of `group` published before any acknowledgement is awaited (`js.publish` tasks, started in
+        order: each writes its message before its first wait); the count stops at the first message not
+        acknowledged (refused, or none within `timeout_s`), `last_error` saying why. (nats-py 2.16's
+        `publish_async` never completes the future of a refused message: a refusal would look like a timeout.)"""
+        js, timeout = self._js, self.config.timeout_s
+        tasks = [
+            asyncio.ensure_future(js.publish(self.subject(m), m.payload, timeout, headers={"Nats-Msg-Id": m.msg_id}))
+            for m in group
+        ]
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        acked = len(group)
+        for i, task in enumerate(tasks):
+            if not task.done() or task.exception() is not None:
+                why = task.exception() if task.done() else TimeoutError("no acknowledgement")
+                self.last_error = f"JetStream did not acknowledge {group[i].msg_id}: {self._why(why)}"
+                acked = i
+                break
+        for task in tasks[acked:]:
+            task.cancel()
+        await asyncio.gather(*tasks[acked:], return_exceptions=True)  # retrieved: no "never retrieved" noise
+        return acked
+
+    def deliver(self, messages: list[Message]) -> int:
+        """A connection is closed after any error (a new one next time), never reused: no later message
+        lands behind a retry, and no late acknowledgement is mistaken for a new one."""
         try:
-            conn = self._connect()
-            for start in range(0, len(messages), window):
-                group = messages[start : start + window]
-                acked, why = conn.publish([(self.subject(m), m.msg_id.encode(), m.payload) for m in group])
-                done += acked
-                if why is not None:
-                    self.last_error = why
-                    log.warning("output.publish_failed", output=self.name, error=why)
-                    self.close()
-                    return done
-            return done
-        except (OSError, NatsProtocolError, ValueError) as exc:
-            self.last_error = f"{type(exc).__name__}: {exc}"
-            log.warning("output.publish_failed", output=self.name, error=self.last_error)
-            self.close()
-            return done
+            done = self._run(self._publish(messages))
+            if done == len(messages):
+                return done
+        except Exception as exc:
+            self.last_error, done = self._why(exc), 0
+        log.warning("output.publish_failed", output=self.name, error=self.last_error)
+        self._run(self._close())
+        return done
+
+    async def _close(self) -> None:
+        if self._nc is not None:
+            with contextlib.suppress(Exception):  # closing a broken connection: nothing to keep
+                await self._nc.close()
+        self._nc = self._js = None
 
     def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        self._run(self._close())
+        self._loop.close()
 
 
 class WebhookOutput:
