@@ -196,6 +196,23 @@ def make_relay(tmp_path: Path) -> Iterator:
         relay.kill()
 
 
+@pytest.fixture
+def dump_in_thread() -> Iterator:
+    """`dump_in_thread(capture, table, chunk_size, delay_s)` -> (thread, outcome): a dump running in a thread
+    (tests/integration/outputs.py BackgroundDump), cancelled and waited for afterwards, pass or fail."""
+    from tests.integration.outputs import BackgroundDump
+
+    dumps: list[BackgroundDump] = []
+
+    def start(capture, table: str, chunk_size: int, delay_s: float) -> tuple:
+        dumps.append(BackgroundDump(capture, table, chunk_size, delay_s))
+        return dumps[-1].thread, dumps[-1].outcome
+
+    yield start
+    for dump in dumps:
+        dump.stop()
+
+
 def settle(seconds: float = 0.3) -> None:
     time.sleep(seconds)
 

@@ -451,6 +451,7 @@ class NatsServer(ChildServer):
     base: Path
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
+    options: tuple[str, ...] = ()  # more nats-server options, e.g. ("--user", "u", "--pass", "p")
     stop_timeout_s = 30.0
     kill_on_destroy = True
 
@@ -462,7 +463,7 @@ class NatsServer(ChildServer):
         self.base.mkdir(parents=True, exist_ok=True)
         log = open(self.base / "nats.log", "ab")  # noqa: SIM115 - owned by the child
         self.process = subprocess.Popen(
-            [NATS_SERVER, "-js", "-a", "127.0.0.1", "-p", str(self.port), "-sd", str(self.base / "js")],
+            [NATS_SERVER, "-js", "-a", "127.0.0.1", "-p", str(self.port), "-sd", str(self.base / "js"), *self.options],
             stdout=log,
             stderr=log,
             start_new_session=True,

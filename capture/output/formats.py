@@ -10,13 +10,14 @@ binary.handling.mode=base64).
 from __future__ import annotations
 
 import base64
-import json
 import time
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from datetime import time as dtime
 from decimal import Decimal
 from typing import Any
+
+import orjson
 
 from capture.events import lsn_text
 from capture.output.interleave import Event
@@ -28,7 +29,9 @@ UNAVAILABLE = "__debezium_unavailable_value"
 
 
 def _default(value: Any) -> Any:
-    """What json cannot write itself (called by its C encoder only for those values)."""
+    """What orjson cannot write itself (called only for those values). Its own are as Python's json and
+    isoformat write them (dates and times ISO 8601, timestamps with their offset), 5 to 10 times faster;
+    a float NaN or infinity becomes null (Python's json wrote NaN, which is not JSON)."""
     if isinstance(value, Decimal):
         return str(value)
     if isinstance(value, datetime | date | dtime):
@@ -51,9 +54,6 @@ def _image(row: dict[str, Any] | None, missing: tuple[str, ...] = (), placeholde
     if placeholder is _LEAVE_OUT:
         return {k: v for k, v in row.items() if k not in missing}
     return {k: placeholder if k in missing else v for k, v in row.items()}
-
-
-_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=_default)
 
 
 def _millis(ts: datetime | None) -> int | None:
@@ -129,5 +129,5 @@ FORMATS = {"logtide": logtide_json, "debezium": debezium}
 
 def encode(fmt: str, source: str, kind: str, event: Event, database: str | None = None) -> Message:
     body = FORMATS[fmt](source, kind, event, database)
-    payload = _ENCODER.encode(body).encode()
+    payload = orjson.dumps(body, default=_default)
     return Message(event, message_id(source, event), payload)

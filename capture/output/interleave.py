@@ -122,6 +122,8 @@ class Interleaver:
     def replay_from(self, next_lsn: int) -> int:
         """Where a restarted interleaver must start reading to rebuild the open windows (their look-back
         included); `next_lsn` when none is open."""
+        if not self._open:  # the usual case, asked for every event
+            return next_lsn
         return min((w.history_from for w in self._open.values()), default=next_lsn)
 
     def push(self, event: Event) -> list[Event]:
@@ -141,8 +143,9 @@ class Interleaver:
             if mark["kind"] == "HIGH":
                 return self._high(mark, event)
             raise WatermarkError(f"watermark {mark['watermark_id']} at LSN {event.lsn} has kind {mark['kind']!r}")
-        for window in self._by_table.get(event.qualified_name, ()):
-            window.events.append(event)
+        if self._by_table:  # a window is open
+            for window in self._by_table.get(event.qualified_name, ()):
+                window.events.append(event)
         self._recent.append(event)
         return [event]
 

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from capture.errors import LandingZoneError
@@ -89,7 +90,7 @@ class LandingReader:
             if taken and rows >= max_rows and first > start:
                 end = first  # every event below it is in the files taken
                 break
-            data = pq.read_table(path)
+            data = pq.read_table(path, memory_map=True)
             taken.append((path, data))
             rows += data.num_rows
         events: list[Event] = []
@@ -99,7 +100,7 @@ class LandingReader:
             key = tuple(k for k in metadata.get(b"logtide.key", b"").decode().split(",") if k)
             # column by column: Arrow builds each column's Python values in one pass (a row-wise
             # to_pylist costs about twice as much, the relay's largest share after the output itself)
-            lsns = [int(v) for v in data.column("_lsn").to_pylist()]
+            lsns = [int(v) for v in data.column("_lsn").cast(pa.string()).to_pylist()]  # no Decimal objects
             keep = [i for i, lsn in enumerate(lsns) if start <= lsn < end]
             if len(keep) < len(lsns):
                 data, lsns = data.take(keep), [lsns[i] for i in keep]
@@ -111,7 +112,7 @@ class LandingReader:
                 data.column("before").to_pylist(),
                 data.column("after").to_pylist(),
                 data.column("_txid").to_pylist(),
-                data.column("_commit_ts").to_pylist(),
+                _repeated(data.column("_commit_ts")),
                 missing,
                 strict=True,
             )
@@ -126,7 +127,7 @@ class LandingReader:
         schema, _, name = table.partition(".")
         path = chunk_path(self.zone, dump_id, schema, name, chunk)
         try:
-            data = pq.read_table(path)
+            data = pq.read_table(path, memory_map=True)
             meta = read_chunk_meta(path)
         except FileNotFoundError:
             return None
@@ -143,6 +144,14 @@ class LandingReader:
             else:
                 open_lows.pop(slot, None)
         return min(open_lows.values(), default=frontier)
+
+
+def _repeated(column: pa.ChunkedArray) -> list[Any]:
+    """A column's Python values, each distinct one built once: a transaction's events share its commit
+    time, and a zoned timestamp costs more to build than the rest of its event's columns together."""
+    encoded = column.combine_chunks().dictionary_encode()
+    values = encoded.dictionary.to_pylist()
+    return [None if i is None else values[i] for i in encoded.indices.to_pylist()]
 
 
 @dataclass(frozen=True)

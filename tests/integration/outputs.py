@@ -82,24 +82,35 @@ class RelayProcess:
         return self.log_path.read_text() if self.log_path.exists() else ""
 
 
-def dump_in_thread(capture, table: str, chunk_size: int, delay_s: float) -> tuple[threading.Thread, list]:
-    """Run a dump of `table` through the capture's source in a thread; its summary or error lands in the list."""
-    outcome: list = []
+class BackgroundDump:
+    """A dump of `table` through the capture's source, in a thread; its summary or error lands in `outcome`.
+    It is also its own dump control: `stop()` cancels it at its next chunk and waits for it, so a test that
+    fails does not leave it writing watermarks and chunks into servers that later tests share."""
 
-    def run() -> None:
-        engine, source = open_engine(capture)
+    def __init__(self, capture, table: str, chunk_size: int, delay_s: float) -> None:
+        self.outcome: list = []
+        self._cancel = threading.Event()
+        settings = DumpSettings(chunk_size=chunk_size, delay_s=delay_s)
+        self.thread = threading.Thread(target=self._run, args=(capture, table, settings), daemon=True)
+        self.thread.start()
+
+    def overrides(self) -> dict[str, Any]:  # capture/dump/control.py ControlStore, read before every chunk
+        return {"state": "cancelled"} if self._cancel.is_set() else {}
+
+    def _run(self, capture, table: str, settings: DumpSettings) -> None:
+        engine, source = open_engine(capture, control=self)
         try:
-            outcome.append(
-                engine.run(DumpRequest(tables=[table], settings=DumpSettings(chunk_size=chunk_size, delay_s=delay_s)))
-            )
+            self.outcome.append(engine.run(DumpRequest(tables=[table], settings=settings)))
         except BaseException as exc:
-            outcome.append(exc)
+            self.outcome.append(exc)
         finally:
             source.close()
 
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread, outcome
+    def stop(self, timeout: float = 90) -> None:
+        """Cancel at the next chunk (a chunk waiting for a lagging output may take up to capture/dump/gate.py
+        MAX_WAIT_S) and wait for the thread."""
+        self._cancel.set()
+        self.thread.join(timeout)
 
 
 def expected_stream(zone: LandingZone, tables: set[str] | None = None) -> list[Event]:

@@ -18,6 +18,7 @@ import pytest
 from capture.config import OutputConfig, load_config
 from capture.dump.control import DumpSettings
 from capture.dump.engine import DumpEngine, DumpRequest
+from capture.errors import DumpCancelledError
 from capture.events import Change, ChangeBatch, Column, Lsn, Op, TableSchema, TransactionEnd
 from capture.landing import Checkpoint, LandingZone
 from capture.landing.log_writer import LogWriter
@@ -28,9 +29,9 @@ from capture.sources import open_chunk_source
 from capture.status import outputs_status
 from tests.integration.dumping import Workload, populate_ledger, reconciled_state, table_state, wait_until_landed
 from tests.integration.outputs import (
+    BackgroundDump,
     add_outputs,
     debezium_state,
-    dump_in_thread,
     expected_stream,
     logtide_state,
     read_jetstream,
@@ -44,7 +45,7 @@ pytestmark = pytest.mark.integration
 
 
 def test_jetstream_gets_the_log_and_dump_rows_interleaved_through_kills_of_capture_and_relay(
-    mariadb, database, make_capture, nats_server, tmp_path, make_relay
+    mariadb, database, make_capture, nats_server, tmp_path, make_relay, dump_in_thread
 ):
     populate_ledger(mariadb, database, 3000)  # history before capture started: only the dump brings it
     capture = make_capture([f"{database}.*"])
@@ -119,7 +120,7 @@ class _Hook(BaseHTTPRequestHandler):
 
 
 def test_webhook_retries_failures_and_timeouts_and_loses_nothing_in_debeziums_envelope(
-    mariadb, database, make_capture, tmp_path, make_relay
+    mariadb, database, make_capture, tmp_path, make_relay, dump_in_thread
 ):
     populate_ledger(mariadb, database, 400)
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Hook)
@@ -291,7 +292,7 @@ class _SlowHook(BaseHTTPRequestHandler):
 
 
 def test_a_slow_output_holds_a_dump_back_to_one_chunk_ahead_of_it(
-    mariadb, database, make_capture, tmp_path, make_relay
+    mariadb, database, make_capture, tmp_path, make_relay, dump_in_thread
 ):
     populate_ledger(mariadb, database, 400)
     server = ThreadingHTTPServer(("127.0.0.1", 0), _SlowHook)
@@ -340,7 +341,7 @@ class _DownHook(BaseHTTPRequestHandler):
 
 
 def test_a_failing_webhook_holds_a_dump_back_shows_it_in_status_and_the_dump_ends_once_it_recovers(
-    mariadb, database, make_capture, tmp_path, make_relay
+    mariadb, database, make_capture, tmp_path, make_relay, dump_in_thread
 ):
     populate_ledger(mariadb, database, 200)
     server = ThreadingHTTPServer(("127.0.0.1", 0), _DownHook)
@@ -431,3 +432,16 @@ def test_a_relay_backing_off_from_a_failing_output_still_counts_as_alive_for_the
         server.shutdown()
     gaps = [b - a for a, b in itertools.pairwise(written)]
     assert max(gaps) <= STATE_EVERY_S + 0.5, gaps  # the 3.2 s backoff did not silence it
+
+
+def test_a_background_dump_stops_at_its_next_chunk_when_its_test_ends(mariadb, database, make_capture):
+    """tests/integration/outputs.py BackgroundDump, as the `dump_in_thread` fixture ends it after a test (one
+    that failed used to leave its dump running into the tests after it, on the same server)."""
+    populate_ledger(mariadb, database, 400)
+    capture = make_capture([f"{database}.*"])
+    dump = BackgroundDump(capture, f"{database}.ledger", chunk_size=10, delay_s=0.2)  # 40 chunks: 8 s or more
+    time.sleep(0.5)
+    began = time.monotonic()
+    dump.stop()
+    assert not dump.thread.is_alive() and time.monotonic() - began < 3
+    assert len(dump.outcome) == 1 and isinstance(dump.outcome[0], DumpCancelledError), dump.outcome

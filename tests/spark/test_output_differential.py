@@ -17,7 +17,6 @@ from capture.merge.app import run_merge
 from capture.output.landing import Position, read_position
 from tests.integration.outputs import (
     add_outputs,
-    dump_in_thread,
     expected_stream,
     logtide_state,
     read_jetstream,
@@ -65,7 +64,7 @@ def source(request: pytest.FixtureRequest) -> Source:
 
 @pytest.mark.parametrize("source", ["mariadb", "postgres"], indirect=True)
 def test_the_online_stream_and_the_spark_merge_agree_with_each_other_and_the_source(
-    source, catalogs, spark, nats_server, make_relay
+    source, catalogs, spark, nats_server, make_relay, dump_in_thread
 ):
     source.server.execute(*DDL[source.kind], database=source.database)
     table = TABLE[source.kind]

@@ -4,7 +4,7 @@ Logtide's own JSON, for every op, PostgreSQL's missing (TOAST) columns and the v
 from __future__ import annotations
 
 import json
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, time, timedelta, timezone
 from decimal import Decimal
 
 import jsonschema
@@ -12,7 +12,7 @@ import pytest
 
 from capture.config import parse_config
 from capture.errors import ConfigError
-from capture.output.formats import UNAVAILABLE, encode
+from capture.output.formats import UNAVAILABLE, _default, encode
 from capture.output.interleave import Event
 
 pytestmark = pytest.mark.unit
@@ -126,6 +126,33 @@ def test_logtide_json_carries_lsn_key_missing_columns_and_the_chunk():
     assert update["missing"] == ["body"] and "body" not in update["after"] and update["after"]["id"] == 7
     assert delete["key"] == {"id": 7} and delete["after"] is None
     assert row["dump"] == {"id": "dump-1", "chunk": 12} and row["order"] == 3 and row["lsn"] == str(BIG_LSN + 3)
+
+
+def test_every_payload_is_strict_json_with_values_as_before():
+    """Python's json, which the outputs used until 2026-11-24, wrote NaN and Infinity (not JSON); orjson
+    writes null, and every other value as before: the old encoder's output is the reference."""
+    odd = {
+        "id": 18446744073709551615,  # BIGINT UNSIGNED's largest
+        "f": float("nan"),
+        "g": float("-inf"),
+        "small": -9223372036854775808,
+        "t": time(23, 59, 59, 1),
+        "naive": datetime(2026, 1, 2, 3, 4, 5),
+        "zoned": datetime(2026, 1, 2, 3, 4, 5, 6, tzinfo=timezone(timedelta(hours=-3, minutes=-30))),
+        "span": timedelta(days=-1, microseconds=5),
+        "text": 'naïve \u2028 \x00 "q" \U0001f600 </script>',
+        "raw": memoryview(b"\x00\xff"),
+        "dec": Decimal("-1E+30"),
+    }
+    event = Event("db", "t", BIG_LSN, "c", None, odd, ("id",), None, None)
+    for fmt in ("logtide", "debezium"):
+        after = json.loads(encode(fmt, "src", "mariadb", event).payload, parse_constant=_not_json)["after"]
+        reference = json.loads(json.dumps({**odd, "f": None, "g": None}, default=_default))
+        assert after == reference
+
+
+def _not_json(token: str) -> None:
+    raise AssertionError(f"{token} is not JSON")
 
 
 def test_message_ids_tell_log_events_and_chunk_rows_apart():

@@ -12,7 +12,6 @@ from capture.output.landing import Position, read_position
 from tests.integration.outputs import (
     add_outputs,
     debezium_state,
-    dump_in_thread,
     expected_stream,
     read_jetstream,
     read_state,
@@ -25,7 +24,7 @@ pytestmark = pytest.mark.integration
 
 
 def test_jetstream_stream_of_a_postgresql_dump_under_load_rebuilds_the_table(
-    postgres, pg_database, make_pg_capture, nats_server, tmp_path, make_relay
+    postgres, pg_database, make_pg_capture, nats_server, tmp_path, make_relay, dump_in_thread
 ):
     postgres.execute(
         "CREATE TABLE ledger (id int PRIMARY KEY, v int, note text)",

@@ -1,0 +1,115 @@
+"""The NATS output (capture/output/sinks.py NatsOutput, nats-py's publish_async) against a real
+`nats-server -js`: what JetStream acknowledges counts, what it refuses stops the count there and says why,
+duplicates are dropped by message id, credentials in the URL are used and never shown, and a server that
+went away is reconnected to."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import UTC, datetime
+from decimal import Decimal
+
+import pytest
+
+from capture.config import OutputConfig
+from capture.output.formats import Message, encode
+from capture.output.interleave import Event
+from capture.output.sinks import NatsOutput
+from tests.integration.outputs import read_jetstream, stream_count
+from tests.servers import NatsServer
+
+pytestmark = pytest.mark.integration
+
+HOSTILE = 'naïve \u2028 "quoted" \r\nNATS/1.0 503\r\n\r\n'  # a payload that looks like the protocol
+
+
+def messages(n: int, table: str = "t", first: int = 1) -> list[Message]:
+    at = datetime(2026, 11, 24, tzinfo=UTC)
+    return [
+        encode(
+            "logtide",
+            "src",
+            "mysql",
+            Event("db", table, lsn, "c", None, {"id": lsn, "v": HOSTILE, "d": Decimal("1.10")}, ("id",), "7", at),
+        )
+        for lsn in range(first, first + n)
+    ]
+
+
+def output(url: str, **settings) -> tuple[NatsOutput, str, str]:
+    stream, prefix = f"S{uuid.uuid4().hex[:8]}", f"p{uuid.uuid4().hex[:8]}"
+    config = OutputConfig(source="src", kind="nats", url=url, stream=stream, subject_prefix=prefix, **settings)
+    return NatsOutput("js", "src", config), stream, prefix
+
+
+def test_acknowledged_messages_count_in_order_and_duplicates_are_dropped_by_message_id(nats_server):
+    out, stream, prefix = output(nats_server.url, max_inflight=7)  # several windows
+    try:
+        sent = messages(30)
+        assert out.deliver(sent[:20]) == 20
+        assert out.deliver(sent[10:]) == 20  # a retry of 10 already stored: acknowledged as duplicates
+    finally:
+        out.close()
+    got = read_jetstream(nats_server.url, stream, f"{prefix}.>")
+    assert [msg_id for msg_id, _ in got] == [m.msg_id for m in sent]
+    assert got[0][1]["after"] == {"id": 1, "v": HOSTILE, "d": "1.10"}
+
+
+def test_a_refused_message_stops_the_count_there_and_says_why(nats_server):
+    out, stream, prefix = output(nats_server.url, max_inflight=4)
+    create_stream(nats_server.url, stream, f"{prefix}.>", max_msg_size=2000)
+    big = encode("logtide", "src", "mysql", Event("db", "t", 9, "c", None, {"id": 9, "v": "x" * 5000}, ("id",)))
+    try:
+        assert out.deliver([*messages(6), big, *messages(3, first=10)]) == 6  # the ones after it may be stored
+        assert "src:9" in (out.last_error or "") and "maximum" in (out.last_error or ""), out.last_error
+        elsewhere, _, _ = output(nats_server.url, create_stream=False)  # a subject no stream takes
+        assert elsewhere.deliver(messages(2)) == 0
+        elsewhere.close()
+        why = elsewhere.last_error or ""
+        assert "src:1" in why and "503" in why, why
+    finally:
+        out.close()
+    assert [msg_id for msg_id, _ in read_jetstream(nats_server.url, stream, f"{prefix}.>")][:6] == [
+        m.msg_id for m in messages(6)
+    ]
+
+
+def create_stream(url: str, name: str, subject: str, **limits) -> None:
+    import nats
+    from nats.js.api import StreamConfig
+
+    async def create() -> None:
+        nc = await nats.connect(url)
+        try:
+            await nc.jetstream().add_stream(StreamConfig(name=name, subjects=[subject], **limits))
+        finally:
+            await nc.close()
+
+    asyncio.run(create())
+
+
+def test_credentials_in_the_url_and_a_server_that_comes_back(tmp_path):
+    server = NatsServer(tmp_path / "nats", options=("--user", "relay", "--pass", "s3cret"))
+    server.start()
+    try:
+        url = f"nats://relay:s3cret@127.0.0.1:{server.port}"
+        wrong, _, _ = output(f"nats://relay:nope@127.0.0.1:{server.port}")
+        assert wrong.deliver(messages(1)) == 0
+        wrong.close()
+        assert "Authorization" in (wrong.last_error or ""), wrong.last_error
+        assert "nope" not in (wrong.last_error or "")  # never the password
+
+        out, stream, _ = output(url, timeout_s=2)
+        try:
+            assert out.deliver(messages(5)) == 5
+            server.stop()
+            assert out.deliver(messages(5, first=6)) == 0  # refused connection or reset: nothing counted
+            assert out.last_error
+            server.start()
+            assert out.deliver(messages(5, first=6)) == 5  # a new connection
+        finally:
+            out.close()
+        assert stream_count(f"nats://relay:s3cret@127.0.0.1:{server.port}", stream) == 10
+    finally:
+        server.destroy()
