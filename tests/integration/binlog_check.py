@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import random
 import threading
+from collections.abc import Iterator
+from typing import Any
 
 import pymysql
 from pymysqlreplication import BinLogStreamReader
@@ -73,17 +75,17 @@ def binlog_end(mariadb) -> Lsn:
     return position_lsn(end_file, int(end_pos))
 
 
-def binlog_changes(mariadb, database: str, gtid: str, end: Lsn) -> list[tuple]:
-    """(table, op, before, after) for every row change from `gtid` to `end`, straight from the binlog."""
+def row_events(port: int, database: str, gtid: str, end: Lsn, server_id: int) -> Iterator[tuple[str, Any]]:
+    """(binlog file, rows event) of every rows event of `database` from `gtid` to `end`, read by
+    mysql-replication: the independent reader the tests hold capture to."""
     stream = BinLogStreamReader(
-        connection_settings={"host": "127.0.0.1", "port": mariadb.port, "user": "root", "password": ""},
-        server_id=999,
+        connection_settings={"host": "127.0.0.1", "port": port, "user": "root", "password": ""},
+        server_id=server_id,
         is_mariadb=True,
         auto_position=gtid,
         blocking=True,
         only_events=[RotateEvent, XidEvent, QueryEvent, WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent],
     )
-    changes = []
     file = ""
     try:
         for event in stream:
@@ -92,20 +94,26 @@ def binlog_changes(mariadb, database: str, gtid: str, end: Lsn) -> list[tuple]:
                 continue
             if position_lsn(file, event.packet.log_pos) >= end:
                 break
-            if not isinstance(event, (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)) or event.schema != database:
-                continue
-            for row in event.rows:
-                if isinstance(event, WriteRowsEvent):
-                    changes.append((event.table, "c", None, row["values"]))
-                elif isinstance(event, DeleteRowsEvent):
-                    changes.append((event.table, "d", row["values"], None))
-                elif row["before_values"]["id"] != row["after_values"]["id"]:
-                    changes.append((event.table, "d", row["before_values"], None))
-                    changes.append((event.table, "c", None, row["after_values"]))
-                else:
-                    changes.append((event.table, "u", row["before_values"], row["after_values"]))
+            if isinstance(event, (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)) and event.schema == database:
+                yield file, event
     finally:
         stream.close()
+
+
+def binlog_changes(mariadb, database: str, gtid: str, end: Lsn) -> list[tuple]:
+    """(table, op, before, after) for every row change from `gtid` to `end`, straight from the binlog."""
+    changes = []
+    for _, event in row_events(mariadb.port, database, gtid, end, server_id=999):
+        for row in event.rows:
+            if isinstance(event, WriteRowsEvent):
+                changes.append((event.table, "c", None, row["values"]))
+            elif isinstance(event, DeleteRowsEvent):
+                changes.append((event.table, "d", row["values"], None))
+            elif row["before_values"]["id"] != row["after_values"]["id"]:
+                changes.append((event.table, "d", row["before_values"], None))
+                changes.append((event.table, "c", None, row["after_values"]))
+            else:
+                changes.append((event.table, "u", row["before_values"], row["after_values"]))
     return changes
 
 

@@ -9,13 +9,12 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.constants import FIELD_TYPE, NONE_SOURCE
-from pymysqlreplication.event import RotateEvent, XidEvent
-from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
+from pymysqlreplication.row_event import UpdateRowsEvent, WriteRowsEvent
 
 from capture.events import Lsn
-from capture.sources.mysql.reader import file_number, position_lsn
+from capture.sources.mysql.reader import file_number
+from tests.integration.binlog_check import row_events
 
 
 def _negative_time_fraction(value: timedelta | None) -> timedelta | None:
@@ -74,46 +73,27 @@ def _row(columns: list[Any], values: dict[str, Any], none_sources: dict[str, str
 def legacy_changes(port: int, gtid: str, database: str, end: Lsn, key: tuple[str, ...]) -> list[tuple]:
     """(LSN, op, before, after) of every row change in `database` from `gtid` to `end`; an UPDATE
     that changes `key` is a delete and a create, as capture lands it."""
-    stream = BinLogStreamReader(
-        connection_settings={"host": "127.0.0.1", "port": port, "user": "root", "password": ""},
-        server_id=998,
-        is_mariadb=True,
-        auto_position=gtid,
-        blocking=True,
-        only_events=[RotateEvent, XidEvent, WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent],
-    )
     changes: list[tuple] = []
-    file = ""
-    try:
-        for event in stream:
-            if isinstance(event, RotateEvent):
-                file = event.next_binlog
-                continue
-            if position_lsn(file, event.packet.log_pos) >= end:
-                break
-            if isinstance(event, XidEvent) or event.schema != database:
-                continue
-            start = file_number(file) << 32 | (event.packet.log_pos - event.event_size)
-            columns = event.table_map[event.table_id].columns
-            index = 0
-            for row in event.rows:
-                if isinstance(event, UpdateRowsEvent):
-                    before = _row(columns, row["before_values"], row["before_none_sources"])
-                    after = _row(columns, row["after_values"], row["after_none_sources"])
-                    names = [c.name for c in columns]
-                    if any(before[names.index(k)] != after[names.index(k)] for k in key):
-                        changes.append((Lsn(start, index), "d", before, None))
-                        index += 1
-                        changes.append((Lsn(start, index), "c", None, after))
-                    else:
-                        changes.append((Lsn(start, index), "u", before, after))
+    for file, event in row_events(port, database, gtid, end, server_id=998):
+        start = file_number(file) << 32 | (event.packet.log_pos - event.event_size)
+        columns = event.table_map[event.table_id].columns
+        index = 0
+        for row in event.rows:
+            if isinstance(event, UpdateRowsEvent):
+                before = _row(columns, row["before_values"], row["before_none_sources"])
+                after = _row(columns, row["after_values"], row["after_none_sources"])
+                names = [c.name for c in columns]
+                if any(before[names.index(k)] != after[names.index(k)] for k in key):
+                    changes.append((Lsn(start, index), "d", before, None))
+                    index += 1
+                    changes.append((Lsn(start, index), "c", None, after))
                 else:
-                    image = _row(columns, row["values"], row["none_sources"])
-                    if isinstance(event, WriteRowsEvent):
-                        changes.append((Lsn(start, index), "c", None, image))
-                    else:
-                        changes.append((Lsn(start, index), "d", image, None))
-                index += 1
-    finally:
-        stream.close()
+                    changes.append((Lsn(start, index), "u", before, after))
+            else:
+                image = _row(columns, row["values"], row["none_sources"])
+                if isinstance(event, WriteRowsEvent):
+                    changes.append((Lsn(start, index), "c", None, image))
+                else:
+                    changes.append((Lsn(start, index), "d", image, None))
+            index += 1
     return changes
