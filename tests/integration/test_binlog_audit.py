@@ -375,15 +375,7 @@ def _compare(mariadb, changes: dict[str, list], schemas: dict[str, Any], table: 
             assert mine[name] == theirs[name], (table, mine.get("id"), name)
 
 
-VERSIONED = pytest.mark.xfail(
-    strict=True,
-    reason="a system-versioned table: the binlog carries its row_start/row_end columns and its history rows "
-    "(a DELETE is an UPDATE of row_end), so the log lands columns and rows SELECT does not show (and a dump "
-    "skips such tables: TABLE_TYPE 'SYSTEM VERSIONED'); skip, refuse or unversion them is a product decision",
-)
-
-
-@pytest.mark.parametrize("table", [pytest.param(t, marks=VERSIONED) if t == "versioned" else t for t in CHECKED])
+@pytest.mark.parametrize("table", CHECKED)
 def test_replayed_log_equals_dump(mariadb, audit, table):
     _compare(mariadb, audit["changes"], audit["schemas"], table)
 
