@@ -84,11 +84,11 @@ def test_versioned_tables_merge_to_what_select_shows(mariadb, database, make_cap
     try:
         for round_, done in enumerate((6, 14)):
             wait_for(lambda n=done: progress.exists() and json.loads(progress.read_text())["chunk"] >= n, 60)
-            _rolled_back(mariadb, database, round_)
             control.update(state="paused")
             for w in running:
                 w.stop()
             finished += running
+            _rolled_back(mariadb, database, round_)  # not beside the workload: its table-wide locks would deadlock it
             mariadb.execute("DELETE HISTORY FROM vledger", database=database)
             wait_until_landed(mariadb, capture)
             reports.append(run_merge(spark, config, "src", tables))
