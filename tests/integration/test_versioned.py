@@ -127,15 +127,21 @@ def test_add_and_drop_system_versioning_in_the_log(mariadb, database):
         assert len(changes) == 3 * (3 + 1 + 2 + 1) + 2 + 4 + 6, table
 
 
-def test_transaction_precise_versioning_is_refused_by_name(mariadb, database):
+def test_transaction_precise_versioning_is_refused_by_name(mariadb, database, make_capture):
     """MariaDB logs writes to a table versioned by transaction ids (AS ROW START on BIGINT UNSIGNED)
-    as statements, whatever binlog_format says: capture stops and says so."""
+    as statements, whatever binlog_format says: capture names such tables when it starts, and
+    stops at the first write to one, saying why."""
     mariadb.execute(
         "CREATE TABLE trx (id INT PRIMARY KEY, v INT, s BIGINT UNSIGNED AS ROW START INVISIBLE,"
         " e BIGINT UNSIGNED AS ROW END INVISIBLE, PERIOD FOR SYSTEM_TIME (s, e)) WITH SYSTEM VERSIONING",
         database=database,
     )
+    capture = make_capture([f"{database}.*"]).start()
+    capture.wait_running()
+    assert "capture.statement_logged_tables" in capture.log() and f"tables={database}.trx " in capture.log()
     start = _position(mariadb)
     mariadb.execute("INSERT INTO trx VALUES (1, 1)", database=database)
     with pytest.raises(BinlogDecodeError, match="transaction-precise system versioning"):
         _reader_changes(mariadb, database, start, "trx")
+    assert capture.process.wait(timeout=60) != 0
+    assert "transaction-precise system versioning" in capture.log()

@@ -55,6 +55,11 @@ PERIOD_SQL = (
     " ON c.TABLE_SCHEMA = t.TABLE_SCHEMA AND c.TABLE_NAME = t.TABLE_NAME"
     " WHERE t.TABLE_SCHEMA = %s AND t.TABLE_NAME = %s GROUP BY t.TABLE_TYPE"
 )
+# tables versioned by transaction ids, whose writes MariaDB logs as statements
+TRX_VERSIONED_SQL = (
+    "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.COLUMNS"
+    " WHERE GENERATION_EXPRESSION = 'ROW START' AND DATA_TYPE = 'bigint' ORDER BY TABLE_SCHEMA, TABLE_NAME"
+)
 COLUMN_NAMES_SQL = "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s"
 TABLES_SQL = (
     "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES"
@@ -175,3 +180,8 @@ def column_names(conn: pymysql.connections.Connection, schema: str, table: str) 
     """The columns information_schema lists for the table (never a versioned table's implicit
     row_start and row_end)."""
     return {row[0] for row in query(conn, COLUMN_NAMES_SQL, (schema, table))}
+
+
+def trx_versioned_tables(conn: pymysql.connections.Connection) -> list[tuple[str, str]]:
+    """Tables with transaction-precise system versioning (row start and end are transaction ids)."""
+    return [(schema, table) for schema, table in query(conn, TRX_VERSIONED_SQL)]
