@@ -347,7 +347,8 @@ class BinlogReader:
         columns are NOT NULL TIMESTAMP(6) or BIGINT UNSIGNED, so only a table map with two such
         columns asks the catalog, which names them (`system_period`) as the table is now: a table
         map without those columns predates ADD SYSTEM VERSIONING, and one with the implicit
-        `row_start` and `row_end` the table no longer has predates DROP SYSTEM VERSIONING."""
+        `row_start` and `row_end` (the latter in its primary key, if it has one) the table no longer
+        has predates DROP SYSTEM VERSIONING."""
         if not self.mariadb:
             return None
         candidates = {col.name for col in table_map.columns if period_type(col)}
@@ -357,7 +358,11 @@ class BinlogReader:
         period = system_period(conn, table_map.schema, table_map.table)
         if period is None or not set(period) <= candidates:
             implicit = {"row_start", "row_end"}
-            gone = implicit <= candidates and not implicit & column_names(conn, table_map.schema, table_map.table)
+            gone = (
+                implicit <= candidates
+                and (not table_map.key or "row_end" in table_map.key)  # a versioned table's key ends with it
+                and not implicit & column_names(conn, table_map.schema, table_map.table)
+            )
             period = ("row_start", "row_end") if gone else None
         if period is None:
             return None
