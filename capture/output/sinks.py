@@ -88,6 +88,8 @@ class NatsOutput:
             # no buffering across a reconnect: what JetStream stored is then always a prefix of what was
             # sent, so a retry (deduplicated by message id) never lands behind a later message
             allow_reconnect=False,
+            # subjects are built of subject_token()s, replies of the client's own inbox: nothing to check
+            skip_subject_validation=True,
         )
         self._nc, self._js = nc, nc.jetstream(timeout=self.config.timeout_s)
         self._inbox = nc.new_inbox() + "."
