@@ -111,6 +111,10 @@ class Relay:
         self._pending: list[tuple[Message, int]] = []  # a message and where a replay must start to send it again
         self.caught_up = False  # everything landed is read (and, with nothing pending, delivered)
         self.acked_commit_ts: float | None = None  # source commit time of the last acknowledged message
+        # pipelined outputs (NATS) send a batch and collect its acknowledgements when the next is ready
+        send = getattr(output, "send", None)
+        self._pipelined = callable(send) and config.batch_size <= getattr(output, "window", 0)
+        self._inflight = 0  # messages at the start of pending that are sent, their acknowledgements not collected
 
     def _initial(self) -> Position:
         position = read_position(self.zone, self.name)
@@ -132,6 +136,8 @@ class Relay:
         with output_lock(self.zone, self.name):
             try:
                 self._run(stop)
+                if self._inflight:  # stopped: what is acknowledged of the batch in flight is not sent again
+                    self._collect(self._pending)
             finally:
                 self.output.close()
 
@@ -173,8 +179,8 @@ class Relay:
                             continue
                         out = transformed
                     pending.append((encode(out), replay))
-                    if len(pending) >= self.config.batch_size:
-                        self._deliver(pending, stop)
+                    if len(pending) - self._inflight >= self.config.batch_size:
+                        self._send(pending, stop)
                         if stop.is_set():
                             return
                 if event.schema == WATERMARK_SCHEMA and event.table == WATERMARK_TABLE:
@@ -182,8 +188,8 @@ class Relay:
                     if mark is not None and mark["kind"] == "HIGH":  # after its rows are pending
                         key = high_key(mark["dump_id"], mark["table_name"])
                         self.undelivered_highs.append((event.lsn, key, int(mark["chunk"])))
-            if pending:
-                self._deliver(pending, stop)
+            if len(pending) > self._inflight:
+                self._send(pending, stop)  # pipelined, it goes out while the next files are read
             self._acked_highs(pending)
             last_written = time.monotonic()
 
@@ -241,25 +247,68 @@ class Relay:
             event = result
         return event
 
-    def _deliver(self, pending: list[tuple[Message, int]], stop: threading.Event) -> None:
+    def _send(self, pending: list[tuple[Message, int]], stop: threading.Event) -> None:
+        """The next batch of pending goes out. Pipelined (NATS): sent without waiting, once the batch in
+        flight before it is acknowledged, so reading and encoding the next batch overlap with JetStream
+        storing this one (nats-server works on the other core) and with nats-py reading its
+        acknowledgements (its own thread). At most one batch is in flight; all of it acknowledged, or the
+        next is not sent: anything else goes to `_deliver`'s retries, from the first unacknowledged message,
+        so messages still arrive in order. Not pipelined: `_deliver`."""
+        if not self._pipelined:
+            self._deliver(pending, stop)
+            return
+        if self._inflight:
+            inflight = self._inflight
+            done = self._collect(pending)
+            if done < inflight:
+                self._deliver(pending, stop, done)
+                return
+        batch = pending[: self.config.batch_size]
+        if self.output.send([m for m, _ in batch]):  # type: ignore[attr-defined]
+            self._inflight = len(batch)
+        else:
+            self._deliver(pending, stop, 0)
+
+    def _collect(self, pending: list[tuple[Message, int]]) -> int:
+        """The acknowledgements of the batch in flight, recorded: how many from its first are acknowledged."""
+        self._inflight = 0
+        done: int = self.output.collect()  # type: ignore[attr-defined]
+        if done:
+            self._acknowledged(pending, done)
+        return done
+
+    def _acknowledged(self, pending: list[tuple[Message, int]], done: int) -> None:
+        """The first `done` pending messages are acknowledged: the position moves past them (written now)."""
+        message, replay = pending[done - 1]
+        self.delivered += done
+        event: Event = message.event
+        self._save(Position(event.lsn, event.order, replay, self.delivered))
+        if event.commit_ts is not None:
+            self.acked_commit_ts = event.commit_ts.timestamp()
+        if self.metrics is not None:
+            self.metrics.acknowledged(self.name, done, event.lsn, self.acked_commit_ts)
+        del pending[:done]
+        self._acked_highs(pending)
+
+    def _deliver(self, pending: list[tuple[Message, int]], stop: threading.Event, done: int | None = None) -> None:
         """Deliver everything pending, in batches, retrying what is not acknowledged with backoff (never
-        dropping it); the position is written after every acknowledgement. Returns early only on stop."""
+        dropping it); the position is written after every acknowledgement. Returns early only on stop.
+        `done`: how many of a pipelined batch just collected were acknowledged (0: it failed, back off)."""
         delay = 0.2
         failing_since: float | None = None
+        if done is None and self._inflight:
+            inflight = self._inflight
+            done = self._collect(pending)
+            if done == inflight:
+                done = None  # all of it: on with the rest
         while pending and not stop.is_set():
-            batch = pending[: self.config.batch_size]
-            done = self.output.deliver([m for m, _ in batch])
+            if done is None:
+                batch = pending[: self.config.batch_size]
+                done = self.output.deliver([m for m, _ in batch])
+                if done:
+                    self._acknowledged(pending, done)
             if done:
-                message, replay = batch[done - 1]
-                self.delivered += done
-                event: Event = message.event
-                self._save(Position(event.lsn, event.order, replay, self.delivered))
-                if event.commit_ts is not None:
-                    self.acked_commit_ts = event.commit_ts.timestamp()
-                if self.metrics is not None:
-                    self.metrics.acknowledged(self.name, done, event.lsn, self.acked_commit_ts)
-                del pending[:done]
-                self._acked_highs(pending)
+                done = None
                 delay = 0.2
                 if failing_since is not None:
                     failing_since = None
@@ -267,6 +316,7 @@ class Relay:
                 elif time.monotonic() - self.state_written > STATE_EVERY_S:
                     self._state("delivering")
                 continue
+            done = None  # failed: back off, then deliver again from the first unacknowledged message
             self.retries += 1
             if self.metrics is not None:
                 self.metrics.failed(self.name)
