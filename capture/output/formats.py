@@ -60,7 +60,7 @@ def _millis(ts: datetime | None) -> int | None:
     return None if ts is None else int(ts.timestamp() * 1000)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built once a message (see Event)
 class Message:
     event: Event
     msg_id: str  # unique per event of a source: `<source>:<lsn>` (`:<order>` for chunk rows)
