@@ -67,6 +67,7 @@ class NatsOutput:
         self._js: Any = None
         self._subjects: dict[tuple[str, str], str] = {}  # (db, table) -> its subject
         self._inbox = ""  # `<inbox>.`: a message's reply subject is this and its place in the window
+        self._replies: list[str] = []
         self._acks: dict[int, Any] = {}  # the current window's acknowledgements (nats-py Msg) by place
         self._expected = 0
         self._complete = asyncio.Event()
@@ -102,6 +103,7 @@ class NatsOutput:
         )
         self._nc, self._js = nc, nc.jetstream(timeout=self.config.timeout_s)
         self._inbox = nc.new_inbox() + "."
+        self._replies = [f"{self._inbox}{i}" for i in range(self.window)]  # built once a connection
         await nc.subscribe(self._inbox + "*", cb=self._on_ack)  # every acknowledgement of this connection
         if self.config.create_stream:
             try:
@@ -146,11 +148,11 @@ class NatsOutput:
         each) costs three times the CPU a message, and 2.16's `publish_async` never completes the future of
         a message JetStream refuses."""
         await self._connect()
-        nc, inbox = self._nc, self._inbox
+        publish, subject = self._nc.publish, self.subject
         self._acks, self._expected = {}, len(group)
         self._complete.clear()
-        for i, m in enumerate(group):
-            await nc.publish(self.subject(m), m.payload, reply=f"{inbox}{i}", headers={"Nats-Msg-Id": m.msg_id})
+        for m, reply in zip(group, self._replies, strict=False):  # group: at most a window
+            await publish(subject(m), m.payload, reply=reply, headers={"Nats-Msg-Id": m.msg_id})
 
     async def _acknowledged(self, group: list[Message]) -> int:
         """How many of the published `group` are acknowledged, from the first on: the count stops at the
