@@ -727,7 +727,7 @@ class TableMerge:
                     stream, filled, unknown = completion.complete(stream, events, moved, chunk_rows, hidden)
                     self._report_unknown(filled, [u for u in unknown if u.lsn >= a_target])
             if self.truncates:
-                stream = stream.unionByName(self._truncate_rows(self.truncates))
+                stream = stream.unionByName(self._truncate_rows(self.truncates), allowMissingColumns=True)
             # The changelog is the stream, materialized once: the MERGE reads its rows back
             # (all of [A, F), also those a run killed before its MERGE had appended already).
             counts = None
@@ -777,15 +777,15 @@ class TableMerge:
         )
 
     def _truncate_rows(self, truncates: list[TruncateMark]) -> Any:
-        """The run's truncates as changelog rows: op 't', source 'truncate', at (T, 0), columns NULL."""
+        """The run's truncates as changelog rows: op 't', source 'truncate', at (T, 0); the table's
+        columns are left out (null once unioned or aligned)."""
+        from pyspark.sql import functions as sf
+
         rows = [(t.lsn, t.txid, t.commit_ts) for t in truncates]
         frame = _values(
             self.ctx.spark, [("_lsn", "decimal(38,0)"), ("_txid", "string"), ("_commit_ts", "timestamp")], rows
         )
-        from pyspark.sql import functions as sf
-
         return frame.select(
-            *(sf.lit(None).cast(self.types[c]).alias(c) for c in self.columns),
             sf.col("_lsn"),
             sf.lit(0).cast("bigint").alias("_order"),
             sf.lit("t").alias("_op"),
@@ -797,30 +797,38 @@ class TableMerge:
             sf.lit(None).cast("array<string>").alias("_missing"),
         )
 
-    def _delete_truncated(self, a_target: int) -> int | None:
+    def _delete_truncated(self, a_target: int, props: dict[str, str] | None = None) -> int | None:
         """Step 4a: delete the target's rows stored below the last truncate the target has not
-        applied (one commit, without a frontier: the MERGE's commit carries it, and a rerun after
-        a crash between the two deletes nothing more); that truncate's LSN, or None."""
+        applied; that truncate's LSN, or None. Without `props` the commit carries no frontier (the
+        MERGE's does: a rerun after a crash between the two deletes nothing more)."""
         pending = [t.lsn for t in self.truncates if t.lsn >= a_target]
         if not pending:
             return None
         last = max(pending)
-        self.ctx.spark.sql(f"DELETE FROM {self.target} WHERE _lsn < CAST({last} AS DECIMAL(38,0))")
+        sql = f"DELETE FROM {self.target} WHERE _lsn < CAST({last} AS DECIMAL(38,0))"
+        commit_with(self.ctx.spark, props or {}, lambda: self.ctx.spark.sql(sql))
         log.info("merge.truncated", table=self.name, lsn=last)
         return last
 
     def _truncate_target(self, a_target: int, a_changelog: int, frontier: int) -> None:
         """A run with nothing but truncates and no landed file to take the columns from (a table
-        only ever dumped): the target's rows go, both tables carry the frontier."""
+        only ever dumped): the truncates are appended to the changelog and the target's rows below
+        the last one deleted, each commit carrying the frontier (the table property too: a DELETE
+        that finds no row commits nothing)."""
         spark = self.ctx.spark
-        if not table_exists(spark, self.target):
+        if not table_exists(spark, self.target) or not table_exists(spark, self.changelog):
             self.report["skipped"] = "nothing new"
             return
         self.report["truncates"] = len(self.truncates)
+        props = {FRONTIER: str(frontier), "logtide.source": self.ctx.source, "logtide.table": self.name}
+        if a_changelog < frontier:
+            appended = self._truncate_rows([t for t in self.truncates if t.lsn >= a_changelog])
+            rows = self._aligned(appended, self.changelog)
+            commit_with(spark, props, lambda: rows.writeTo(self.changelog).append())
         if a_target < frontier:
-            self._delete_truncated(a_target)
+            self._delete_truncated(a_target, props)
         for name, applied in ((self.changelog, a_changelog), (self.target, a_target)):
-            if applied < frontier and table_exists(spark, name):
+            if applied < frontier:
                 spark.sql(f"ALTER TABLE {name} SET TBLPROPERTIES ('{FRONTIER}' = '{frontier}')")
 
     def _report_unknown(self, completed: int, unknown: list[Unknown]) -> None:

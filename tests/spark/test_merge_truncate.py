@@ -77,3 +77,12 @@ def test_a_truncate_inside_a_chunk_window_converges(source, catalogs, spark):
     reference = typed(reference_state(capture.zone, source.schema, "tr"))
     assert reference == want, differences(reference, want)
     assert typed(changelog_replay(spark, target[:-1] + "__changelog`")) == want
+
+    # a truncate alone since the last merge (no new event file): the target empties, once
+    server.execute("TRUNCATE TABLE tr", database=db)
+    source.wait_until_landed(capture)
+    third = run_merge(spark, config, "src", [name])["tables"][0]
+    assert third["truncates"] == 1 and iceberg_state(spark, target) == {} == source.state(table)
+    assert changelog_replay(spark, target[:-1] + "__changelog`") == {}
+    again = run_merge(spark, config, "src", [name])["tables"][0]
+    assert again.get("skipped") in ("up to date", "nothing new"), again
