@@ -67,7 +67,6 @@ def test_a_truncate_inside_a_chunk_window_converges(source, catalogs, spark):
     )
     source.wait_until_landed(capture)
     second = run_merge(spark, config, "src", [name])["tables"][0]
-    assert second["truncates"] == 1 and second["chunks_truncated"] == 1
 
     table = Table("tr", ("id",), TYPES)
     target = f"`{config.merge.catalog_name}`.`{config.merge.namespace}`.`{source.schema}__tr`"
@@ -77,6 +76,7 @@ def test_a_truncate_inside_a_chunk_window_converges(source, catalogs, spark):
     reference = typed(reference_state(capture.zone, source.schema, "tr"))
     assert reference == want, differences(reference, want)
     assert typed(changelog_replay(spark, target[:-1] + "__changelog`")) == want
+    assert second["truncates"] == 1 and second["chunks_truncated"] == 1  # chunk 2
 
     # a truncate alone since the last merge (no new event file): the target empties, once
     server.execute("TRUNCATE TABLE tr", database=db)
