@@ -175,17 +175,19 @@ def test_truncate_lands_in_order_one_per_relation_and_once_across_a_kill(postgre
     postgres.execute(
         "INSERT INTO t VALUES (1, 1), (2, 2)",
         "INSERT INTO child VALUES (10, 1)",
-        "BEGIN; UPDATE t SET v = 20 WHERE id = 2; TRUNCATE t, skipped CASCADE; INSERT INTO t VALUES (2, 5); COMMIT",
+        # a key change before it (a delete and a create: two places in the transaction)
+        "BEGIN; UPDATE t SET v = 20 WHERE id = 2; UPDATE t SET id = 4 WHERE id = 2;"
+        " TRUNCATE t, skipped CASCADE; INSERT INTO t VALUES (2, 5); COMMIT",
         database=pg_database,
     )
-    capture.wait_events("public", "t", 4)
+    capture.wait_events("public", "t", 6)
     capture.kill()
     postgres.execute(
         "INSERT INTO t VALUES (3, 3)", "INSERT INTO child VALUES (11, 3)", "TRUNCATE child", database=pg_database
     )
     capture.start()
     capture.wait_running()
-    capture.wait_events("public", "t", 5)
+    capture.wait_events("public", "t", 7)
     postgres.execute("INSERT INTO child VALUES (12, 2)", database=pg_database)
     capture.wait_events("public", "child", 3)
     frontier = capture.zone.checkpoint().frontier.encode()
@@ -194,7 +196,8 @@ def test_truncate_lands_in_order_one_per_relation_and_once_across_a_kill(postgre
     assert truncates[0].lsn >> 32 == truncates[1].lsn >> 32  # one transaction, consecutive places
     assert truncates[1].lsn == truncates[0].lsn + 1
     t_events = [int(e["_lsn"]) for e in capture.events("public", "t")]
-    assert t_events[2] < truncates[0].lsn < t_events[3]  # after the update, before the insert
+    assert [e["_op"] for e in capture.events("public", "t")][2:6] == ["u", "d", "c", "c"]
+    assert t_events[4] < truncates[0].lsn < t_events[5]  # after the key change, before the insert
     for table in ("t", "child"):
         state = apply(reconcile_table(capture.zone, "public", table)[0])
         rows = postgres.query(f"SELECT * FROM {table}", database=pg_database)
