@@ -14,7 +14,7 @@ import pytest
 
 from capture.config import SourceConfig
 from capture.errors import BinlogDecodeError
-from capture.events import ChangeBatch, Heartbeat, LogItem, SchemaChange, TransactionEnd
+from capture.events import ChangeBatch, Heartbeat, LogItem, SchemaChange, TransactionEnd, Truncate
 from tests.integration.test_binlog_audit import _position, committed_end
 
 pytestmark = pytest.mark.integration
@@ -48,10 +48,12 @@ def _items(
 
 
 def _landed(items: list[LogItem], table: str) -> dict[Any, dict[str, Any]]:
-    """The table as the yielded changes leave it: key -> row (by column name)."""
+    """The table as the yielded changes leave it: key -> row (by column name); a truncate empties it."""
     state: dict[Any, dict[str, Any]] = {}
     for item in items:
-        if isinstance(item, ChangeBatch) and item.table.table == table:
+        if isinstance(item, Truncate) and item.table == table:
+            state.clear()
+        elif isinstance(item, ChangeBatch) and item.table.table == table:
             names = item.table.names
             for change in item.changes:
                 if change.before is not None:
@@ -363,11 +365,6 @@ def test_statements_writing_several_tables_and_creating_tables(mariadb, database
     assert sorted(deleted) == [3, 3]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="TRUNCATE is logged as a statement, not row changes: the reader yields it as DDL history only, "
-    "so targets keep the rows (on PostgreSQL capture at least logs capture.truncate_skipped)",
-)
 def test_truncate_empties_the_landed_table(mariadb, database):
     mariadb.execute("CREATE TABLE tr (id INT PRIMARY KEY)", database=database)
     start = _position(mariadb)
@@ -376,6 +373,43 @@ def test_truncate_empties_the_landed_table(mariadb, database):
     )
     items = _items(mariadb, database, start, committed_end(mariadb, start))
     assert sorted(_landed(items, "tr")) == [r[0] for r in _select(mariadb, database, "SELECT id FROM tr")]
+    truncates = [i for i in items if isinstance(i, Truncate)]
+    assert [(t.schema, t.table) for t in truncates] == [(database, "tr")]
+
+
+def test_truncate_spellings_and_filters(mariadb, database):
+    """Qualified, quoted, unqualified from another default database, `TRUNCATE t` without TABLE: each
+    yields one truncate of the right table, in log order; a table the filters leave out yields none."""
+    mariadb.execute(
+        "CREATE TABLE `a``b` (id INT PRIMARY KEY)", "CREATE TABLE c (id INT PRIMARY KEY)", database=database
+    )
+    mariadb.execute("CREATE DATABASE IF NOT EXISTS other_tr")
+    mariadb.execute("CREATE TABLE IF NOT EXISTS other_tr.x (id INT PRIMARY KEY)")
+    start = _position(mariadb)
+    mariadb.execute(
+        "INSERT INTO c VALUES (1)",
+        f"TRUNCATE TABLE `{database}`.`a``b`",
+        "/* a comment */ truncate c",
+        "TRUNCATE TABLE other_tr.x",
+        "INSERT INTO c VALUES (2)",
+        database=database,
+    )
+    mariadb.execute(f"TRUNCATE {database}.c", database="other_tr")
+    items = _items(mariadb, database, start, committed_end(mariadb, start))
+    order = [
+        (type(i).__name__, i.table if isinstance(i, Truncate) else i.table.table)
+        for i in items
+        if isinstance(i, (Truncate, ChangeBatch))
+    ]
+    assert order == [
+        ("ChangeBatch", "c"),
+        ("Truncate", "a`b"),
+        ("Truncate", "c"),
+        ("ChangeBatch", "c"),
+        ("Truncate", "c"),
+    ]
+    assert all(i.schema == database for i in items if isinstance(i, Truncate))
+    assert _landed(items, "c") == {}
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.unit
 
 # The value of a Debezium change event as the MySQL and PostgreSQL connector documentation describes it
 # ("Change event values": the payload's envelope, with Kafka Connect's JSON converter and schemas off):
-# op is required, one of c, u, d, r (read: a snapshot); before and after are optional row structs (null
+# op is required, one of c, u, d, r (read: a snapshot), t (a truncate); before and after are optional row structs (null
 # where the operation has none); source is required, with version, connector, name, ts_ms (int64), db and
 # snapshot (an enum: true, first, first_in_data_collection, last_in_data_collection, last, false,
 # incremental), table, and the connector's position fields; ts_ms (optional) is when the connector
@@ -28,7 +28,7 @@ DEBEZIUM_VALUE = {
     "type": "object",
     "required": ["op", "source", "before", "after"],
     "properties": {
-        "op": {"enum": ["c", "u", "d", "r"]},
+        "op": {"enum": ["c", "u", "d", "r", "t"]},
         "before": {"type": ["object", "null"]},
         "after": {"type": ["object", "null"]},
         "ts_ms": {"type": "integer"},
@@ -62,6 +62,10 @@ DEBEZIUM_VALUE = {
         {"if": {"properties": {"op": {"const": "r"}}}, "then": {"properties": {"before": {"type": "null"}}}},
         {"if": {"properties": {"op": {"const": "d"}}}, "then": {"properties": {"after": {"type": "null"}}}},
         {"if": {"properties": {"op": {"const": "u"}}}, "then": {"properties": {"after": {"type": "object"}}}},
+        {  # a truncate (Debezium 1.8+ documents op t): no images, the source names the table
+            "if": {"properties": {"op": {"const": "t"}}},
+            "then": {"properties": {"before": {"type": "null"}, "after": {"type": "null"}}},
+        },
     ],
 }
 
@@ -126,6 +130,19 @@ def test_logtide_json_carries_lsn_key_missing_columns_and_the_chunk():
     assert update["missing"] == ["body"] and "body" not in update["after"] and update["after"]["id"] == 7
     assert delete["key"] == {"id": 7} and delete["after"] is None
     assert row["dump"] == {"id": "dump-1", "chunk": 12} and row["order"] == 3 and row["lsn"] == str(BIG_LSN + 3)
+
+
+@pytest.mark.parametrize("kind", ["mariadb", "postgresql"])
+def test_a_truncate_is_op_t_without_images_in_both_formats(kind):
+    event = Event("shop", "items", BIG_LSN + 9, "t", None, None, (), "811", TS)
+    value = json.loads(encode("debezium", "src", kind, event).payload)
+    jsonschema.validate(value, DEBEZIUM_VALUE)
+    assert value["op"] == "t" and value["before"] is None and value["after"] is None
+    assert value["source"]["table"] == "items" and value["source"]["snapshot"] == "false"
+    assert int(value["source"]["lsn"]) == BIG_LSN + 9
+    own = json.loads(encode("logtide", "src", kind, event).payload)
+    assert own["op"] == "t" and own["table"] == "shop.items" and own["key"] == {} and own["after"] is None
+    assert encode("logtide", "src", kind, event).msg_id == f"src:{BIG_LSN + 9}"
 
 
 def test_every_payload_is_strict_json_with_values_as_before():

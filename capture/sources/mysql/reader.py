@@ -34,6 +34,7 @@ from capture.events import (
     SchemaChange,
     TableSchema,
     TransactionEnd,
+    Truncate,
 )
 from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE
 from capture.sources.mysql import binlog_events as ev
@@ -48,6 +49,28 @@ from capture.sources.table_keys import log_key
 MARIADB_FL_STANDALONE = 0x01
 MARIADB_FL_DDL = 0x20  # the GTID's event group holds DDL (CREATE TABLE ... SELECT carries rows as well)
 _FILE_NUMBER = re.compile(r"\.(\d+)$")
+_IDENT = r"(?:`((?:[^`]|``)+)`|([\w$]+))"
+# TRUNCATE [TABLE] [db.]t [WAIT n | NOWAIT], as logged: the session's text, after any comments
+_TRUNCATE = re.compile(
+    rf"^\s*(?:/\*.*?\*/\s*|--[^\n]*\n\s*|#[^\n]*\n\s*)*truncate\s+(?:table\s+)?{_IDENT}(?:\s*\.\s*{_IDENT})?"
+    r"\s*(?:(?:wait\s+\d+|nowait)\s*)?;?\s*$",
+    re.IGNORECASE | re.DOTALL,
+)
+
+
+def truncated_table(schema: str, statement: str) -> tuple[str, str] | None:
+    """(db, table) a logged TRUNCATE statement empties, `schema` (the QUERY event's default
+    database) for an unqualified name; None for any other statement."""
+    if "truncate" not in statement[:4096].lower():  # the common case, cheaply
+        return None
+    match = _TRUNCATE.match(statement)
+    if match is None:
+        return None
+    quoted1, plain1, quoted2, plain2 = match.groups()
+    first = quoted1.replace("``", "`") if quoted1 is not None else plain1
+    if quoted2 is None and plain2 is None:
+        return schema, first
+    return first, quoted2.replace("``", "`") if quoted2 is not None else plain2
 
 
 def read_timeout_s(heartbeat_s: float) -> float:
@@ -290,6 +313,9 @@ class BinlogReader:
                     txid = f"{self.file}:{log_pos}"
                     commit_ts = self._commit_time(timestamp)
                 yield SchemaChange(lsn, txid, commit_ts, schema, statement)
+                truncated = truncated_table(schema, statement)
+                if truncated is not None and truncated[0] != WATERMARK_SCHEMA and self.captured(*truncated):
+                    yield Truncate(lsn, txid, commit_ts, *truncated)
                 if standalone or not in_transaction:
                     standalone = False
                     yield self._end(log_pos, file_seq, pending_gtid, commit_ts)
