@@ -459,3 +459,98 @@ def test_a_session_logging_statements_is_refused_or_lands_its_rows(mariadb, data
         return
     landed = {k: (row["id"], row["v"]) for k, row in _landed(items, "st").items()}
     assert landed == {r[0]: r for r in _select(mariadb, database, "SELECT id, v FROM st")}
+
+
+@pytest.fixture
+def other_database(mariadb, database):
+    """A second database, which capture (include: `database`.*) does not capture."""
+    other = f"{database[:40]}_other"
+    mariadb.execute(f"DROP DATABASE IF EXISTS `{other}`", f"CREATE DATABASE `{other}`")
+    yield other
+    mariadb.execute(f"DROP DATABASE IF EXISTS `{other}`")
+
+
+def _statement_session(mariadb, database: str, binlog_format: str, *statements: str) -> None:
+    conn = mariadb.connect(database)
+    with conn, conn.cursor() as cur:
+        cur.execute(f"SET SESSION binlog_format = '{binlog_format}'")
+        for statement in statements:
+            cur.execute(statement)
+
+
+@pytest.mark.parametrize("binlog_format", ["STATEMENT", "MIXED"])
+def test_statements_logged_for_tables_capture_does_not_capture_are_passed_over(
+    mariadb, database, other_database, binlog_format
+):
+    """A session logging statements that write only tables capture leaves out (an excluded table,
+    another database, a multi-table UPDATE and DELETE of both): capture goes on, and the captured
+    table's rows, written in row format around them, land."""
+    mariadb.execute(
+        "CREATE TABLE kept (id INT PRIMARY KEY, v INT)",
+        "CREATE TABLE skipped (id INT PRIMARY KEY, v INT)",
+        database=database,
+    )
+    mariadb.execute("CREATE TABLE elsewhere (id INT PRIMARY KEY, v INT)", database=other_database)
+    start = _position(mariadb)
+    mariadb.execute("INSERT INTO kept VALUES (1, 1)", database=database)
+    _statement_session(
+        mariadb,
+        database,
+        binlog_format,
+        "INSERT INTO skipped VALUES (1, 1), (2, 2)",
+        "UPDATE /* a comment */ `skipped` SET v = 5 WHERE id = 2",
+        f"INSERT INTO `{other_database}`.elsewhere (id, v) SELECT id, v FROM skipped",
+        f"UPDATE skipped s JOIN `{other_database}`.elsewhere e USING (id) SET s.v = e.v + 1, e.v = 7",
+        f"DELETE s, e FROM skipped s JOIN `{other_database}`.elsewhere e ON s.id = e.id WHERE s.id = 1",
+        f"REPLACE INTO `{other_database}`.`elsewhere` VALUES (3, 3)",
+    )
+    _statement_session(mariadb, other_database, binlog_format, "DELETE FROM elsewhere WHERE id = 3")
+    mariadb.execute("INSERT INTO kept VALUES (2, 2)", "UPDATE kept SET v = 3 WHERE id = 1", database=database)
+    items = _items(mariadb, database, start, committed_end(mariadb, start), exclude=[f"{database}.skipped"])
+    landed = {k: (row["id"], row["v"]) for k, row in _landed(items, "kept").items()}
+    assert landed == {r[0]: r for r in _select(mariadb, database, "SELECT id, v FROM kept")}
+    assert [i.statement for i in items if isinstance(i, SchemaChange)] == []
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "INSERT INTO kept VALUES (9, 9)",
+        "UPDATE skipped s JOIN kept k USING (id) SET k.v = 8",
+        "DELETE k FROM skipped s, kept AS k WHERE s.id = k.id",
+        "DELETE FROM kept USING kept JOIN skipped USING (id)",
+    ],
+)
+def test_a_statement_logged_for_a_captured_table_stops_capture(mariadb, database, statement):
+    mariadb.execute(
+        "CREATE TABLE kept (id INT PRIMARY KEY, v INT)",
+        "CREATE TABLE skipped (id INT PRIMARY KEY, v INT)",
+        "INSERT INTO kept VALUES (1, 1)",
+        "INSERT INTO skipped VALUES (1, 1)",
+        database=database,
+    )
+    start = _position(mariadb)
+    _statement_session(mariadb, database, "STATEMENT", statement)
+    with pytest.raises(BinlogDecodeError, match="logged as its statement"):
+        _items(mariadb, database, start, committed_end(mariadb, start), exclude=[f"{database}.skipped"])
+
+
+def test_a_statement_whose_tables_capture_cannot_tell_stops_capture_naming_its_database(
+    mariadb, database, other_database
+):
+    """Writes a statement-logged statement hides: a trigger and a stored function, both in a
+    database capture leaves out, writing a captured table. Capture cannot see them: it stops."""
+    mariadb.execute("CREATE TABLE kept (id INT PRIMARY KEY, v INT)", database=database)
+    mariadb.execute(
+        "CREATE TABLE log (id INT PRIMARY KEY)",
+        f"CREATE TRIGGER copy AFTER INSERT ON log FOR EACH ROW INSERT INTO `{database}`.kept VALUES (NEW.id, 0)",
+        f"CREATE FUNCTION put(i INT) RETURNS INT DETERMINISTIC MODIFIES SQL DATA BEGIN INSERT INTO `{database}`.kept "
+        "VALUES (i, 1); RETURN i; END",
+        database=other_database,
+    )
+    for statement in ("INSERT INTO log VALUES (1)", "SELECT put(2)"):
+        start = _position(mariadb)
+        _statement_session(mariadb, other_database, "STATEMENT", statement)
+        with pytest.raises(BinlogDecodeError, match=f"logged as its statement.*{other_database}"):
+            _items(mariadb, database, start, committed_end(mariadb, start))
+    assert _select(mariadb, database, "SELECT id, v FROM kept ORDER BY id") == [(1, 0), (2, 1)]
