@@ -10,6 +10,7 @@ import hashlib
 import threading
 from typing import Any
 
+import pymysql
 import pytest
 
 from capture.config import SourceConfig
@@ -554,3 +555,31 @@ def test_a_statement_whose_tables_capture_cannot_tell_stops_capture_naming_its_d
         with pytest.raises(BinlogDecodeError, match=f"logged as its statement.*{other_database}"):
             _items(mariadb, database, start, committed_end(mariadb, start))
     assert _select(mariadb, database, "SELECT id, v FROM kept ORDER BY id") == [(1, 0), (2, 1)]
+
+
+@pytest.mark.parametrize("table", ["kept", "skipped"])
+def test_load_data_logged_as_its_statement(mariadb, database, tmp_path, table):
+    """LOAD DATA in a session logging statements reaches the binlog as the file's blocks and an
+    EXECUTE_LOAD_QUERY event, no rows: into a captured table it stops capture, into a table capture
+    leaves out it is passed over."""
+    mariadb.execute(
+        "CREATE TABLE kept (id INT PRIMARY KEY, v INT)",
+        "CREATE TABLE skipped (id INT PRIMARY KEY, v INT)",
+        database=database,
+    )
+    data = tmp_path / "rows.tsv"
+    data.write_text("1\t1\n2\t2\n")
+    start = _position(mariadb)
+    conn = pymysql.connect(host="127.0.0.1", port=mariadb.port, user="root", database=database, local_infile=True)
+    with conn, conn.cursor() as cur:
+        cur.execute("SET SESSION binlog_format = 'STATEMENT'")
+        cur.execute(f"LOAD DATA LOCAL INFILE '{data}' INTO TABLE {table}")
+        conn.commit()
+    mariadb.execute("INSERT INTO kept VALUES (3, 3)", database=database)
+    end = committed_end(mariadb, start)
+    if table == "kept":
+        with pytest.raises(BinlogDecodeError, match=f"logged as its statement.*{database}.kept"):
+            _items(mariadb, database, start, end, exclude=[f"{database}.skipped"])
+        return
+    items = _items(mariadb, database, start, end, exclude=[f"{database}.skipped"])
+    assert sorted(_landed(items, "kept")) == [3]

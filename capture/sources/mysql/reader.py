@@ -218,6 +218,9 @@ class BinlogReader:
                     standalone = False
                     yield self._end(log_pos, file_seq, pending_gtid, commit_ts)
                     pending_gtid = None
+            elif kind == ev.EXECUTE_LOAD_QUERY:  # the file's blocks came before it: no rows
+                schema, statement = ev.query_parts(data, end, post_header[ev.EXECUTE_LOAD_QUERY])
+                self._statement_logged(schema, statement, log_pos)
             elif kind == ev.ROTATE:
                 self.file = data[ev.BODY + 8 : end].decode()
                 file_seq = file_number(self.file) << 32
