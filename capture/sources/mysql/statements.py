@@ -2,11 +2,12 @@
 STATEMENT or MIXED): the reader passes over such a statement when it writes no captured table,
 and stops capture when it does or when it cannot tell.
 
-`written_tables` reads INSERT, REPLACE, UPDATE, DELETE and LOAD DATA; it over-approximates (every
-table a multi-table UPDATE names; a multi-table DELETE's targets through the aliases its table
-references give), never the reverse. Anything else (a SELECT calling a stored function, CALL, an unqualified name with no
-default database) gives None: capture cannot tell. What a statement hides - a trigger on the
-table, a view, a stored function it calls - the reader asks the catalog about (`hidden_writes`).
+`written_tables` reads INSERT, REPLACE, UPDATE, DELETE and LOAD DATA; it over-approximates
+(every table a multi-table UPDATE names; a multi-table DELETE's targets through the aliases its
+table references give), never the reverse. Anything else (a SELECT calling a stored function,
+CALL, an unqualified name with no default database) gives None: capture cannot tell. What a
+statement hides - a trigger on the table, a view, a stored function it calls - the reader asks
+the catalog about (`hidden_writes`).
 """
 
 from __future__ import annotations
