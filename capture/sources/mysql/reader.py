@@ -42,6 +42,7 @@ from capture.sources.mysql.binlog_events import BinlogStream
 from capture.sources.mysql.catalog import column_names, data_types, fractional_columns, system_period, table_keys
 from capture.sources.mysql.connection import ER_SPECIFIC_ACCESS_DENIED, connection_settings, translate
 from capture.sources.mysql.rows import OLD_TEMPORAL, RowDecoder
+from capture.sources.mysql.statements import called_functions, hidden_writes, written_tables
 from capture.sources.mysql.table_maps import BinlogColumn, TableMap, TableMapCache
 from capture.sources.mysql.types import table_schema
 from capture.sources.table_keys import log_key
@@ -178,6 +179,8 @@ class BinlogReader:
         self.gtids = parse_gtid_state(resume.get("gtid", ""))
         self.resume = resume
         self._captured: dict[tuple[str, str], bool] = {}
+        # statement-logged writes of tables capture leaves out: what the catalog says they hide (`_statement_logged`)
+        self._hidden: dict[tuple[frozenset[tuple[str, str]], frozenset[str]], list[str]] = {}
         self._catalog: pymysql.connections.Connection | None = None  # key lookups (`_key`), opened once needed
         self._last_timestamp: int | None = None
         self._last_commit_ts = datetime.now(UTC)
@@ -302,16 +305,13 @@ class BinlogReader:
                     pending_gtid = None
                     continue
                 if self.mariadb and in_transaction and not ddl_group and not statement.startswith("XA "):
-                    raise BinlogDecodeError(
-                        f"{statement[:60]!r} at {self.file}:{log_pos} is a row change logged as its statement (a "
-                        "session with binlog_format STATEMENT or MIXED, or a write to a table with transaction-precise "
-                        "system versioning, AS ROW START on BIGINT UNSIGNED, which MariaDB logs as statements): "
-                        "capture reads row events only"
-                    )
+                    self._statement_logged(schema, statement, log_pos)  # refused unless it writes no captured table
+                    continue
                 lsn = Lsn(file_seq | (log_pos - (end - ev.BODY)))
                 if not self.mariadb and not in_transaction:
                     txid = f"{self.file}:{log_pos}"
                     commit_ts = self._commit_time(timestamp)
+                self._hidden.clear()  # DDL may have created or dropped a trigger, view or function
                 yield SchemaChange(lsn, txid, commit_ts, schema, statement)
                 truncated = truncated_table(schema, statement)
                 if truncated is not None and truncated[0] != WATERMARK_SCHEMA and self.captured(*truncated):
@@ -320,6 +320,9 @@ class BinlogReader:
                     standalone = False
                     yield self._end(log_pos, file_seq, pending_gtid, commit_ts)
                     pending_gtid = None
+            elif kind == ev.EXECUTE_LOAD_QUERY:  # the file's blocks came before it: no rows
+                schema, statement = ev.query_parts(data, end, post_header[ev.EXECUTE_LOAD_QUERY])
+                self._statement_logged(schema, statement, log_pos)
             elif kind == ev.ROTATE:
                 self.file = data[ev.BODY + 8 : end].decode()
                 file_seq = file_number(self.file) << 32
@@ -328,6 +331,31 @@ class BinlogReader:
                 yield Heartbeat()
             if self.stop.is_set() and not in_transaction:
                 return
+
+    def _statement_logged(self, schema: str, statement: str, log_pos: int) -> None:
+        """A row change logged as its statement (a session with binlog_format STATEMENT or MIXED)
+        carries no rows: passed over when it writes only tables capture leaves out, else refused."""
+        tables = written_tables(statement, schema)
+        where = f"{statement[:60]!r} at {self.file}:{log_pos} is a row change logged as its statement (a session "
+        where += "with binlog_format STATEMENT or MIXED, or a write to a table with transaction-precise system "
+        where += "versioning, AS ROW START on BIGINT UNSIGNED, which MariaDB logs as statements)"
+        if tables is None:
+            raise BinlogDecodeError(
+                f"{where} in database {schema!r}: capture cannot tell which tables it writes, and reads row events only"
+            )
+        captured = sorted(f"{s}.{t}" for s, t in tables if self.captured(s, t))
+        if captured:
+            raise BinlogDecodeError(f"{where} writing {', '.join(captured)}: capture reads row events only")
+        functions = called_functions(statement)
+        key = (frozenset(tables), frozenset(functions))
+        hidden = self._hidden.get(key)
+        if hidden is None:
+            hidden = self._hidden[key] = hidden_writes(self._catalog_connection(), tables, functions)
+        if hidden:
+            raise BinlogDecodeError(
+                f"{where} in database {schema!r}: capture cannot tell which tables {hidden[0]} writes, and reads "
+                "row events only"
+            )
 
     def _commit_time(self, timestamp: int) -> datetime:
         """The event header's commit time (whole seconds): one datetime a second, shared by the
