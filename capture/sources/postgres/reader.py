@@ -38,6 +38,13 @@ Between transactions, every PUBLICATION_SYNC_S, the reader brings the publicatio
 the captured tables (`publication.Publication.sync`): a table created since is published from
 then on.
 
+Keepalives (`watermarks: readonly` only): while no transaction is open and nothing is held, the
+WAL end a keepalive carries (the walsender's sentPtr: the end of the last WAL record it decoded,
+and every transaction committed before it has been sent ahead of the keepalive on this stream)
+is handed over as a `TransactionEnd` without changes: the landed frontier moves to it, so a
+read-only chunk's window closes on an idle server too (README, Read-only watermarks). A
+transaction whose commit record starts at or after that position still lands after it.
+
 The slot's confirmed position is moved by `feedback`, which the service calls only after the
 landing zone's checkpoint covering it is written (forced, STACK.md: psycopg2 is lazy).
 """
@@ -48,6 +55,7 @@ import contextlib
 import select
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from struct import Struct
 from threading import Event
 from typing import Any
@@ -57,13 +65,13 @@ import psycopg2.errors
 
 from capture.config import SourceConfig
 from capture.errors import PreflightError, SourceConnectionError
-from capture.events import Column, Heartbeat, LogItem, TableSchema
+from capture.events import Column, Heartbeat, LogItem, Lsn, TableSchema, TransactionEnd
 from capture.log import get_logger
 from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE
 from capture.sources.postgres import pgoutput
 from capture.sources.postgres.batches import Group, TableInfo
 from capture.sources.postgres.catalog import TypeCatalog, dump_key
-from capture.sources.postgres.connection import connect, translate
+from capture.sources.postgres.connection import connect, format_lsn, translate
 from capture.sources.postgres.publication import PUBLICATION_SYNC_S, Publication
 from capture.sources.postgres.types import builder, column_type, is_text
 from capture.sources.table_keys import log_key
@@ -99,6 +107,9 @@ class PgOutputReader:
         self.hold_s = hold_s  # transactions are held this long at most before they are handed over
         self.sent = acknowledged  # last position sent to the server as flushed (feedback)
         self.idle_wal_end = 0  # everything before it is read (set while no transaction is open)
+        # `watermarks: readonly`: an idle stream's keepalives move the landed frontier (a read-only
+        # chunk's window closes when the frontier passes its HIGH; nothing of the dump's is in the log)
+        self.keepalive_frontier = config.watermarks == "readonly"
         self._cursor: Any = None
         self._tables: dict[int, TableInfo] = {}
 
@@ -150,6 +161,7 @@ class PgOutputReader:
         run: Any = None  # the run of the last change's table
         run_oid = b""  # ... and its relation oid as the messages carry it (b"": none)
         next_sync = time.monotonic() + PUBLICATION_SYNC_S
+        ended = self.start_lsn  # the last frontier handed over by a keepalive (or where the stream began)
         while True:
             if not group.open and time.monotonic() >= next_sync:  # tables created since: publish them
                 self._sync_publication()
@@ -169,6 +181,9 @@ class PgOutputReader:
                     elif group.pending and group.large:  # all read, a backlog's last group: commit it now
                         yield from group.hand_over(flush=True)
                         run_oid = b""
+                    if self.keepalive_frontier and not group.pending and cursor.wal_end > max(group.ended, ended):
+                        ended = cursor.wal_end  # idle: every commit before the server's WAL end is landed
+                        yield TransactionEnd(Lsn(ended), {"lsn": format_lsn(ended)}, datetime.now(UTC), now)
                     if now >= next_heartbeat:
                         next_heartbeat = now + heartbeat
                         cursor.send_feedback(reply=True)  # ask for a keepalive: it carries the WAL end
