@@ -263,8 +263,10 @@ class PostgresChunkSource:
         chunk's snapshot is taken (`_rows` begins it in the next round trip). HIGH: the insert
         position read after the chunk file is durable, under the ACCESS SHARE lock a SELECT takes
         (as the table-watermark HIGH: an ALTER committed before it is seen by the re-check after).
-        Both stand just before their WAL position (encoded - 1): a commit record starting exactly
-        there is in the window (LOW) or after the chunk (HIGH)."""
+        Both stand just before their WAL position, at (position - 1, 0): WAL records start at 8-byte
+        aligned positions, so no event has that major, a commit record starting exactly at the
+        position is in the window (LOW) or after the chunk (HIGH), and one starting before it is
+        before LOW (judged by the snapshot) or in the window (HIGH)."""
         if mark.kind == "LOW" or table is None:
             position = parse_lsn(self._run("SELECT pg_current_wal_insert_lsn()::text")[0][0])
         else:
@@ -280,8 +282,8 @@ class PostgresChunkSource:
                 raise
             self._after_chunk[(table.schema, table.table)] = rows
         if mark.kind == "LOW":
-            self._before_low = position
-        self._position = Lsn(position).encode() - 1
+            self._before_low = position - 1  # the read view's lookback: LOW itself
+        self._position = Lsn(position - 1).encode()
 
     def _rows(self, table: TableSchema, sql: str, params: list[Any]) -> pa.StructArray:
         """The chunk in a transaction of its own: a snapshot taken now, after LOW committed."""
@@ -337,6 +339,14 @@ class PostgresChunkSource:
         """Read-only: the encoded LSN the last watermark stands at (LOW: just before the WAL insert
         position read before the chunk's snapshot; HIGH: just before the one read after its file)."""
         return self._position if self.readonly else None
+
+    def place_high(self, high: int, frontier: int | None) -> int:
+        """Above the landed frontier too: on an idle server capture's frontier already stands just
+        before the WAL end HIGH was read at (the keepalive's position), and steps past a HIGH placed
+        above it at its next idle keepalive; so the window closes without a commit, and a merge
+        that read the frontier before the HIGH file existed cannot have passed it (the engine's
+        `_passed` check covers a frontier that moved in between)."""
+        return high if frontier is None else max(high, frontier + 1)
 
     def close(self) -> None:
         self._conn.close()
