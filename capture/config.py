@@ -31,6 +31,8 @@ class MetricsConfig(_Strict):
 
 
 POSTGRES_CHUNK_SIZE = 20_000  # the default chunk_size of kind postgresql
+
+
 class DumpConfig(_Strict):
     """Defaults for dumps of a source; a dump request or its runtime control overrides them."""
 

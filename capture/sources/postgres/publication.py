@@ -193,7 +193,11 @@ class Publication:
         return result
 
     def _check(
-        self, conn: Any, rows: list[tuple[Any, ...]], captured: list[TableIdentity], wanted: list[TableIdentity],
+        self,
+        conn: Any,
+        rows: list[tuple[Any, ...]],
+        captured: list[TableIdentity],
+        wanted: list[TableIdentity],
         result: SyncResult,
     ) -> SyncResult:
         """`watermarks: readonly`: the publication is an administrator's, never created or changed

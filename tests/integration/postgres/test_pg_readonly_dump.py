@@ -128,7 +128,8 @@ def test_the_last_window_closes_on_an_idle_server(postgres, pg_database, make_pg
 
 
 def test_a_commit_in_the_wal_but_invisible_with_an_xid_past_xmax_never_leaves_a_stale_row(make_pg_capture):
-    """A synchronous standby that never answers holds a committed, landed update invisible. No
+    """A synchronous standby that never answers holds a committed, landed update (made in a
+    subtransaction: pgoutput gives the top-level xid, which xip and xmax are compared with) invisible. No
     transaction completes after it, so the chunk's snapshot has xmax at or below its xid and does not
     list it in xip: only the read-only rule (every xid >= xmax before LOW is hidden, whatever its
     LSN) drops the stale chunk row; the table-watermark rule (xid >= xmax only after the position read
@@ -149,8 +150,10 @@ def test_a_commit_in_the_wal_but_invisible_with_an_xid_past_xmax_never_leaves_a_
         stuck = server.connect(autocommit=False)
         with stuck.cursor() as cur:
             cur.execute("SET synchronous_commit = on")
-            cur.execute("UPDATE hot SET v = 100 WHERE id = 5 RETURNING pg_backend_pid(), txid_current()")
+            cur.execute("SELECT pg_backend_pid(), txid_current()")  # the top-level xid
             pid, xid = cur.fetchone()
+            # the update in a subtransaction: its row carries the subxid, the log the top-level xid
+            cur.execute("SAVEPOINT s; UPDATE hot SET v = 100 WHERE id = 5; RELEASE SAVEPOINT s")
         committer = threading.Thread(target=stuck.commit)  # waits for the standby that never comes
         committer.start()
         wait_for(
@@ -160,7 +163,7 @@ def test_a_commit_in_the_wal_but_invisible_with_an_xid_past_xmax_never_leaves_a_
         )
         assert server.query("SELECT v FROM hot WHERE id = 5")[0][0] == 0
         events = capture.wait_events("public", "hot", 1)  # in the WAL, and landed
-        assert events[0]["after"]["v"] == 100
+        assert events[0]["after"]["v"] == 100 and events[0]["_txid"] == str(xid & 0xFFFFFFFF)
         time.sleep(1)  # the commit record is well before the dump's LOW
 
         _dump(capture, "public.hot", 50)
