@@ -605,6 +605,7 @@ class TableMerge:
         self.rows_in = 0  # log events and chunk rows the run reads at most
         self.unknown_record: dict[str, str] = {}  # UNKNOWN_VALUES, UNKNOWN_SAMPLE after this run
         self.exists: dict[str, bool] = {}  # target and changelog: whether they existed when the run began
+        self.reads_log = True  # the run reads log files (else its event frame is empty by plan)
 
     @contextmanager
     def _step(self, name: str) -> Iterator[None]:
@@ -660,6 +661,7 @@ class TableMerge:
                 self.report["skipped"] = "nothing new"
                 return
             metas = [(pq.read_metadata(p), p) for _, _, p in log_files]
+            self.reads_log = bool(log_files)
             schemas = [(m.schema.to_arrow_schema(), p) for m, p in metas]
             self.has_missing = misses_columns(schemas, start, F)
             # rows the run reads at most: sizes its first load's write and its broadcasts
@@ -955,7 +957,7 @@ class TableMerge:
                 views.append((c.id, c.low, view.before_low, view.xmax, list(view.xip)))
             elif view is not None:
                 raise MergeError(f"{self.name}: the merge cannot apply read view {type(view).__name__}")
-        if not views:
+        if not views or not self.reads_log:  # no log event in the run: none to hide (and no plan to analyse)
             return None
         keys, spark = self.keys, self.ctx.spark
         columns = [("_cid", "int"), ("_low", "decimal(38,0)"), ("_before_low", "decimal(38,0)"), ("_xmax", "bigint")]
@@ -1247,7 +1249,8 @@ class TableMerge:
         from pyspark.sql import functions as sf
 
         spark, keys = self.ctx.spark, self.keys
-        first_load = is_empty(spark, self.target)
+        # a target this run created is empty (one merge of a source at a time: merge.lock)
+        first_load = not self.exists.get(self.target, True) or is_empty(spark, self.target)
         if first_load:
             # one shuffle serves both the latest event per key (the window below keeps Spark's range
             # partitioning by key) and the target's layout (files of narrow key ranges, sorted)
