@@ -103,3 +103,38 @@ def stop_session(session: Any) -> None:
         session.catalog.clearCache()
         return
     session.stop()
+
+
+_jvm_functions: dict[str, tuple[Any, Any]] = {}  # function name -> (the JVM view, its static method)
+
+
+def cache_jvm_functions() -> None:
+    """Make pyspark find the JVM side of `pyspark.sql.functions` (`sf.col`, `sf.lit`, ...) once
+    per name instead of on every call. pyspark 3.5 asks the JVM twice per call: which class
+    `functions` is (py4j tries the bare name on the whole class path first, then each of
+    pyspark's imported packages: a dozen failed class lookups in every jar), then which member
+    the name is; a small table's merge makes over a hundred such calls (and a column named by a
+    string, `frame.select("a")`, is a `col` too). Idempotent; a pyspark without these private
+    functions is left alone."""
+    from pyspark.sql import column, functions
+
+    original = getattr(functions, "_get_jvm_function", None)
+    by_name = getattr(column, "_create_column_from_name", None)
+    if original is None or by_name is None or getattr(functions, "_logtide_cached", False):
+        return
+
+    def cached(name: str, sc: Any) -> Any:
+        jvm = sc._jvm
+        hit = _jvm_functions.get(name)
+        if hit is not None and hit[0] is jvm:  # a new gateway (another JVM) looks its functions up again
+            return hit[1]
+        member = original(name, sc)
+        _jvm_functions[name] = (jvm, member)
+        return member
+
+    def from_name(name: str) -> Any:
+        return cached("col", column.get_active_spark_context())(name)
+
+    functions._get_jvm_function = cached
+    column._create_column_from_name = from_name
+    functions._logtide_cached = True  # type: ignore[attr-defined]

@@ -394,16 +394,18 @@ def ensure_table(
     meta: tuple[tuple[str, str], ...],
     properties: dict[str, str],
     clustered_by: list[str] | None = None,
+    exists: bool | None = None,
 ) -> None:
     """Create the table, or add the columns it lacks (Iceberg schema evolution). `clustered_by`
     (targets: the key): rows range-distributed by it before every write and files of at most
     TARGET_FILE_SIZE, so that files hold narrow key ranges a MERGE can skip; a table created
-    before without that layout gets it for its future writes. Without it (changelogs) rows are
+    before without that layout gets it for its future writes. `exists`: whether the table exists,
+    when the caller knows (None: ask the catalog). Without it (changelogs) rows are
     written as computed: every run appends its own LSN range, and readers order by `_lsn`."""
     clustered = clustered_by is not None
     layout = {"write.target-file-size-bytes": str(TARGET_FILE_SIZE), "logtide.layout": LAYOUT} if clustered else {}
     ordered = f"WRITE ORDERED BY {', '.join(quote(c) for c in clustered_by or ())}"
-    if not table_exists(spark, name):
+    if not (table_exists(spark, name) if exists is None else exists):
         props = {
             "format-version": "2",
             "write.delete.mode": "merge-on-read",
@@ -569,9 +571,49 @@ class Context:
     # what Spark puts before a chunk file's path in `_metadata.file_path` (file: or file://): read
     # by the run's first table with chunk rows from a row of its own, then reused (`_chunk_rows`)
     file_scheme: str | None = field(init=False, default=None)
+    # the JVM's DataType for a type's JSON (`cast`), and whether the namespace exists: once per run
+    java_types: dict[str, Any] = field(init=False, default_factory=dict)
+    sql_types: dict[str, str] = field(init=False, default_factory=dict)
+    namespace_ready: bool = field(init=False, default=False)
+    lock: threading.Lock = field(init=False, default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
         self.namespace = target_namespace(self.config.merge, self.source)
+
+    def java_type(self, data_type: Any) -> Any:
+        text = data_type.json()
+        with self.lock:
+            java = self.java_types.get(text)
+            if java is None:
+                java = self.java_types[text] = self.spark._jsparkSession.parseDataType(text)
+        return java
+
+    def cast(self, column: Any, data_type: Any) -> Any:
+        """`column.cast(data_type)` in one call to the JVM. pyspark's own cast of a DataType looks
+        for the thread's active session first, which a thread of the run's pool does not have:
+        it builds one (about 14 py4j round trips per cast, the largest share of a small table's
+        planning), then parses the type's JSON again."""
+        from pyspark.sql import Column
+
+        return Column(column._jc.cast(self.java_type(data_type)))
+
+    def sql_type(self, data_type: Any) -> str:
+        """The type as Spark SQL spells it (names quoted), for statements of the merge's own."""
+        text = data_type.json()
+        with self.lock:
+            sql = self.sql_types.get(text)
+        if sql is None:
+            sql = str(self.java_type(data_type).sql())
+            with self.lock:
+                self.sql_types[text] = sql
+        return sql
+
+    def ensure_namespace(self) -> None:
+        with self.lock:
+            if not self.namespace_ready:
+                cfg = self.config.merge
+                self.spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {quote(cfg.catalog_name)}.{quote(self.namespace)}")
+                self.namespace_ready = True
 
     def target_name(self, schema: str, table: str, changelog: bool = False) -> str:
         return target_of(self.config.merge, self.source, schema, table, changelog).spark
@@ -590,6 +632,8 @@ class TableMerge:
         self.rows_in = 0  # log events and chunk rows the run reads at most
         self.unknown_record: dict[str, str] = {}  # UNKNOWN_VALUES, UNKNOWN_SAMPLE after this run
         self.truncates: list[TruncateMark] = []  # truncates at or after the applied frontier (step 4a)
+        self.exists: dict[str, bool] = {}  # target and changelog: whether they existed when the run began
+        self.reads_log = True  # the run reads log files (else its event frame is empty by plan)
 
     @contextmanager
     def _step(self, name: str) -> Iterator[None]:
@@ -625,8 +669,9 @@ class TableMerge:
 
         ctx, spark, F = self.ctx, self.ctx.spark, self.ctx.frontier
         with self._step("plan"):
-            a_target = applied_frontier(spark, self.target) if table_exists(spark, self.target) else 0
-            a_changelog = applied_frontier(spark, self.changelog) if table_exists(spark, self.changelog) else 0
+            self.exists = {name: table_exists(spark, name) for name in (self.target, self.changelog)}
+            a_target = applied_frontier(spark, self.target) if self.exists[self.target] else 0
+            a_changelog = applied_frontier(spark, self.changelog) if self.exists[self.changelog] else 0
             a = min(a_target, a_changelog)
             self.report.update(  # LSNs as text: the report crosses into XCom and JSON readers
                 applied_before=lsn_text(a_target), changelog_applied_before=lsn_text(a_changelog), frontier=lsn_text(F)
@@ -656,6 +701,7 @@ class TableMerge:
                 self.report["skipped"] = "nothing new"
                 return
             metas = [(pq.read_metadata(p), p) for _, _, p in log_files]
+            self.reads_log = bool(log_files)
             schemas = [(m.schema.to_arrow_schema(), p) for m, p in metas]
             self.has_missing = misses_columns(schemas, start, F)
             # rows the run reads at most: sizes its first load's write and its broadcasts
@@ -877,12 +923,13 @@ class TableMerge:
         raise no_key(self.ctx.source, self.name)
 
     def _ensure_tables(self) -> None:
-        spark, cfg = self.ctx.spark, self.ctx.config.merge
-        spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {quote(cfg.catalog_name)}.{quote(self.ctx.namespace)}")
+        spark = self.ctx.spark
+        self.ctx.ensure_namespace()
         columns = [(c, self.types[c]) for c in self.columns]
         props = {"logtide.source": self.ctx.source, "logtide.table": self.name, "logtide.key": ",".join(self.keys)}
-        ensure_table(spark, self.target, columns, TARGET_META, props, clustered_by=self.keys)
-        ensure_table(spark, self.changelog, columns, CHANGELOG_META, props)
+        exists = self.exists
+        ensure_table(spark, self.target, columns, TARGET_META, props, self.keys, exists[self.target])
+        ensure_table(spark, self.changelog, columns, CHANGELOG_META, props, exists=exists[self.changelog])
 
     # -- building the stream -----------------------------------------------------------------
 
@@ -904,14 +951,17 @@ class TableMerge:
             ]
             + ([T.StructField("_missing", T.ArrayType(T.StringType()))] if self.has_missing else [])
         )
-        if not paths:  # empty by plan (limit 0): Spark drops the joins with it instead of running them
-            return spark.createDataFrame([], self._stream_schema()).limit(0)
+        if not paths:  # empty by plan (LIMIT 0): Spark drops the joins with it instead of running them
+            nulls = ", ".join(
+                f"CAST(NULL AS {self.ctx.sql_type(f.dataType)}) AS {quote(f.name)}" for f in self._stream_schema()
+            )
+            return spark.sql(f"SELECT {nulls} LIMIT 0")
         raw = spark.read.schema(schema).parquet(*[str(p.resolve()) for p in paths])
         raw = raw.where((raw["_lsn"] >= _lsn(start)) & (raw["_lsn"] < _lsn(self.ctx.frontier)))
 
         def rows(image: Any, op: Any, order: int, missing: Any) -> list[Any]:
             return [
-                *(image.getField(c).cast(self.types[c]).alias(c) for c in self.columns),
+                *(self.ctx.cast(image.getField(c), self.types[c]).alias(c) for c in self.columns),
                 sf.col("_lsn"),
                 sf.lit(order).cast("bigint").alias("_order"),
                 op.alias("_op"),
@@ -963,7 +1013,7 @@ class TableMerge:
         paths = [str(c.path.resolve()) for c in chunks]
         raw = spark.read.schema(T.StructType([T.StructField("after", row_struct)])).parquet(*paths)
         raw = raw.select(
-            *(sf.col("after").getField(c).cast(self.types[c]).alias(c) for c in self.columns),
+            *(self.ctx.cast(sf.col("after").getField(c), self.types[c]).alias(c) for c in self.columns),
             sf.col("_metadata.file_path").alias("_file"),
             sf.col("_metadata.row_index").alias("_row"),
         )
@@ -1011,7 +1061,7 @@ class TableMerge:
                 views.append((c.id, c.low, 0 if view.readonly else view.before_low, view.xmax, list(view.xip)))
             elif view is not None:
                 raise MergeError(f"{self.name}: the merge cannot apply read view {type(view).__name__}")
-        if not views:
+        if not views or not self.reads_log:  # no log event in the run: none to hide (and no plan to analyse)
             return None
         keys, spark = self.keys, self.ctx.spark
         columns = [("_cid", "int"), ("_low", "decimal(38,0)"), ("_before_low", "decimal(38,0)"), ("_xmax", "bigint")]
@@ -1224,7 +1274,7 @@ class TableMerge:
         returned = (
             spark.read.schema(T.StructType([T.StructField("after", key_struct)]))
             .parquet(*paths)
-            .select(*(sf.col("after").getField(k).cast(self.types[k]).alias(k) for k in keys))
+            .select(*(self.ctx.cast(sf.col("after").getField(k), self.types[k]).alias(k) for k in keys))
         )
         target = spark.table(self.target).select(*keys, sf.col("_lsn").alias("_tlsn"))
         candidates = target.where(
@@ -1252,7 +1302,7 @@ class TableMerge:
         for more in found[1:]:
             deletes = deletes.unionByName(more)
         return deletes.dropDuplicates([*keys, "_high"]).select(
-            *(sf.col(k) if k in keys else sf.lit(None).cast(self.types[k]).alias(k) for k in self.columns),
+            *(sf.col(k) if k in keys else self.ctx.cast(sf.lit(None), self.types[k]).alias(k) for k in self.columns),
             sf.col("_high").alias("_lsn"),
             sf.lit(0).cast("bigint").alias("_order"),
             sf.lit("d").alias("_op"),
@@ -1277,9 +1327,9 @@ class TableMerge:
             if f.name == "_applied_at":
                 out.append(sf.lit(self.ctx.applied_at).cast("timestamp").alias(f.name))
             elif f.name.lower() in present:
-                out.append(sf.col(quote(present[f.name.lower()])).cast(f.dataType).alias(f.name))
+                out.append(self.ctx.cast(sf.col(quote(present[f.name.lower()])), f.dataType).alias(f.name))
             else:
-                out.append(sf.lit(None).cast(f.dataType).alias(f.name))
+                out.append(self.ctx.cast(sf.lit(None), f.dataType).alias(f.name))
         return frame.select(*out, *extra)
 
     def _append_changelog(self, stream: Any, props: dict[str, str]) -> dict[str, int]:
@@ -1303,7 +1353,8 @@ class TableMerge:
         from pyspark.sql import functions as sf
 
         spark, keys = self.ctx.spark, self.keys
-        first_load = is_empty(spark, self.target)
+        # a target this run created is empty (one merge of a source at a time: merge.lock)
+        first_load = not self.exists.get(self.target, True) or is_empty(spark, self.target)
         if first_load:
             # one shuffle serves both the latest event per key (the window below keeps Spark's range
             # partitioning by key) and the target's layout (files of narrow key ranges, sorted)
