@@ -81,6 +81,12 @@ class SourceConfig(_Strict):
         description="table: dumps write LOW/HIGH rows to logtide.watermarks; readonly: dumps write nothing, "
         "each chunk is read in a consistent snapshot placed at its exact binlog position (mariadb)",
     )
+    foreign_key_cascades: Literal["refuse", "accept"] = Field(
+        "refuse",
+        description="mariadb/mysql: InnoDB writes no binlog rows for the child rows a cascading foreign key "
+        "(ON DELETE/UPDATE CASCADE, SET NULL) changes. refuse: capture does not start (and stops at DDL adding "
+        "one) while a captured table is such a child; accept: it warns, and those tables diverge until dumped",
+    )
     metrics: MetricsConfig = MetricsConfig()
     dump: DumpConfig = DumpConfig()
 
@@ -126,6 +132,11 @@ class SourceConfig(_Strict):
                 raise ValueError("server_id is for mariadb/mysql; postgresql uses a replication slot (slot)")
             if self.watermarks == "readonly":
                 raise ValueError(READONLY_POSTGRESQL)
+            if "foreign_key_cascades" in self.model_fields_set:
+                raise ValueError(
+                    "foreign_key_cascades is for mariadb/mysql: PostgreSQL's logical decoding carries the rows "
+                    "that foreign-key cascades change, so there is nothing to accept or refuse"
+                )
         else:
             if self.server_id is None:
                 raise ValueError(f"kind {self.kind!r} needs server_id: a replica id unique among the server's replicas")

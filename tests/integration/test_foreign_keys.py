@@ -106,7 +106,9 @@ def test_accepted_cascades_warn_and_capture_runs(mariadb, database, make_capture
     assert "capture.foreign_key_cascades_accepted" in log and f"{database}.child" in log
     assert "dump" in log  # says what repairs the child
     mariadb.execute(
-        "INSERT INTO parent VALUES (1, 1)", "INSERT INTO child VALUES (10, 1)", "DELETE FROM parent WHERE id = 1",
+        "INSERT INTO parent VALUES (1, 1)",
+        "INSERT INTO child VALUES (10, 1)",
+        "DELETE FROM parent WHERE id = 1",
         database=database,
     )
     capture.wait_events(database, "parent", 2)
