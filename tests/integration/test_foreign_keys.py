@@ -6,7 +6,11 @@ out, accepts them knowingly with `foreign_key_cascades: accept`, and stops when 
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +20,8 @@ from capture.events import ChangeBatch, TransactionEnd
 from capture.sources.mysql.reader import BinlogReader
 from tests.integration.binlog_check import binlog_end
 from tests.servers import wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.integration
 
@@ -117,6 +123,12 @@ def test_accepted_cascades_warn_and_capture_runs(mariadb, database, make_capture
     # the divergence accepted: the child's landed state keeps the row the cascade deleted
     assert _select(mariadb, database, "child") == []
     assert _landed(capture, database, "child") == [(10, 1)]
+    # `logtide status` shows the option
+    status = [sys.executable, "-m", "capture.cli", "--config", str(capture.config_path), "status"]
+    report = json.loads(subprocess.run([*status, "--json"], cwd=ROOT, capture_output=True, text=True).stdout)
+    assert report[0]["foreign_key_cascades"] == "accept"
+    text = subprocess.run(status, cwd=ROOT, capture_output=True, text=True).stdout
+    assert "source src (mariadb, table watermarks, foreign-key cascades accepted)" in text
 
 
 def test_ddl_adding_a_cascade_stops_capture_and_restrict_keys_are_fine(mariadb, database, make_capture):
@@ -160,3 +172,24 @@ def test_ddl_adding_a_cascade_warns_when_accepted(mariadb, database, make_captur
     assert "constraint late: ON DELETE SET NULL" in capture.log()
     assert capture.process is not None and capture.process.poll() is None
     assert capture.stop() == 0
+
+
+def test_a_cascade_added_and_dropped_while_capture_was_stopped_stops_it_at_the_ddl(mariadb, database, make_capture):
+    """Capture behind: the catalog, read at the DDL, no longer shows the key the DDL added; the
+    statement's text still stops capture, since the cascades in between left no rows in the log."""
+    mariadb.execute(PARENT, "CREATE TABLE child (id INT PRIMARY KEY, parent_id INT)", database=database)
+    capture = make_capture([f"{database}.*"]).start()
+    capture.wait_running()
+    mariadb.execute("INSERT INTO parent VALUES (1, 1)", "INSERT INTO child VALUES (10, 1)", database=database)
+    capture.wait_events(database, "child", 1)
+    assert capture.stop() == 0
+    mariadb.execute(
+        "ALTER TABLE child ADD CONSTRAINT brief FOREIGN KEY (parent_id) REFERENCES parent (id) ON DELETE CASCADE",
+        "DELETE FROM parent WHERE id = 1",  # deletes child 10: no row event
+        "ALTER TABLE child DROP FOREIGN KEY brief",
+        database=database,
+    )
+    assert capture.run_to_exit() == 2
+    log = capture.log()
+    assert f"{database}.child (constraint (not in the catalog now: dropped since): ON DELETE CASCADE" in log
+    assert len(capture.events(database, "parent")) == 1  # the insert; stopped before the delete

@@ -64,7 +64,7 @@ class CascadingKey:
     def describe(self) -> str:
         rules = [f"ON {what} {rule}" for what, rule in (("DELETE", self.delete_rule), ("UPDATE", self.update_rule))]
         cascading = ", ".join(r for r in rules if r.split(" ", 2)[2] not in NOT_CASCADING)
-        parent = f"{self.parent_schema}.{self.parent_table}"
+        parent = f"{self.parent_schema}.{self.parent_table}" if self.parent_table else "unknown"
         return f"{self.child} (constraint {self.constraint}: {cascading}, parent {parent})"
 
 
@@ -98,7 +98,7 @@ def added_by_text(schema: str, statement: str) -> CascadingKey | None:
         return None
     what, action = rule.group(1).upper(), " ".join(rule.group(2).upper().split())
     delete, update = (action, "RESTRICT") if what == "DELETE" else ("RESTRICT", action)
-    return CascadingKey(*table, "(not in the catalog now: dropped since)", "?", "?", delete, update)
+    return CascadingKey(*table, "(not in the catalog now: dropped since)", "", "", delete, update)
 
 
 def message(source: str, keys: list[CascadingKey], where: str = "") -> str:
