@@ -32,6 +32,13 @@ CHILD = (
 )
 
 
+@pytest.fixture(autouse=True)
+def _drop_afterwards(mariadb, database):
+    """The session's MariaDB is shared: a cascading key left behind would refuse later tests' captures of `*.*`."""
+    yield
+    mariadb.execute(f"DROP DATABASE IF EXISTS `{database}`")
+
+
 def _position(mariadb) -> dict:
     with mariadb.connect() as conn, conn.cursor() as cursor:
         cursor.execute("SHOW MASTER STATUS")
