@@ -4,6 +4,7 @@ Run from the repository root::
 
     .venv/bin/python -m benchmarks.pg_dump_throughput               # 1,000,000 rows, chunk 5000
     .venv/bin/python -m benchmarks.pg_dump_throughput --rows 50000  # quick smoke run
+    .venv/bin/python -m benchmarks.pg_dump_throughput --compare-readonly  # table vs readonly watermarks
 
 Against one private PostgreSQL 15 (tests/servers.py; never the system server):
 
@@ -13,6 +14,11 @@ Against one private PostgreSQL 15 (tests/servers.py; never the system server):
 3. Logtide: ``DumpEngine`` over the same table: LOW watermark, chunk transaction with its
    snapshot, column-wise Arrow parsing, durable Parquet chunk file, HIGH watermark, progress.
    Target: rows/s >= 0.8 of the baseline.
+
+With ``--compare-readonly`` it measures, instead, the dump with table watermarks against the dump
+with ``watermarks: readonly`` (WAL positions around the chunk's snapshot, a HIGH file) on the same
+table, alternately, twice each (table, readonly, table, readonly), and prints the best of each and
+their ratio.
 """
 
 from __future__ import annotations
@@ -54,10 +60,40 @@ def baseline(server: PostgreSQL, chunk: int) -> float:
     return rows / (time.monotonic() - began)
 
 
+def dump(config, work: Path, chunk: int, dump_id: str) -> float:
+    source = open_chunk_source("bench", config.source("bench"))
+    try:
+        engine = DumpEngine(source, LandingZone(work / "landing", "bench"))
+        began = time.monotonic()
+        request = DumpRequest(dump_id=dump_id, tables=["public.big"], settings=DumpSettings(chunk_size=chunk))
+        summary = engine.run(request)
+        return summary["rows"] / (time.monotonic() - began)
+    finally:
+        source.close()
+
+
+def compare_readonly(server: PostgreSQL, work: Path, chunk: int) -> None:
+    server.execute("CREATE PUBLICATION logtide_bench FOR TABLE big")  # readonly creates nothing itself
+    source = {"kind": "postgresql", "port": server.port, "user": "postgres", "database": "postgres"}
+    configs = {
+        kind: parse_config({"sources": {"bench": {**source, "watermarks": kind}}}) for kind in ("table", "readonly")
+    }
+    rates: dict[str, list[float]] = {"table": [], "readonly": []}
+    for i, kind in enumerate(("table", "readonly", "table", "readonly")):
+        rates[kind].append(dump(configs[kind], work, chunk, f"compare-{i}"))
+    table, readonly = max(rates["table"]), max(rates["readonly"])
+    print(f"  table watermarks     {table:12,.0f} rows/s  (runs: {', '.join(f'{r:,.0f}' for r in rates['table'])})")
+    print(
+        f"  readonly watermarks  {readonly:12,.0f} rows/s  (runs: {', '.join(f'{r:,.0f}' for r in rates['readonly'])})"
+    )
+    print(f"  ratio readonly / table {readonly / table:.2f}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--chunk-size", type=int, default=5000)
+    parser.add_argument("--compare-readonly", action="store_true", help="table vs readonly watermarks")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="logtide-pgdump-"))
     server = PostgreSQL(work / "pg")
@@ -70,6 +106,9 @@ def main() -> int:
             f" FROM generate_series(1, {args.rows}) i",
             "VACUUM ANALYZE big",
         )
+        if args.compare_readonly:
+            compare_readonly(server, work, args.chunk_size)
+            return 0
         config = parse_config(
             {
                 "sources": {

@@ -31,11 +31,6 @@ class MetricsConfig(_Strict):
 
 
 POSTGRES_CHUNK_SIZE = 20_000  # the default chunk_size of kind postgresql
-READONLY_POSTGRESQL = (
-    "watermarks: readonly is not implemented for kind 'postgresql' (README, 'Read-only watermarks': "
-    "sound on a primary only, since PostgreSQL 15 cannot decode logically on a standby); use watermarks: "
-    "table, whose user needs INSERT and UPDATE on logtide.watermarks"
-)
 
 
 class DumpConfig(_Strict):
@@ -79,7 +74,8 @@ class SourceConfig(_Strict):
     watermarks: Literal["table", "readonly"] = Field(
         "table",
         description="table: dumps write LOW/HIGH rows to logtide.watermarks; readonly: dumps write nothing, "
-        "each chunk is read in a consistent snapshot placed at its exact binlog position (mariadb)",
+        "each chunk is read in a consistent snapshot placed by the log position (mariadb) or by its snapshot "
+        "and WAL positions (postgresql, primary only)",
     )
     foreign_key_cascades: Literal["refuse", "accept"] = Field(
         "refuse",
@@ -130,8 +126,6 @@ class SourceConfig(_Strict):
                 raise ValueError("kind 'postgresql' needs database: the database whose tables are captured")
             if self.server_id is not None:
                 raise ValueError("server_id is for mariadb/mysql; postgresql uses a replication slot (slot)")
-            if self.watermarks == "readonly":
-                raise ValueError(READONLY_POSTGRESQL)
             if "foreign_key_cascades" in self.model_fields_set:
                 raise ValueError(
                     "foreign_key_cascades is for mariadb/mysql: PostgreSQL's logical decoding carries the rows "

@@ -341,6 +341,31 @@ class PostgreSQL:
             shutil.rmtree(self.base, ignore_errors=True)
 
 
+def start_pg_standby(primary: PostgreSQL, base: Path, timeout: float = 60) -> PostgreSQL:
+    """A hot standby of `primary` (pg_basebackup -R: streaming replication, read-only queries)."""
+    standby = PostgreSQL(base, options={"hot_standby": "on"})
+    base.mkdir(parents=True, exist_ok=True)
+    standby.socket_dir.mkdir(exist_ok=True)
+    if os.geteuid() == 0:
+        shutil.chown(base, standby.os_user)
+        shutil.chown(standby.socket_dir, standby.os_user)
+        for folder in reversed(base.parents):
+            if folder.stat().st_uid == 0 and not folder.stat().st_mode & 0o001:
+                folder.chmod(folder.stat().st_mode | 0o711)
+    try:
+        standby._as_owner(
+            [str(PG_BIN / "pg_basebackup"), "-h", "127.0.0.1", "-p", str(primary.port), "-U", "postgres",
+             "-D", str(standby.datadir), "-R", "-X", "stream", "-c", "fast", "--no-sync"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )  # fmt: skip
+    except subprocess.CalledProcessError as exc:
+        raise RuntimeError(f"pg_basebackup failed: {exc.stderr.decode(errors='replace')}") from None
+    standby.start(timeout)
+    wait_for(lambda: standby.query("SELECT pg_is_in_recovery()")[0][0], timeout, what="the standby to accept queries")
+    return standby
+
+
 def wait_for(predicate, timeout: float, interval: float = 0.05, what: str = "condition"):
     """Poll `predicate` until it returns a truthy value; that value is returned."""
     deadline = time.monotonic() + timeout

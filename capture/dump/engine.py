@@ -392,6 +392,7 @@ class DumpEngine:
             path = write_chunk(self.zone, table, meta, read.rows)
             self.source.write_watermark(high, table)
             if (high_lsn := self.source.log_position()) is not None:  # read-only: HIGH lands here
+                high_lsn = self.source.place_high(high_lsn, committed_frontier(self.zone))
                 write_chunk_high(path, meta, high_lsn)
                 if self._passed(high_lsn):
                     log.warning(

@@ -998,15 +998,17 @@ class TableMerge:
         could not see, with the chunk's `_cid` (reconcile.py `hidden_events`): a commit is in the WAL
         slightly before it is visible, so such a chunk row is older than the log and is dropped
         like a window's (and, as with a window's, `_bases` keeps the columns those events left out).
-        Events are looked for back to the chunk's `before_low` (and for in-progress transactions
-        back to the start of what the run reads: its frontier or the earliest LOW / before_low)."""
+        Events are looked for back to the chunk's `before_low` (and for in-progress transactions, and
+        a read-only chunk's xids at or past xmax, back to the start of what the run reads: its
+        frontier or the earliest LOW / before_low)."""
         from pyspark.sql import functions as sf
 
         views = []
         for c in chunks:
             view = c.meta.read_view
             if isinstance(view, PgSnapshot):  # the Spark form of `PgSnapshot.hides`
-                views.append((c.id, c.low, view.before_low, view.xmax, list(view.xip)))
+                # read-only: an xid at or past xmax is hidden whatever its LSN (read_view.py)
+                views.append((c.id, c.low, 0 if view.readonly else view.before_low, view.xmax, list(view.xip)))
             elif view is not None:
                 raise MergeError(f"{self.name}: the merge cannot apply read view {type(view).__name__}")
         if not views:

@@ -137,6 +137,13 @@ class ChunkSource(Protocol):
         (LOW: where the chunk's snapshot stands; HIGH: the log's end once the chunk file is
         durable), which the engine lands with the chunk; None with table watermarks."""
 
+    def place_high(self, high: int, frontier: int | None) -> int:
+        """Read-only watermarks: the HIGH to land for a HIGH read as `high`, given the landed
+        frontier read right after it. MariaDB: `high`. PostgreSQL: also above that frontier, since
+        an idle stream's frontier stands at the WAL end HIGH was read at and only then steps past
+        it (capture/sources/postgres/reader.py); any HIGH at or after the one read is sound (the
+        window only grows)."""
+
     def select_chunk(
         self, table: TableSchema, after: Row | None, start: Row | None, stop: Row | None, limit: int
     ) -> pa.StructArray:

@@ -59,7 +59,7 @@ class Scale:
     dump_s: float = 10.0  # about how long a dump lasts unpaused: the --delay between chunks is chosen for it
     dumps: int = 1
     kill_every_s: tuple[float, float] = (3.0, 8.0)  # capture is SIGKILLed after a random pause in this range
-    watermarks: str = "table"  # the source's `watermarks`: table, or readonly (MariaDB; README, Read-only watermarks)
+    watermarks: str = "table"  # the source's `watermarks`: table, or readonly (README, Read-only watermarks)
 
 
 KITS: dict[str, type[Kit]] = {"mariadb": MariaDBKit, "postgres": PostgresKit}
@@ -191,6 +191,8 @@ class Harness:
         self.kit.create(self.tables)
         live, next_n = populate(self.kit, self.tables, self.scale.rows, self.seed)
         self.config_path = self._write_config()
+        if self.scale.watermarks == "readonly":
+            self.kit.administer(self.tables, self.source)
         code, output = self._run("setup", "setup", "--source", self.source)
         if code != 0:
             self.findings.append(f"logtide setup failed ({code}): {error_line(output)}")

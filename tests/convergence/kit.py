@@ -44,6 +44,9 @@ class Kit:
     def drop(self) -> None:
         raise NotImplementedError
 
+    def administer(self, tables: list[Table], source: str) -> None:
+        """What an administrator does before a read-only source's first start (nothing on MariaDB)."""
+
     def connect(self) -> Any:
         """A DB-API connection, not autocommit, in UTC, with `%s` parameters."""
         raise NotImplementedError

@@ -193,6 +193,14 @@ class PostgresKit(Kit):
     def drop(self) -> None:
         drop_database(self.server, self.database)
 
+    def administer(self, tables: list[Table], source: str) -> None:
+        """`watermarks: readonly` creates nothing: the publication of the captured tables is the
+        administrator's (README, Read-only watermarks)."""
+        names = ", ".join(self.quote(t.name) for t in tables if t.captured)
+        self.server.execute(
+            f"CREATE PUBLICATION {self.quote('logtide_' + source)} FOR TABLE {names}", database=self.database
+        )
+
     def connect(self) -> Any:
         conn = self.server.connect(self.database, autocommit=False)
         with conn.cursor() as cur:

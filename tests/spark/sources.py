@@ -42,7 +42,7 @@ class Source:
     tables: list[Table]
     rows: int = 2000  # in the first table before capture starts: history only the dump has
     pauses: tuple[int, int] = (10, 30)  # chunks of the first table after which the dump pauses for a merge
-    watermarks: str = "table"  # the source's `watermarks`: table, or readonly (MariaDB)
+    watermarks: str = "table"  # the source's `watermarks`: table, or readonly
 
     def create(self) -> None:
         raise NotImplementedError
@@ -167,11 +167,13 @@ def token(n: int) -> str:
 
 class PostgresSource(Source):
     def create(self) -> None:
-        statements = (s.format(rows=self.rows, small=self.rows // 6) for s in PG_ROWS)
+        statements = [s.format(rows=self.rows, small=self.rows // 6) for s in PG_ROWS]
+        if self.watermarks == "readonly":  # nothing is created by Logtide: an administrator publishes the tables
+            statements.append(f"CREATE PUBLICATION logtide_src FOR TABLE {', '.join(t.name for t in self.tables)}")
         self.server.execute(*PG_SETUP, *statements, database=self.database)
 
     def capture(self, **landing: Any) -> Any:
-        return self.make_capture(landing=landing)
+        return self.make_capture(landing=landing, watermarks=self.watermarks)
 
     def workload(self, table: Table, first_free_id: int, seed: int) -> maria.Workload:
         return pg.Workload(self.server, self.database, table.name, first_free_id, seed, **table.workload)
@@ -194,6 +196,13 @@ class PostgresSource(Source):
         tokens = capture.zone.read_table(self.schema, "tokens").to_pylist()
         updated = [e for e in tokens if e["_op"] == "u" and e["before"] is not None]
         assert updated and all(e["after"]["doc"] is not None and not e.get("_missing") for e in updated)
+        if self.watermarks == "readonly":  # no watermark row, no watermark table; each chunk its snapshot
+            assert capture.zone.read_table(WATERMARK_SCHEMA, WATERMARK_TABLE) is None
+            assert not self.server.query(
+                f"SELECT 1 FROM pg_namespace WHERE nspname = '{WATERMARK_SCHEMA}'", database=self.database
+            )
+            metas = [read_chunk_meta(p) for t in self.tables for p in chunk_files(capture.zone, self.schema, t.name)]
+            assert metas and all(m.low_lsn is not None and m.read_view.readonly for m in metas)
 
     def state(self, table: Table) -> dict[tuple, dict[str, Any]]:
         """SELECT of every column as the target holds it (see the README's PostgreSQL types): jsonb as the
@@ -258,4 +267,5 @@ def open_source(request: pytest.FixtureRequest, kind: str) -> Source:
         PG_TABLES,
         rows=1000,  # three tables to merge: fewer rows keep the test's time near MariaDB's
         pauses=(8, 18),
+        watermarks="readonly" if kind == "postgres_readonly" else "table",
     )

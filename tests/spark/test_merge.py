@@ -67,7 +67,7 @@ def source(request: pytest.FixtureRequest) -> Source:
 
 @pytest.mark.parametrize(
     ("source", "seed"),
-    [("mariadb", 1), ("mariadb_readonly", 2), ("postgres", 1), ("postgres", 2)],
+    [("mariadb", 1), ("mariadb_readonly", 2), ("postgres", 1), ("postgres", 2), ("postgres_readonly", 1)],
     indirect=["source"],
 )
 def test_merges_during_a_dump_under_concurrent_writes_equal_the_source(source, catalogs, spark, seed):

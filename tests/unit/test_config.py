@@ -97,8 +97,7 @@ def test_watermarks_default_to_the_table_and_readonly_is_refused_where_it_is_not
     readonly = {**MINIMAL["sources"]["shop"], "watermarks": "readonly"}
     assert parse_config({"sources": {"shop": readonly}}).source("shop").watermarks == "readonly"
     pg = {"kind": "postgresql", "user": "cdc", "database": "shop", "watermarks": "readonly"}
-    with pytest.raises(ConfigError, match="watermarks: readonly is not implemented for kind 'postgresql'"):
-        parse_config({"sources": {"shop": pg}})
+    assert parse_config({"sources": {"shop": pg}}).source("shop").watermarks == "readonly"
     with pytest.raises(ConfigError, match="watermarks: readonly is not implemented for kind 'mysql'"):
         parse_config({"sources": {"shop": {**readonly, "kind": "mysql"}}})
     output = {"source": "shop", "kind": "webhook", "url": "http://127.0.0.1:9/"}

@@ -39,6 +39,17 @@ def test_hidden_are_in_progress_transactions_and_those_begun_after_the_snapshot_
     assert not view.hides(1500, None)  # no xid in the log: nothing to say
 
 
+def test_a_read_only_view_hides_every_xid_it_could_not_see_whatever_its_lsn():
+    """No LOW row of the dump's own bounds xmax: a transaction whose commit record is in the WAL long
+    before LOW (a synchronous standby holding its visibility back) can still have an xid >= xmax."""
+    view = PgSnapshot.parse("470:495:480", before_low=1000, readonly=True)
+    assert view.hides(10, 480) and view.hides(10, 495) and view.hides(999, 600)
+    assert not view.hides(10, 470) and not view.hides(999, 494) and not view.hides(10, None)
+    stored = json.loads(_meta(view).to_json())["read_view"]
+    assert stored == {"snapshot": "470:495:480", "before_low": "1000", "readonly": True}
+    assert ChunkMeta.from_json(_meta(view).to_json()).read_view == view
+
+
 def test_xids_are_widened_across_the_epoch_boundary():
     view = PgSnapshot(EPOCH + 5, EPOCH + 10, (EPOCH - 3,), before_low=0)
     assert view.hides(1, 2**32 - 3)  # the in-progress xid of the previous epoch, as the log's 32 bits

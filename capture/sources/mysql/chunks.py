@@ -186,6 +186,10 @@ class MySqlChunkSource:
         binlog end after it); None with table watermarks."""
         return self._position if self.readonly else None
 
+    def place_high(self, high: int, frontier: int | None) -> int:
+        """The binlog end read after the file: a frontier already past it has the chunk read again."""
+        return high
+
     def close(self) -> None:
         self._conn.close()
 

@@ -99,6 +99,7 @@ class Group:
         self.open = False  # inside a transaction (Begin read, Commit not yet)
         self.place = 0  # changes of the open transaction so far
         self.since = 0.0  # monotonic time the group's first transaction began
+        self.ended = 0  # end LSN of the last transaction read to its Commit (never goes back)
 
     def _reset(self) -> None:
         self.transactions: list[tuple[int, int, int]] = []  # commit LSN, commit time (µs, PG epoch), xid
@@ -147,6 +148,7 @@ class Group:
 
     def commit(self, buf: bytes) -> None:
         self.end = pgoutput.commit_fields(buf)
+        self.ended = max(self.ended, self.end[0])
         self.open = self.open_held = False
 
     @property

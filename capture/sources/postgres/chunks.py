@@ -13,6 +13,13 @@ so its snapshot is fresh; the transaction also records that snapshot
 README, "PostgreSQL: visibility and WAL order"). Plain SELECTs only: no LOCK TABLE, no FOR
 UPDATE/SHARE.
 
+`watermarks: readonly` (README, Read-only watermarks): nothing is written to the database. LOW is
+the WAL insert position read before the chunk's snapshot is taken, HIGH the one read after the
+chunk file is durable (the engine writes it to the chunk's HIGH file); the chunk's read view is
+marked `readonly` (read_view.py: without a LOW row of the dump's own, every event before LOW whose
+transaction the snapshot did not see is found by its xid alone). `setup` refuses a hot standby
+and creates nothing; the publication is the administrator's (publication.py `_check`).
+
 Round trips per chunk: LOW (WAL position and upsert in one statement), BEGIN + snapshot, the
 COPY, COMMIT, HIGH + the catalog re-check the engine asks for next (one `describe` query).
 
@@ -97,6 +104,8 @@ class PostgresChunkSource:
         self._publication = Publication(name, config)
         self._published: SyncResult | None = None  # the last sync: which captured tables the log covers
         self._before_low = 0  # pg_current_wal_insert_lsn() before the last LOW watermark
+        self.readonly = config.watermarks == "readonly"
+        self._position: int | None = None  # readonly: the encoded LSN the last watermark stands at
 
     def _run(self, sql: str, args: Any = None) -> list[tuple[Any, ...]]:
         try:
@@ -122,6 +131,9 @@ class PostgresChunkSource:
         watermark table (`publication.Publication.sync`); the replication slot is created by
         capture's first start, which then reads it at once."""
         self.check_keys()
+        if self.readonly:
+            self._readonly_setup()
+            return
         found = self._watermark_columns()
         if not found:
             try:
@@ -142,6 +154,21 @@ class PostgresChunkSource:
                 f"{self._publication.name!r}, so no watermark would reach the log: "
                 + (published.problem or "see the publication.* warning above for the statement to run")
             )
+
+    def _readonly_setup(self) -> None:
+        """`watermarks: readonly`: nothing is created; the server must be a primary (README, Read-only
+        watermarks: why not a hot standby) and the administrator's publication must exist."""
+        if self._run("SELECT pg_is_in_recovery()")[0][0]:
+            raise DumpInputError(
+                f"source {self.name!r} cannot be dumped with watermarks: readonly: this server is a hot standby "
+                "(pg_is_in_recovery()). PostgreSQL 15 cannot decode logically on a standby, so capture reads the "
+                "primary while the chunks would be read here, and Logtide places a read-only chunk by the "
+                "primary's snapshot rules (its xmin/xmax/in-progress list and WAL insert position), which a "
+                "standby's snapshot does not follow (README, Read-only watermarks); point the source at the primary"
+            )
+        published = self._sync_publication()
+        if published.problem:
+            raise DumpInputError(f"source {self.name!r}: {published.problem}")
 
     def _sync_publication(self) -> SyncResult:
         self._published = published = self._publication.sync(self._conn)
@@ -201,6 +228,9 @@ class PostgresChunkSource:
     def write_watermark(self, mark: Watermark, table: TableSchema | None = None) -> None:
         args = (f"{mark.dump_id}/{mark.table}", mark.dump_id, mark.table, mark.chunk, mark.kind, mark.id)
         self._after_chunk.clear()  # only the describe() right after a HIGH may use it
+        if self.readonly:
+            self._readonly_watermark(mark, table)
+            return
         try:
             if mark.kind == "LOW":
                 # a transaction that commits before LOW but after the position read first got its xid after
@@ -227,6 +257,33 @@ class PostgresChunkSource:
                 f'GRANT USAGE ON SCHEMA {WATERMARK_SCHEMA} TO "{self.config.user}"; GRANT INSERT, UPDATE ON '
                 f'{WATERMARK_SCHEMA}.{WATERMARK_TABLE} TO "{self.config.user}"'
             ) from None
+
+    def _readonly_watermark(self, mark: Watermark, table: TableSchema | None) -> None:
+        """`watermarks: readonly`: nothing is written. LOW: the WAL insert position, read before the
+        chunk's snapshot is taken (`_rows` begins it in the next round trip). HIGH: the insert
+        position read after the chunk file is durable, under the ACCESS SHARE lock a SELECT takes
+        (as the table-watermark HIGH: an ALTER committed before it is seen by the re-check after).
+        Both stand just before their WAL position, at (position - 1, 0): WAL records start at 8-byte
+        aligned positions, so no event has that major, a commit record starting exactly at the
+        position is in the window (LOW) or after the chunk (HIGH), and one starting before it is
+        before LOW (judged by the snapshot) or in the window (HIGH)."""
+        if mark.kind == "LOW" or table is None:
+            position = parse_lsn(self._run("SELECT pg_current_wal_insert_lsn()::text")[0][0])
+        else:
+            try:
+                position = parse_lsn(self._run(
+                    f"BEGIN READ ONLY; SELECT FROM {qualified(table.schema, table.table)} LIMIT 0; "
+                    "SELECT pg_current_wal_insert_lsn()::text"
+                )[0][0])  # fmt: skip
+                rows = self._run(f"COMMIT; {DESCRIBE_SQL}", (table.schema, table.table))
+            except Exception:
+                with contextlib.suppress(psycopg2.Error):
+                    query(self._conn, "ROLLBACK")
+                raise
+            self._after_chunk[(table.schema, table.table)] = rows
+        if mark.kind == "LOW":
+            self._before_low = position - 1  # the read view's lookback: LOW itself
+        self._position = Lsn(position - 1).encode()
 
     def _rows(self, table: TableSchema, sql: str, params: list[Any]) -> pa.StructArray:
         """The chunk in a transaction of its own: a snapshot taken now, after LOW committed."""
@@ -273,14 +330,23 @@ class PostgresChunkSource:
         """The last chunk's snapshot and the WAL position just before its LOW watermark."""
         if self.last_snapshot is None:
             return None
-        return PgSnapshot.parse(self.last_snapshot, Lsn(self._before_low).encode())
+        return PgSnapshot.parse(self.last_snapshot, Lsn(self._before_low).encode(), self.readonly)
 
     def finish_reads(self) -> None:
         """Each chunk read commits its own transaction already."""
 
-    def log_position(self) -> None:
-        """Table watermarks only (config refuses `watermarks: readonly` for postgresql)."""
-        return None
+    def log_position(self) -> int | None:
+        """Read-only: the encoded LSN the last watermark stands at (LOW: just before the WAL insert
+        position read before the chunk's snapshot; HIGH: just before the one read after its file)."""
+        return self._position if self.readonly else None
+
+    def place_high(self, high: int, frontier: int | None) -> int:
+        """Above the landed frontier too: on an idle server capture's frontier already stands just
+        before the WAL end HIGH was read at (the keepalive's position), and steps past a HIGH placed
+        above it at its next idle keepalive; so the window closes without a commit, and a merge
+        that read the frontier before the HIGH file existed cannot have passed it (the engine's
+        `_passed` check covers a frontier that moved in between)."""
+        return high if frontier is None else max(high, frontier + 1)
 
     def close(self) -> None:
         self._conn.close()

@@ -21,6 +21,10 @@ about that time; rows written to it before then are not in the log, and a dump o
 covers them. Adding a table takes the lock ALTER PUBLICATION takes (SHARE UPDATE EXCLUSIVE: it
 waits for DDL and VACUUM, not for reads and writes), for at most LOCK_TIMEOUT; a table it could
 not lock is added at the next sync.
+
+With `watermarks: readonly` nothing is created or changed (`Publication._check`): an administrator
+creates the publication; a captured table it lacks is named with the statement that adds it, and
+neither capture nor dumps cover it until then.
 """
 
 from __future__ import annotations
@@ -158,6 +162,8 @@ class Publication:
         captured = [t for t in tables if self._captured(t)]
         wanted = [t for t in captured if t.publishable]
         rows = query(conn, PUBLICATION_SQL, (self.name,))
+        if self.config.watermarks == "readonly":
+            return self._check(conn, rows, captured, wanted, result)
         if not rows and not create:
             result.problem = f"publication {self.name!r} does not exist: run `logtide setup --source {self.source}`"
         elif not rows:
@@ -193,6 +199,49 @@ class Publication:
                 )
                 result.left_out[t.name] = (reason, t.fix())
                 self._say("publication.table_left_out", t.name, reason=reason, fix=t.fix())
+        return result
+
+    def _check(
+        self,
+        conn: Any,
+        rows: list[tuple[Any, ...]],
+        captured: list[TableIdentity],
+        wanted: list[TableIdentity],
+        result: SyncResult,
+    ) -> SyncResult:
+        """`watermarks: readonly`: the publication is an administrator's, never created or changed
+        here; what it covers, and the captured tables it lacks with the statement that adds them."""
+        statement = sql.SQL("CREATE PUBLICATION {}").format(sql.Identifier(self.name))
+        wanted = [t for t in wanted if (t.schema, t.table) != (WATERMARK_SCHEMA, WATERMARK_TABLE)]
+        if wanted:
+            statement += sql.SQL(" FOR TABLE ") + _table_list(wanted)
+        if not rows:
+            result.problem = (
+                f"publication {self.name!r} does not exist, and with watermarks: readonly Logtide creates nothing: "
+                f"as the owner of the captured tables (or a superuser) run {statement.as_string(conn)}"
+            )
+            return result
+        result.exists = True
+        _oid, all_tables, insert, update, delete = rows[0]
+        if not (insert and update and delete):
+            result.problem = (
+                f"publication {self.name!r} does not publish inserts, updates and deletes: "
+                f"ALTER PUBLICATION \"{_text(self.name)}\" SET (publish = 'insert, update, delete, truncate')"
+            )
+        if all_tables:
+            result.all_tables = True
+            return result
+        result.published = {t.name for t in captured if t.listed}
+        for t in captured:
+            if t.listed or (t.schema, t.table) == (WATERMARK_SCHEMA, WATERMARK_TABLE):
+                continue
+            add = sql.SQL("ALTER PUBLICATION {} ADD TABLE {}").format(
+                sql.Identifier(self.name), sql.Identifier(t.schema, t.table)
+            )
+            reason = f"is not in publication {self.name!r} (watermarks: readonly: Logtide does not change it)"
+            fix = f"as the table's owner run: {add.as_string(conn)}" if t.publishable else t.fix()
+            result.left_out[t.name] = (reason, fix)
+            self._say("publication.table_not_published", t.name, reason=reason, fix=fix)
         return result
 
     def _alter_all(self, conn: Any, tables: list[TableIdentity], wanted: list[TableIdentity]) -> set[str]:

@@ -8,7 +8,18 @@ snapshot's in-progress list (found by xid anywhere before LOW) or got its xid at
 committed after `before_low` (found in that short stretch of the log). The log carries 32-bit xids;
 the snapshot 64-bit ones (epoch | xid): a log xid is widened to the 64-bit xid closest to xmax.
 
-Stored in the chunk file's metadata as {"snapshot": "xmin:xmax:xip,...", "before_low": "<lsn>"}.
+Read-only watermarks (`watermarks: readonly`, chunks.py) write no LOW row, so nothing of the
+dump's own has an xid that would bound xmax: a transaction whose commit record is in the WAL before
+LOW can still be in the procarray when the snapshot is taken, with an xid at or past xmax (xmax is
+the latest *completed* xid + 1, and xids >= xmax are not listed in xip). Such a chunk's view is
+`readonly`: every event before LOW whose xid is in xip or at/after xmax is hidden, whatever its
+LSN; that is exactly "not visible to the snapshot" for a committed top-level xid (pgoutput's Begin
+carries the top-level xid; xip holds top-level xids only, subtransactions' xids go to the
+snapshot's subxip, which pg_current_snapshot() does not show, and a subxid is always newer than
+its parent, so the parent decides).
+
+Stored in the chunk file's metadata as {"snapshot": "xmin:xmax:xip,...", "before_low": "<lsn>"},
+with "readonly": true for a read-only chunk.
 """
 
 from __future__ import annotations
@@ -35,26 +46,30 @@ class PgSnapshot:
     xmax: int
     xip: tuple[int, ...]  # in progress when the snapshot was taken (64-bit xids)
     before_low: int  # encoded LSN
+    readonly: bool = False  # no LOW row bounds xmax: xids >= xmax are hidden whatever their LSN
     _in_progress: frozenset[int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_in_progress", frozenset(self.xip))
 
     @classmethod
-    def parse(cls, snapshot: str, before_low: int) -> PgSnapshot:
+    def parse(cls, snapshot: str, before_low: int, readonly: bool = False) -> PgSnapshot:
         """From PostgreSQL's text form `xmin:xmax:xip1,xip2,...`."""
         xmin, xmax, xip = snapshot.split(":")
-        return cls(int(xmin), int(xmax), tuple(int(x) for x in xip.split(",") if x), before_low)
+        return cls(int(xmin), int(xmax), tuple(int(x) for x in xip.split(",") if x), before_low, readonly)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> PgSnapshot:
-        return cls.parse(data["snapshot"], int(data["before_low"]))
+        return cls.parse(data["snapshot"], int(data["before_low"]), bool(data.get("readonly", False)))
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "snapshot": f"{self.xmin}:{self.xmax}:{','.join(str(x) for x in self.xip)}",
             "before_low": lsn_text(self.before_low),
         }
+        if self.readonly:
+            data["readonly"] = True
+        return data
 
     @property
     def lookback(self) -> int:
@@ -68,4 +83,4 @@ class PgSnapshot:
         if xid is None:
             return False
         full = widen(xid, self.xmax)
-        return full in self._in_progress or (lsn >= self.before_low and full >= self.xmax)
+        return full in self._in_progress or (full >= self.xmax and (self.readonly or lsn >= self.before_low))

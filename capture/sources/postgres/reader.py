@@ -38,6 +38,13 @@ Between transactions, every PUBLICATION_SYNC_S, the reader brings the publicatio
 the captured tables (`publication.Publication.sync`): a table created since is published from
 then on.
 
+Keepalives (`watermarks: readonly` only): while no transaction is open and nothing is held, the
+WAL end a keepalive carries (the walsender's sentPtr: the end of the last WAL record it decoded,
+and every transaction committed before it has been sent ahead of the keepalive on this stream)
+is handed over as a `TransactionEnd` without changes: the landed frontier moves to it, so a
+read-only chunk's window closes on an idle server too (README, Read-only watermarks). A
+transaction whose commit record starts at or after that position still lands after it.
+
 The slot's confirmed position is moved by `feedback`, which the service calls only after the
 landing zone's checkpoint covering it is written (forced, STACK.md: psycopg2 is lazy).
 """
@@ -48,6 +55,8 @@ import contextlib
 import select
 import time
 from collections.abc import Iterator
+from dataclasses import replace
+from datetime import UTC, datetime
 from struct import Struct
 from threading import Event
 from typing import Any
@@ -57,13 +66,13 @@ import psycopg2.errors
 
 from capture.config import SourceConfig
 from capture.errors import PreflightError, SourceConnectionError
-from capture.events import Column, Heartbeat, LogItem, TableSchema
+from capture.events import Column, Heartbeat, LogItem, Lsn, TableSchema, TransactionEnd
 from capture.log import get_logger
 from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE
 from capture.sources.postgres import pgoutput
 from capture.sources.postgres.batches import Group, TableInfo
 from capture.sources.postgres.catalog import TypeCatalog, dump_key
-from capture.sources.postgres.connection import connect, translate
+from capture.sources.postgres.connection import connect, format_lsn, translate
 from capture.sources.postgres.publication import PUBLICATION_SYNC_S, Publication
 from capture.sources.postgres.types import builder, column_type, is_text
 from capture.sources.table_keys import log_key
@@ -89,6 +98,7 @@ class PgOutputReader:
         stop: Event,
         acknowledged: int,
         hold_s: float,
+        frontier: int = 0,
     ) -> None:
         self.name = name
         self.config = config
@@ -99,6 +109,10 @@ class PgOutputReader:
         self.hold_s = hold_s  # transactions are held this long at most before they are handed over
         self.sent = acknowledged  # last position sent to the server as flushed (feedback)
         self.idle_wal_end = 0  # everything before it is read (set while no transaction is open)
+        # `watermarks: readonly`: an idle stream's keepalives move the landed frontier (a read-only
+        # chunk's window closes when the frontier passes its HIGH; nothing of the dump's is in the log)
+        self.keepalive_frontier = config.watermarks == "readonly"
+        self._frontier = frontier  # the last frontier handed over (encoded): the checkpoint's at first
         self._cursor: Any = None
         self._tables: dict[int, TableInfo] = {}
 
@@ -159,18 +173,22 @@ class PgOutputReader:
                 wait = heartbeat
                 if not group.open:
                     if self.stop.is_set():
-                        yield from group.hand_over()
+                        yield from self._ends(group.hand_over())
                         return
                     self.idle_wal_end = max(self.idle_wal_end, cursor.wal_end)
                     now = time.monotonic()
                     if group.pending and now - group.since >= hold:
-                        yield from group.hand_over()
+                        yield from self._ends(group.hand_over())
                         run_oid = b""
                     elif group.pending and group.large:  # all read, a backlog's last group: commit it now
-                        yield from group.hand_over(flush=True)
+                        yield from self._ends(group.hand_over(flush=True))
                         run_oid = b""
                     if now >= next_heartbeat:
                         next_heartbeat = now + heartbeat
+                        if self.keepalive_frontier and not group.pending:
+                            end = self._idle_end(max(cursor.wal_end, group.ended, self.start_lsn), now)
+                            if end is not None:
+                                yield end
                         cursor.send_feedback(reply=True)  # ask for a keepalive: it carries the WAL end
                         yield Heartbeat()
                         continue
@@ -189,22 +207,22 @@ class PgOutputReader:
                     run, run_oid = group.run(oid, target), buf[1:5]
                 group.add(run, buf)
                 if group.full:
-                    yield from group.hand_over()
+                    yield from self._ends(group.hand_over())
                     run_oid = b""
             elif kind == 66:  # B
                 group.begin(buf)
             elif kind == 67:  # C
                 group.commit(buf)
                 if group.full or time.monotonic() - group.since >= hold:
-                    yield from group.hand_over()
+                    yield from self._ends(group.hand_over())
                     run_oid = b""
                 if self.stop.is_set():
-                    yield from group.hand_over()
+                    yield from self._ends(group.hand_over())
                     return
             elif kind == 82:  # R
                 relation = pgoutput.parse_relation(buf)
                 if relation.oid in group.runs:  # its held changes were made under the old description
-                    yield from group.hand_over()
+                    yield from self._ends(group.hand_over())
                 run_oid = b""
                 self._tables[relation.oid] = self._describe(relation)
             elif kind == 84:  # T: one Truncate per captured relation it lists (CASCADE included)
@@ -215,6 +233,31 @@ class PgOutputReader:
                     yield from group.truncate(tables)
                     run_oid = b""
             # Y (type), O (origin), M (message): nothing to land
+
+    def _ends(self, items: Iterator[Any]) -> Iterator[Any]:
+        """`watermarks: readonly`: a transaction's end stands at (its end LSN - 1, 0), not (end LSN, 0):
+        still past every change of it (a commit record is longer than 8 bytes), and it leaves the
+        idle steps (`_idle_end`) room between it and a transaction that would begin at its end."""
+        for item in items:
+            if self.keepalive_frontier and isinstance(item, TransactionEnd):
+                frontier = Lsn(item.frontier.major - 1)
+                self._frontier = max(self._frontier, frontier.encode())
+                item = replace(item, frontier=frontier, resume={**item.resume, "frontier_at": str(self._frontier)})
+            yield item
+
+    def _idle_end(self, wal_end: int, now: float) -> TransactionEnd | None:
+        """An idle step of the frontier: everything before `wal_end` is read (no transaction open,
+        nothing held; the keepalive's WAL end is the walsender's position, and every transaction
+        committed before it was sent ahead of it). No WAL record starts in (wal_end - 8, wal_end)
+        (records are 8-byte aligned), so (wal_end - 1, k) claims nothing about a transaction that
+        would begin at wal_end, and while the server writes nothing k grows by one a heartbeat:
+        the frontier passes a read-only HIGH placed above it (`PostgresChunkSource.place_high`)."""
+        if self._frontier >= Lsn(wal_end).encode():  # a frontier (wal_end, 0) of an older checkpoint: no room
+            return None
+        step = max(Lsn(wal_end - 1).encode(), self._frontier + 1)
+        self._frontier = step
+        resume = {"lsn": format_lsn(wal_end), "frontier_at": str(step)}
+        return TransactionEnd(Lsn.decode(step), resume, datetime.now(UTC), now)
 
     def _sync_publication(self) -> None:
         try:

@@ -107,6 +107,9 @@ class PostgresSource:
             conn.close()
         lsn = parse_lsn(lsn_text)
         self._acknowledged = lsn
+        if self.config.watermarks == "readonly":  # frontiers stand below their WAL position (reader.py `_ends`)
+            frontier = Lsn(lsn - 1)
+            return frontier, {"lsn": format_lsn(lsn), "slot": self.slot, "frontier_at": str(frontier.encode())}
         return Lsn(lsn), {"lsn": format_lsn(lsn), "slot": self.slot}
 
     def check_resumable(self, frontier: Lsn, resume: dict[str, Any]) -> None:
@@ -136,8 +139,10 @@ class PostgresSource:
     def read(self, resume: dict[str, Any], stop: Event, hold_s: float = 0.0) -> Iterator[LogItem]:
         start = parse_lsn(resume["lsn"])
         self._acknowledged = max(self._acknowledged, start)
+        # read-only: the checkpoint's frontier (it stands below `lsn`; reader.py `_idle_end`)
+        frontier = int(resume.get("frontier_at", Lsn(start).encode()))
         self._reader = PgOutputReader(
-            self.name, self.config, self.slot, self.publication, start, stop, self._acknowledged, hold_s
+            self.name, self.config, self.slot, self.publication, start, stop, self._acknowledged, hold_s, frontier
         )
         return iter(self._reader)
 

@@ -29,11 +29,22 @@ def _populate(postgres, database: str, rows: int) -> None:
     )
 
 
-@pytest.mark.parametrize("seed", [1, 2])
-def test_dump_during_concurrent_writes_reconciles_to_the_table(postgres, pg_database, make_pg_capture, seed):
-    _populate(postgres, pg_database, 3000)  # history before capture started: only the dump has it
-    capture = make_pg_capture().start()
+def _capture(postgres, pg_database: str, make_pg_capture, watermarks: str):
+    """A running capture; `watermarks: readonly` writes nothing, so an administrator publishes the table
+    first (tests/integration/postgres/test_pg_readonly_dump.py has the users with only the grants)."""
+    if watermarks == "readonly":
+        postgres.execute("CREATE PUBLICATION logtide_src FOR TABLE ledger", database=pg_database)
+    capture = make_pg_capture(watermarks=watermarks).start()
     capture.wait_running()
+    return capture
+
+
+@pytest.mark.parametrize(("seed", "watermarks"), [(1, "table"), (2, "table"), (1, "readonly")])
+def test_dump_during_concurrent_writes_reconciles_to_the_table(
+    postgres, pg_database, make_pg_capture, seed, watermarks
+):
+    _populate(postgres, pg_database, 3000)  # history before capture started: only the dump has it
+    capture = _capture(postgres, pg_database, make_pg_capture, watermarks)
     workload = Workload(postgres, pg_database, "ledger", 100_000, seed)
     workload.start()
     engine, source = open_engine(capture)
@@ -53,10 +64,12 @@ def test_dump_during_concurrent_writes_reconciles_to_the_table(postgres, pg_data
     assert len(log_only) < len(state)
 
 
-def test_a_schema_change_just_before_high_or_after_low_rereads_the_chunk(postgres, pg_database, make_pg_capture):
+@pytest.mark.parametrize("watermarks", ["table", "readonly"])
+def test_a_schema_change_just_before_high_or_after_low_rereads_the_chunk(
+    postgres, pg_database, make_pg_capture, watermarks
+):
     _populate(postgres, pg_database, 200)
-    capture = make_pg_capture().start()
-    capture.wait_running()
+    capture = _capture(postgres, pg_database, make_pg_capture, watermarks)
     check_schema_change_rereads(
         capture,
         "public",
@@ -106,10 +119,10 @@ def test_composite_collated_uuid_binary_and_unique_keys(postgres, pg_database, m
         assert state == table_state(postgres, pg_database, table, key), table
 
 
-def test_key_list_and_key_range(postgres, pg_database, make_pg_capture):
+@pytest.mark.parametrize("watermarks", ["table", "readonly"])
+def test_key_list_and_key_range(postgres, pg_database, make_pg_capture, watermarks):
     _populate(postgres, pg_database, 100)
-    capture = make_pg_capture().start()
-    capture.wait_running()
+    capture = _capture(postgres, pg_database, make_pg_capture, watermarks)
     engine, source = open_engine(capture)
     try:
         by_keys = engine.run(

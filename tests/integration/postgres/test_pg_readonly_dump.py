@@ -1,0 +1,212 @@
+"""Read-only watermarks (`watermarks: readonly`) on a real PostgreSQL 15 primary: an administrator
+creates the publication, capture streams as a user with only the REPLICATION attribute, the dump
+reads as a user with only SELECT, nothing is written to the database, and the reconciled landing
+zone equals the table under a concurrent workload, on an idle server, and when a commit is in the
+WAL long before it becomes visible. A hot standby is refused."""
+
+from __future__ import annotations
+
+import tempfile
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from capture.dump.control import DumpSettings
+from capture.dump.engine import DumpEngine, DumpRequest
+from capture.errors import DumpInputError
+from capture.landing.chunks import META_KEY, read_chunk_meta
+from capture.landing.reader import chunk_files, committed_frontier
+from capture.sources import open_chunk_source
+from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE
+from capture.sources.postgres.read_view import widen
+from tests.integration.postgres.dumping import Workload, reconciled_state, table_state, wait_until_landed
+from tests.servers import PostgreSQL, start_pg_standby, wait_for
+
+pytestmark = pytest.mark.integration
+CAPTURER = "capturer"  # REPLICATION attribute only: streams the administrator's slot and publication
+DUMPER = "dumper"  # SELECT on the captured tables only
+
+
+def _admin_setup(server: PostgreSQL, database: str, tables: str, slot: str) -> None:
+    """What an administrator does once: the two roles, their grants, the publication, the slot."""
+    for role, attributes in ((CAPTURER, "LOGIN REPLICATION"), (DUMPER, "LOGIN")):
+        if not server.query(f"SELECT 1 FROM pg_roles WHERE rolname = '{role}'"):
+            server.execute(f'CREATE ROLE "{role}" {attributes}')
+    server.execute(
+        f'GRANT SELECT ON {tables} TO "{DUMPER}"',
+        f"CREATE PUBLICATION logtide_src FOR TABLE {tables}",
+        f"SELECT pg_create_logical_replication_slot('{slot}', 'pgoutput')",
+        database=database,
+    )
+
+
+def _readonly_capture(make_pg_capture, server: PostgreSQL, db: str, tables: str, **overrides):
+    probe = make_pg_capture(watermarks="readonly", user=CAPTURER, **overrides)  # the slot name it will use
+    _admin_setup(server, db, tables, probe.config.source("src").slot_name("src"))
+    capture = probe.start()
+    capture.wait_running()
+    return capture
+
+
+def _dump(capture, table: str, chunk_size: int) -> dict:
+    config = capture.config.source("src").model_copy(update={"user": DUMPER})
+    source = open_chunk_source("src", config)
+    try:
+        return DumpEngine(source, capture.zone).run(
+            DumpRequest(tables=[table], settings=DumpSettings(chunk_size=chunk_size))
+        )
+    finally:
+        source.close()
+
+
+def _nothing_written(server: PostgreSQL, database: str, capture, tables: set[str]) -> None:
+    assert not server.query(f"SELECT 1 FROM pg_namespace WHERE nspname = '{WATERMARK_SCHEMA}'", database=database)
+    published = server.query(
+        "SELECT schemaname || '.' || tablename FROM pg_publication_tables WHERE pubname = 'logtide_src'",
+        database=database,
+    )
+    assert {r[0] for r in published} == tables  # the administrator's publication, unchanged
+    assert capture.zone.read_table(WATERMARK_SCHEMA, WATERMARK_TABLE) is None
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_readonly_dump_under_writes_reconciles_to_the_table_and_writes_nothing(
+    postgres, pg_database, make_pg_capture, seed
+):
+    postgres.execute(
+        "CREATE TABLE ledger (id int PRIMARY KEY, v int, note text)",
+        "INSERT INTO ledger SELECT i, i % 100, 'row' || i FROM generate_series(1, 3000) i",
+        database=pg_database,
+    )
+    capture = _readonly_capture(make_pg_capture, postgres, pg_database, "public.ledger")
+    workload = Workload(postgres, pg_database, "ledger", 100_000, seed)  # inserts, updates, deletes, key changes
+    workload.start()
+    try:
+        summary = _dump(capture, "public.ledger", 37)
+    finally:
+        workload.stop()
+    wait_until_landed(postgres, pg_database, capture)
+
+    state, stats = reconciled_state(capture, "public", "ledger")
+    assert state == table_state(postgres, pg_database, "ledger"), (stats, summary)
+    assert workload.transactions > 50 and summary["tables"][0]["chunks"] > 50
+    assert stats.chunks == summary["tables"][0]["chunks"] and stats.chunks_pending == 0
+    assert stats.dropped_by_window > 0  # the workload did touch rows inside windows
+    metas = [read_chunk_meta(p) for p in chunk_files(capture.zone, "public", "ledger")]
+    assert all(m.low_lsn is not None and m.read_view is not None and m.read_view.readonly for m in metas)
+    _nothing_written(postgres, pg_database, capture, {"public.ledger"})
+
+
+def test_the_last_window_closes_on_an_idle_server(postgres, pg_database, make_pg_capture, caplog):
+    """Nothing commits during or after the dump: capture's frontier stands just before the WAL end
+    (the keepalives' position) and steps past each HIGH, which is placed above it; no chunk is read
+    twice (a HIGH at the WAL end alone would be behind the frontier already: `dump.chunk_late`, again
+    and again, until something wrote WAL)."""
+    postgres.execute(
+        "CREATE TABLE ledger (id int PRIMARY KEY, v int, note text)",
+        "INSERT INTO ledger SELECT i, i % 100, 'row' || i FROM generate_series(1, 500) i",
+        database=pg_database,
+    )
+    capture = _readonly_capture(make_pg_capture, postgres, pg_database, "public.ledger")
+    summary = _dump(capture, "public.ledger", 100)
+    finished = time.monotonic()
+    assert summary["tables"][0]["chunks"] == 6
+    wait_for(lambda: reconciled_state(capture, "public", "ledger")[1].chunks_pending == 0, 60, interval=0.2,
+             what="the last read-only chunk to close")  # fmt: skip
+    closed_s = time.monotonic() - finished
+    state, stats = reconciled_state(capture, "public", "ledger")
+    assert state == table_state(postgres, pg_database, "ledger") and stats.chunks == 6
+    assert capture.zone.read_table("public", "ledger") is None  # no commit landed: only keepalives moved it
+    assert committed_frontier(capture.zone) is not None
+    assert "dump.chunk_late" not in caplog.text
+    print(f"idle server: last window closed {closed_s:.2f} s after the dump finished")
+    _nothing_written(postgres, pg_database, capture, {"public.ledger"})
+
+
+def test_a_commit_in_the_wal_but_invisible_with_an_xid_past_xmax_never_leaves_a_stale_row(make_pg_capture):
+    """A synchronous standby that never answers holds a committed, landed update (made in a
+    subtransaction: pgoutput gives the top-level xid, which xip and xmax are compared with) invisible. No
+    transaction completes after it, so the chunk's snapshot has xmax at or below its xid and does not
+    list it in xip: only the read-only rule (every xid >= xmax before LOW is hidden, whatever its
+    LSN) drops the stale chunk row; the table-watermark rule (xid >= xmax only after the position read
+    before LOW) would keep it, since its commit record is long before LOW."""
+    server = PostgreSQL(
+        Path(tempfile.mkdtemp(prefix="logtide-pg-")),
+        options={"synchronous_standby_names": "nobody", "synchronous_commit": "local"},
+    )
+    server.start()
+    stuck = None
+    try:
+        server.execute(
+            "CREATE TABLE hot (id int PRIMARY KEY, v int, body text)",
+            "INSERT INTO hot SELECT i, 0, 'b' || i FROM generate_series(1, 20) i",
+        )
+        capture = _readonly_capture(make_pg_capture, server, "postgres", "public.hot", port=server.port,
+                                    database="postgres")  # fmt: skip
+        stuck = server.connect(autocommit=False)
+        with stuck.cursor() as cur:
+            cur.execute("SET synchronous_commit = on")
+            cur.execute("SELECT pg_backend_pid(), txid_current()")  # the top-level xid
+            pid, xid = cur.fetchone()
+            # the update in a subtransaction: its row carries the subxid, the log the top-level xid
+            cur.execute("SAVEPOINT s; UPDATE hot SET v = 100 WHERE id = 5; RELEASE SAVEPOINT s")
+        committer = threading.Thread(target=stuck.commit)  # waits for the standby that never comes
+        committer.start()
+        wait_for(
+            lambda: server.query(f"SELECT wait_event FROM pg_stat_activity WHERE pid = {pid}")[0][0] == "SyncRep",
+            10,
+            what="the commit to wait for the standby",
+        )
+        assert server.query("SELECT v FROM hot WHERE id = 5")[0][0] == 0
+        events = capture.wait_events("public", "hot", 1)  # in the WAL, and landed
+        assert events[0]["after"]["v"] == 100 and events[0]["_txid"] == str(xid & 0xFFFFFFFF)
+        time.sleep(1)  # the commit record is well before the dump's LOW
+
+        _dump(capture, "public.hot", 50)
+        (path,) = chunk_files(capture.zone, "public", "hot")
+        meta = read_chunk_meta(path)
+        view = meta.read_view
+        assert widen(xid & 0xFFFFFFFF, view.xmax) >= view.xmax and xid not in view.xip  # past xmax, not listed
+        assert int(events[0]["_lsn"]) < view.before_low
+        server.execute(f"SELECT pg_cancel_backend({pid})")  # the wait ends: the commit becomes visible
+        committer.join(10)
+        wait_until_landed(server, "postgres", capture)
+        chunk = pq.read_table(path)
+        assert {"id": 5, "v": 0, "body": "b5"} in chunk.column("after").to_pylist()  # the stale row
+
+        state, stats = reconciled_state(capture, "public", "hot")
+        assert state == table_state(server, "postgres", "hot") and state[(5,)]["v"] == 100
+        assert stats.dropped_by_visibility == 1
+
+        # the table-watermark rule would keep the stale row: its commit is before before_low
+        blind = replace(meta, read_view=replace(view, readonly=False))
+        schema = chunk.schema.with_metadata({**chunk.schema.metadata, META_KEY: blind.to_json()})
+        pq.write_table(chunk.cast(schema), path)
+        state, stats = reconciled_state(capture, "public", "hot")
+        assert state[(5,)]["v"] == 0 and stats.dropped_by_visibility == 0
+    finally:
+        if stuck is not None:  # end the wait first: closing a connection busy in COMMIT would block
+            server.execute("SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE wait_event = 'SyncRep'")
+            stuck.close()
+        server.destroy()
+
+
+def test_a_hot_standby_is_refused_before_anything_is_read(postgres, pg_database, make_pg_capture):
+    postgres.execute("CREATE TABLE ledger (id int PRIMARY KEY, v int)", database=pg_database)
+    postgres.execute("CREATE PUBLICATION logtide_src FOR TABLE public.ledger", database=pg_database)
+    standby = start_pg_standby(postgres, Path(tempfile.mkdtemp(prefix="logtide-pg-standby-")))
+    try:
+        probe = make_pg_capture(watermarks="readonly", port=standby.port)
+        source = open_chunk_source("src", probe.config.source("src"))
+        try:
+            with pytest.raises(DumpInputError, match="this server is a hot standby"):
+                DumpEngine(source, probe.zone).run(DumpRequest(tables=["public.ledger"]))
+        finally:
+            source.close()
+        assert not list(chunk_files(probe.zone, "public", "ledger"))
+    finally:
+        standby.destroy()
