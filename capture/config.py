@@ -77,6 +77,12 @@ class SourceConfig(_Strict):
         "each chunk is read in a consistent snapshot placed by the log position (mariadb) or by its snapshot "
         "and WAL positions (postgresql, primary only)",
     )
+    foreign_key_cascades: Literal["refuse", "accept"] = Field(
+        "refuse",
+        description="mariadb/mysql: InnoDB writes no binlog rows for the child rows a cascading foreign key "
+        "(ON DELETE/UPDATE CASCADE, SET NULL) changes. refuse: capture does not start (and stops at DDL adding "
+        "one) while a captured table is such a child; accept: it warns, and those tables diverge until dumped",
+    )
     metrics: MetricsConfig = MetricsConfig()
     dump: DumpConfig = DumpConfig()
 
@@ -120,6 +126,11 @@ class SourceConfig(_Strict):
                 raise ValueError("kind 'postgresql' needs database: the database whose tables are captured")
             if self.server_id is not None:
                 raise ValueError("server_id is for mariadb/mysql; postgresql uses a replication slot (slot)")
+            if "foreign_key_cascades" in self.model_fields_set:
+                raise ValueError(
+                    "foreign_key_cascades is for mariadb/mysql: PostgreSQL's logical decoding carries the rows "
+                    "that foreign-key cascades change, so there is nothing to accept or refuse"
+                )
         else:
             if self.server_id is None:
                 raise ValueError(f"kind {self.kind!r} needs server_id: a replica id unique among the server's replicas")

@@ -60,6 +60,7 @@ def source_status(config: LogtideConfig, name: str) -> dict[str, Any]:
         "source": name,
         "kind": source.kind,
         "watermarks": source.watermarks,
+        "foreign_key_cascades": None if source.kind == "postgresql" else source.foreign_key_cascades,
         "landing": str(zone.root),
         "frontier": lsn_text(checkpoint.frontier.encode()) if checkpoint else None,  # text: see lsn_text
         "position": checkpoint.resume if checkpoint else None,
@@ -326,8 +327,10 @@ def table_recorded(table: Any, key: str) -> str | None:
 def render(report: list[dict[str, Any]]) -> str:
     lines: list[str] = []
     for entry in report:
+        cascades = ", foreign-key cascades accepted" if entry.get("foreign_key_cascades") == "accept" else ""
         lines.append(
-            f"source {entry['source']} ({entry['kind']}, {entry['watermarks']} watermarks)  landing {entry['landing']}"
+            f"source {entry['source']} ({entry['kind']}, {entry['watermarks']} watermarks{cascades})"
+            f"  landing {entry['landing']}"
         )
         lease = entry["lease"]
         if lease is not None:

@@ -105,3 +105,15 @@ def test_watermarks_default_to_the_table_and_readonly_is_refused_where_it_is_not
         parse_config({"sources": {"shop": readonly}, "outputs": {"hook": output}})
     with pytest.raises(ConfigError, match="Input should be 'table' or 'readonly'"):
         parse_config({"sources": {"shop": {**readonly, "watermarks": "none"}}})
+
+
+def test_foreign_key_cascades_default_to_refuse_and_accept_is_for_mariadb_and_mysql():
+    assert parse_config(MINIMAL).source("shop").foreign_key_cascades == "refuse"
+    accept = {**MINIMAL["sources"]["shop"], "foreign_key_cascades": "accept"}
+    assert parse_config({"sources": {"shop": accept}}).source("shop").foreign_key_cascades == "accept"
+    with pytest.raises(ConfigError, match=r"sources\.shop\.foreign_key_cascades: Input should be 'refuse' or 'accept'"):
+        parse_config({"sources": {"shop": {**accept, "foreign_key_cascades": "ignore"}}})
+    pg = {"kind": "postgresql", "user": "cdc", "database": "shop"}
+    assert parse_config({"sources": {"shop": pg}}).source("shop").foreign_key_cascades == "refuse"
+    with pytest.raises(ConfigError, match="foreign_key_cascades is for mariadb/mysql"):
+        parse_config({"sources": {"shop": {**pg, "foreign_key_cascades": "accept"}}})

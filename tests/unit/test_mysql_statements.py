@@ -42,3 +42,19 @@ def test_what_the_text_cannot_tell(statement, schema):
 
 def test_called_functions_are_names_before_a_parenthesis():
     assert called_functions("INSERT INTO t VALUES (o.f(1), NOW(), 'g(')") == {"values", "f", "now"}
+
+
+def test_ddl_adding_a_cascading_key_is_read_from_its_text():
+    from capture.sources.mysql.foreign_keys import MAY_ADD, added_by_text, ddl_table
+
+    assert ddl_table("db", "ALTER TABLE child ADD FOREIGN KEY (p) REFERENCES parent (id)") == ("db", "child")
+    assert ddl_table("", "alter online table `o``d`.`c d` add x int") == ("o`d", "c d")
+    assert ddl_table("db", "CREATE OR REPLACE TEMPORARY TABLE t (id int)") == ("db", "t")
+    assert ddl_table("db", "CREATE TABLE IF NOT EXISTS s.t (id int)") == ("s", "t")
+    assert ddl_table("db", "DROP TABLE t") is None
+    key = added_by_text("db", "CREATE TABLE c (p int, FOREIGN KEY (p) REFERENCES t (id) ON UPDATE SET  NULL)")
+    assert key is not None and (key.schema, key.table, key.delete_rule, key.update_rule) == (
+        "db", "c", "RESTRICT", "SET NULL"
+    )  # fmt: skip
+    assert added_by_text("db", "ALTER TABLE c ADD FOREIGN KEY (p) REFERENCES t (id) ON DELETE RESTRICT") is None
+    assert MAY_ADD.search("RENAME TABLE a TO b") and not MAY_ADD.search("ALTER TABLE t ADD preferences int")

@@ -41,6 +41,13 @@ from capture.sources.mysql import binlog_events as ev
 from capture.sources.mysql.binlog_events import BinlogStream
 from capture.sources.mysql.catalog import column_names, data_types, fractional_columns, system_period, table_keys
 from capture.sources.mysql.connection import ER_SPECIFIC_ACCESS_DENIED, connection_settings, translate
+from capture.sources.mysql.foreign_keys import (
+    MAY_ADD,
+    CascadingKey,
+    added_by_text,
+    cascading_keys,
+    check_cascades,
+)
 from capture.sources.mysql.rows import OLD_TEMPORAL, RowDecoder
 from capture.sources.mysql.statements import called_functions, hidden_writes, written_tables
 from capture.sources.mysql.table_maps import BinlogColumn, TableMap, TableMapCache
@@ -170,7 +177,14 @@ class Versioning:
 class BinlogReader:
     """One pass over the binlog from a resume token, until stopped or disconnected."""
 
-    def __init__(self, name: str, config: SourceConfig, resume: dict[str, Any], stop: Event) -> None:
+    def __init__(
+        self,
+        name: str,
+        config: SourceConfig,
+        resume: dict[str, Any],
+        stop: Event,
+        cascades: set[CascadingKey] | None = None,
+    ) -> None:
         self.name = name
         self.config = config
         self.stop = stop
@@ -178,6 +192,8 @@ class BinlogReader:
         self.file: str = resume["file"]
         self.gtids = parse_gtid_state(resume.get("gtid", ""))
         self.resume = resume
+        # cascading foreign keys of captured tables already accepted (foreign_key_cascades: accept)
+        self._cascades = cascades if cascades is not None else set()
         self._captured: dict[tuple[str, str], bool] = {}
         # statement-logged writes of tables capture leaves out: what the catalog says they hide (`_statement_logged`)
         self._hidden: dict[tuple[frozenset[tuple[str, str]], frozenset[str]], list[str]] = {}
@@ -311,6 +327,8 @@ class BinlogReader:
                 if not self.mariadb and not in_transaction:
                     txid = f"{self.file}:{log_pos}"
                     commit_ts = self._commit_time(timestamp)
+                if MAY_ADD.search(statement):
+                    self._check_cascades(schema, statement, log_pos)
                 self._hidden.clear()  # DDL may have created or dropped a trigger, view or function
                 yield SchemaChange(lsn, txid, commit_ts, schema, statement)
                 truncated = truncated_table(schema, statement)
@@ -356,6 +374,26 @@ class BinlogReader:
                 f"{where} in database {schema!r}: capture cannot tell which tables {hidden[0]} writes, and reads "
                 "row events only"
             )
+
+    def _check_cascades(self, schema: str, statement: str, log_pos: int) -> None:
+        """DDL that may have made a captured table the child of a cascading foreign key (REFERENCES
+        or RENAME): ask the catalog, and refuse (or, accepted, warn about) a key not seen before.
+        The catalog is read now, later than the DDL when capture is behind: a statement that adds a
+        cascading key to a captured table is refused on its text too, if the catalog no longer shows
+        one on that table (dropped since), since the cascades in between left no rows in the log."""
+        where = f"DDL at {self.file}:{log_pos} ({statement[:80]!r}) made captured tables"
+        found = cascading_keys(self._catalog_connection(), self.config)
+        new = [key for key in found if key not in self._cascades]
+        check_cascades(self.name, self.config, new, where)
+        self._cascades.update(new)
+        gone = added_by_text(schema, statement)
+        if gone is None or not self.captured(gone.schema, gone.table):
+            return
+        if any((k.schema, k.table) == (gone.schema, gone.table) for k in found):
+            return
+        if gone not in self._cascades:
+            check_cascades(self.name, self.config, [gone], where.replace("made", "added a cascading key to"))
+            self._cascades.add(gone)
 
     def _commit_time(self, timestamp: int) -> datetime:
         """The event header's commit time (whole seconds): one datetime a second, shared by the

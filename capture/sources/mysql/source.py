@@ -14,6 +14,7 @@ from capture.events import LogItem, Lsn
 from capture.log import get_logger
 from capture.sources.mysql.catalog import base_tables, table_keys, trx_versioned_tables
 from capture.sources.mysql.connection import connect, connection_settings, query
+from capture.sources.mysql.foreign_keys import CascadingKey, cascading_keys, check_cascades
 from capture.sources.mysql.preflight import preflight
 from capture.sources.mysql.reader import BinlogReader, file_number, position_lsn
 from capture.sources.table_keys import TableKeys, check_named_keys, log_keyless
@@ -55,9 +56,11 @@ class MySqlSource:
         self.config = config
         self.where = f"{name} ({config.kind} {config.host}:{config.port})"
         self._lag_conn: pymysql.connections.Connection | None = None
+        self._cascades: set[CascadingKey] = set()  # cascading keys accepted (foreign_key_cascades: accept)
 
     def preflight(self) -> None:
-        """Server settings and grants, the keys the configuration names; then log the captured
+        """Server settings and grants, the keys the configuration names, captured children of
+        cascading foreign keys (refused unless accepted: `foreign_keys`); then log the captured
         tables that have no usable key."""
         with connect(self.config) as conn:
             preflight(conn, self.config.kind, self.config.user, self.where)
@@ -66,6 +69,9 @@ class MySqlSource:
             for schema, table in base_tables(conn):
                 if self.config.captures(schema, table) and (keys := table_keys(conn, schema, table)) is not None:
                     found[f"{schema}.{table}"] = keys
+            keys = cascading_keys(conn, self.config)
+            check_cascades(self.name, self.config, keys)
+            self._cascades = set(keys)
             log_keyless(self.name, self.config, found)
             if self.config.kind == "mariadb":
                 self._warn_trx_versioned(conn)
@@ -117,7 +123,7 @@ class MySqlSource:
             )
 
     def read(self, resume: dict[str, Any], stop: Event, hold_s: float = 0.0) -> Iterator[LogItem]:
-        return iter(BinlogReader(self.name, self.config, resume, stop))
+        return iter(BinlogReader(self.name, self.config, resume, stop, self._cascades))
 
     def acknowledge(self, resume: dict[str, Any]) -> None:
         """Nothing to tell the server: a binlog reader keeps no position there."""

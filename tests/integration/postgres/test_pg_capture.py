@@ -294,3 +294,34 @@ def test_metrics_show_slot_lag_and_retained_wal_with_a_warning(postgres, pg_data
     assert 'logtide_capture_events_total{source="src"} 30.0' in text
     assert 'logtide_capture_lag_bytes{source="src"}' in text
     assert "capture.retained_wal_high" in capture.log() and "limit_bytes=1" in capture.log()
+
+
+def test_foreign_key_cascades_are_in_the_log(postgres, pg_database, make_pg_capture):
+    """Unlike InnoDB's, PostgreSQL's cascades (ON DELETE CASCADE, ON UPDATE SET NULL / CASCADE) are
+    ordinary row changes in the WAL: the children's landed state equals SELECT."""
+    postgres.execute(
+        "CREATE TABLE parent (id int PRIMARY KEY, v int)",
+        "CREATE TABLE child (id int PRIMARY KEY, parent_id int REFERENCES parent (id) ON DELETE CASCADE"
+        " ON UPDATE SET NULL)",
+        "CREATE TABLE grandchild (id int PRIMARY KEY, child_id int REFERENCES child (id) ON DELETE CASCADE"
+        " ON UPDATE CASCADE)",
+        database=pg_database,
+    )
+    capture = make_pg_capture(["public.*"]).start()
+    capture.wait_running()
+    postgres.execute(
+        "INSERT INTO parent VALUES (1, 1), (2, 2)",
+        "INSERT INTO child VALUES (10, 1), (11, 1), (20, 2)",
+        "INSERT INTO grandchild VALUES (100, 10), (200, 20)",
+        "DELETE FROM parent WHERE id = 1",  # deletes children 10, 11 and grandchild 100
+        "UPDATE parent SET id = 3 WHERE id = 2",  # child 20's parent_id to NULL
+        "UPDATE child SET id = 21 WHERE id = 20",  # grandchild 200's child_id to 21
+        database=pg_database,
+    )
+    capture.wait_events("public", "grandchild", 4)
+    for table in ("parent", "child", "grandchild"):
+        state = apply(reconcile_table(capture.zone, "public", table)[0])
+        rows = postgres.query(f"SELECT * FROM {table}", database=pg_database)
+        assert sorted(tuple(r.values()) for r in state.values()) == sorted(rows), table
+    assert postgres.query("SELECT * FROM child", database=pg_database) == [(21, None)]
+    assert capture.stop(signal.SIGINT) == 0
