@@ -50,7 +50,7 @@ from capture.dump.keys import coerce_key
 from capture.dump.progress import ProgressStore, TableProgress
 from capture.dump.record import DumpRecord
 from capture.errors import DumpCancelledError, DumpInputError, SourceConnectionError, UnusableTableError
-from capture.events import Row, TableSchema
+from capture.events import Lsn, Row, TableSchema
 from capture.landing import LandingZone
 from capture.landing.chunks import ChunkMeta, write_chunk, write_chunk_high
 from capture.landing.keys import encode_key
@@ -392,6 +392,7 @@ class DumpEngine:
             path = write_chunk(self.zone, table, meta, read.rows)
             self.source.write_watermark(high, table)
             if (high_lsn := self.source.log_position()) is not None:  # read-only: HIGH lands here
+                high_lsn = self._place_high(high_lsn)
                 write_chunk_high(path, meta, high_lsn)
                 if self._passed(high_lsn):
                     log.warning(
@@ -439,6 +440,18 @@ class DumpEngine:
             first=json.dumps([k[0] if len(k) == 1 else k for k in shown], separators=(",", ":")),
             note="the merge deletes them from the target",
         )
+
+    def _place_high(self, high_lsn: int) -> int:
+        """A read-only HIGH (the binlog end, read after the chunk file) where capture's committed
+        frontier already stands at that end: the frontier itself. A heartbeat moved it there (its
+        minor counts heartbeat moves at one position, capture/landing/log_writer.py `advance`), and
+        no event lies between the two; the next heartbeat's frontier passes it, so a chunk of an
+        idle server closes within about a heartbeat and a flush. With HIGH at the bare binlog end
+        the frontier would already be past it: the chunk read again, for ever, on an idle server."""
+        frontier = committed_frontier(self.zone)
+        if frontier is not None and frontier > high_lsn and Lsn.decode(frontier).major == Lsn.decode(high_lsn).major:
+            return frontier
+        return high_lsn
 
     def _passed(self, high_lsn: int) -> bool:
         """Whether the landed frontier is past a read-only HIGH that was just written. A merge takes

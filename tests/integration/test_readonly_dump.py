@@ -21,6 +21,7 @@ from capture.landing.chunks import read_chunk_meta
 from capture.landing.reader import chunk_files
 from capture.sources import open_chunk_source
 from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE
+from capture.sources.mysql.reader import position_lsn
 from tests.conftest import CaptureProcess
 from tests.integration.dumping import (
     AlterAt,
@@ -249,27 +250,79 @@ def test_readonly_refuses_a_replica_that_does_not_log_what_it_applies(replicatio
         bare.destroy()
 
 
-def test_a_readonly_chunk_waits_for_the_next_commit_on_an_idle_server(mariadb, database, make_capture):
-    """A read-only chunk's HIGH is the binlog end after its file: on a server where nothing commits,
-    the frontier does not pass it (a heartbeat repeats that end), and the chunk waits; the next
-    commit anywhere on the server lets it in."""
+def _no_commit_since(mariadb: MariaDB, end: tuple[str, int]) -> None:
+    """The server's binlog still ends where it did: nothing committed (the test did not nudge)."""
+    with mariadb.connect() as conn, conn.cursor() as cur:
+        cur.execute("SHOW MASTER STATUS")
+        assert tuple(cur.fetchone()[:2]) == end
+
+
+def _binlog_end(mariadb: MariaDB) -> tuple[str, int]:
+    with mariadb.connect() as conn, conn.cursor() as cur:
+        cur.execute("SHOW MASTER STATUS")
+        file, pos = cur.fetchone()[:2]
+    return file, int(pos)
+
+
+def test_a_readonly_dump_of_an_idle_server_closes_on_heartbeats(mariadb, database, make_capture):
+    """On a server where nothing commits, the binlog heartbeat (0.2 s here) names the binlog end that
+    capture has read to, and the frontier moves there: every read-only chunk, the last one included,
+    closes within about a heartbeat and a flush, with no commit after the dump."""
     populate_ledger(mariadb, database, 50)
     capture = make_capture([f"{database}.*"], watermarks="readonly").start()
     capture.wait_running()
     wait_until_landed(mariadb, capture, nudge_first=False)
+    end = _binlog_end(mariadb)
     source = open_chunk_source("src", capture.config.source("src"))
     try:
-        DumpEngine(source, capture.zone).run(DumpRequest(tables=[f"{database}.ledger"]))
+        DumpEngine(source, capture.zone).run(
+            DumpRequest(tables=[f"{database}.ledger"], settings=DumpSettings(chunk_size=20))
+        )
     finally:
         source.close()
-    time.sleep(1.0)  # five heartbeats
+    dumped = time.monotonic()
+    wait_for(lambda: reconciled_state(capture, database, "ledger")[1].chunks_pending == 0, 5, what="chunks closed")
+    closed_s = time.monotonic() - dumped
     state, stats = reconciled_state(capture, database, "ledger")
-    assert (stats.chunks, stats.chunks_pending, state) == (0, 1, {})
-    nudge(mariadb)
+    assert stats.chunks == 3 and state == table_state(mariadb, database, "ledger")
+    _no_commit_since(mariadb, end)
+    frontier = capture.zone.checkpoint().frontier
+    assert frontier.major == position_lsn(*end).major and frontier.minor > 0  # moved by heartbeats alone
+    assert closed_s < 5
+    # and the log goes on from there: the next commit lands past the heartbeat's frontier, exactly once
+    mariadb.execute("UPDATE ledger SET v = v + 1 WHERE id = 7", database=database)
     wait_until_landed(mariadb, capture, nudge_first=False)
-    state, stats = reconciled_state(capture, database, "ledger")
-    assert (stats.chunks, stats.chunks_pending) == (1, 0)
+    (event,) = [e for e in capture.events(database, "ledger") if e["_op"] == "u"]
+    assert int(event["_lsn"]) > frontier.encode()
+    state, _ = reconciled_state(capture, database, "ledger")
     assert state == table_state(mariadb, database, "ledger")
+
+
+def test_a_readonly_dump_of_an_idle_server_closes_across_a_capture_restart(mariadb, database, make_capture):
+    """Capture killed during a read-only dump of an idle server and started again: it resumes from a
+    checkpoint a heartbeat placed (at the binlog end, minor > 0), lands nothing twice, and its own
+    heartbeats close the chunks, the ones whose HIGH was read while it was down included."""
+    populate_ledger(mariadb, database, 60)
+    capture = make_capture([f"{database}.*"], watermarks="readonly").start()
+    capture.wait_running()
+    mariadb.execute("UPDATE ledger SET v = v + 1 WHERE id <= 3", database=database)
+    wait_until_landed(mariadb, capture, nudge_first=False)
+    end = _binlog_end(mariadb)
+    wait_for(lambda: capture.zone.checkpoint().frontier.minor > 0, 10, what="a heartbeat's frontier")
+    source = open_chunk_source("src", capture.config.source("src"))
+    killed = ReplicaAt(source).at(2, "HIGH", capture.kill).at(4, "LOW", lambda: capture.start().wait_running())
+    try:
+        DumpEngine(killed, capture.zone).run(
+            DumpRequest(tables=[f"{database}.ledger"], settings=DumpSettings(chunk_size=15))
+        )
+    finally:
+        source.close()
+    wait_for(lambda: reconciled_state(capture, database, "ledger")[1].chunks_pending == 0, 10, what="chunks closed")
+    state, stats = reconciled_state(capture, database, "ledger")
+    assert stats.chunks == 5 and state == table_state(mariadb, database, "ledger")
+    _no_commit_since(mariadb, end)
+    assert capture.zone.checkpoint().frontier.major == position_lsn(*end).major
+    assert len(capture.events(database, "ledger")) == 3  # the update before the dump, landed once
 
 
 def test_changes_committed_between_the_snapshot_and_the_chunk_file_win_over_the_chunk(mariadb, database, make_capture):
@@ -353,8 +406,8 @@ def test_a_chunk_whose_high_the_frontier_passed_before_its_file_was_written_is_r
 
 def test_the_airflow_merge_waits_for_read_only_highs(mariadb, database, make_capture):
     """`logtide_dump`'s `landed` task (wait_for_high_watermarks) takes a read-only chunk's HIGH from its
-    HIGH file: it waits until the frontier passes it, which on an idle server is the next commit."""
-    from logtide_airflow.merge import LandingTimeoutError, wait_for_high_watermarks
+    HIGH file: it waits until the frontier passes it, which on an idle server a heartbeat does."""
+    from logtide_airflow.merge import wait_for_high_watermarks
 
     populate_ledger(mariadb, database, 30)
     capture = make_capture([f"{database}.*"], watermarks="readonly").start()
@@ -366,9 +419,6 @@ def test_the_airflow_merge_waits_for_read_only_highs(mariadb, database, make_cap
     finally:
         source.close()
     table = f"{database}.ledger"
-    with pytest.raises(LandingTimeoutError, match="has not landed HIGH watermark"):
-        wait_for_high_watermarks(capture.zone, "af", [table], timeout_s=1.0, poll_s=0.1)
-    nudge(mariadb)
-    landed = wait_for_high_watermarks(capture.zone, "af", [table], timeout_s=30, poll_s=0.1)[table]
+    landed = wait_for_high_watermarks(capture.zone, "af", [table], timeout_s=5, poll_s=0.1)[table]  # no commit
     (meta,) = [read_chunk_meta(p) for p in chunk_files(capture.zone, database, "ledger")]
     assert landed["chunk"] == 1 and meta.low_lsn <= int(landed["high_lsn"]) < int(landed["frontier"])

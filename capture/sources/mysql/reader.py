@@ -87,6 +87,9 @@ class BinlogReader:
         self._catalog: pymysql.connections.Connection | None = None  # key lookups (`_key`), opened once needed
         self._last_timestamp: int | None = None
         self._last_commit_ts = datetime.now(UTC)
+        # read-only watermarks: heartbeats carry the binlog end, which moves the frontier (`_heartbeat`)
+        self.placing_heartbeats = self.mariadb and config.watermarks == "readonly"
+        self._read_to = position_lsn(self.file, int(resume.get("pos", 4)))  # every transaction before it ended
 
     def _stream(self) -> BinlogStream:
         return BinlogStream(self.config, self.resume, read_timeout_s(self.config.heartbeat_s))
@@ -221,9 +224,31 @@ class BinlogReader:
                 file_seq = file_number(self.file) << 32
                 tables.clear()  # table ids are not stable across a server restart, which rotates the binlog
             elif (kind == ev.HEARTBEAT or kind == ev.HEARTBEAT_V2) and not in_transaction:
-                yield Heartbeat()
+                yield self._heartbeat(kind, log_pos, data[ev.BODY : end])
             if self.stop.is_set() and not in_transaction:
                 return
+
+    def _heartbeat(self, kind: int, log_pos: int, body: bytes) -> Heartbeat:
+        """A heartbeat; with read-only watermarks on MariaDB, one that names where the binlog ends.
+
+        MariaDB's dump thread sends HEARTBEAT_LOG_EVENT only while it waits at the end of the active
+        binlog, having sent (or, for event kinds capture is not sent, skipped) every event before it:
+        its header's log_pos is that end, its body the file's name (sql/sql_repl.cc wait_new_events,
+        send_heartbeat_event). The end moves only once a whole commit group is written, so it is a
+        transaction boundary, and every event after it starts at or past it; on MariaDB every event
+        group begins with a GTID event, which capture does not land, so no landed event will ever have
+        an LSN at or below it. Past 4 GiB log_pos is 0 (the position moves into a sub-header): no
+        position then, as when the heartbeat names a file the reader is not in."""
+        if kind != ev.HEARTBEAT or not self.placing_heartbeats or log_pos == 0:
+            return Heartbeat()
+        if body.decode(errors="replace") != self.file:
+            return Heartbeat()
+        at = position_lsn(self.file, log_pos)
+        if at < self._read_to:
+            return Heartbeat()
+        self._read_to = at
+        resume = {"file": self.file, "pos": log_pos, "gtid": ",".join(self.gtids[d] for d in sorted(self.gtids))}
+        return Heartbeat(at, resume)
 
     def _commit_time(self, timestamp: int) -> datetime:
         """The event header's commit time (whole seconds): one datetime a second, shared by the
@@ -237,6 +262,7 @@ class BinlogReader:
         if gtid is not None:
             gtids[gtid[0]] = gtid[1]
         resume = {"file": self.file, "pos": pos}
+        self._read_to = Lsn(file_seq | pos)
         if self.mariadb:
             # one replication domain (the common case): its GTID is the whole state
             one = gtid is not None and len(gtids) == 1

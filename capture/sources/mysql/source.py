@@ -90,7 +90,7 @@ class MySqlSource:
                 f"Run `logtide capture --source {self.name} --reset` to start from the current position, "
                 "then a full dump of every table to recover the history."
             )
-        if current < frontier:
+        if current.major < frontier.major:  # a heartbeat's frontier stands at the binlog end, minor > 0
             raise PositionWentBackwardsError(
                 f"{self.where}: the server's binlog ends before the landed frontier (was RESET MASTER run?). "
                 "Move the landing zone aside, start capture with --reset, then run a full dump."
