@@ -132,6 +132,11 @@ class ChunkSource(Protocol):
         written: a source may end the transaction they ran in (read-only watermarks: the
         snapshot, whose metadata lock would hold back an ALTER TABLE)."""
 
+    def server_identity(self) -> str | None:
+        """Read-only watermarks: which server the dump reads, as capture records it in its
+        checkpoint's resume ("server"): the engine refuses a dump of another server, whose log
+        positions do not compare with capture's. None with table watermarks."""
+
     def log_position(self) -> int | None:
         """Read-only watermarks: the encoded LSN in the log of the watermark last "written"
         (LOW: where the chunk's snapshot stands; HIGH: the log's end once the chunk file is

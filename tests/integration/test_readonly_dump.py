@@ -15,13 +15,14 @@ import yaml
 from capture.config import SourceConfig
 from capture.dump.control import DumpSettings
 from capture.dump.engine import DumpEngine, DumpRequest
-from capture.errors import DumpInputError, SourceConnectionError
+from capture.errors import DumpInputError, PreflightError, SourceConnectionError
 from capture.landing import LandingZone
 from capture.landing.chunks import read_chunk_meta
 from capture.landing.reader import chunk_files
 from capture.sources import open_chunk_source
 from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE
 from capture.sources.mysql.reader import position_lsn
+from capture.sources.mysql.source import MySqlSource
 from tests.conftest import CaptureProcess
 from tests.integration.dumping import (
     AlterAt,
@@ -66,10 +67,10 @@ def replica_capture(replication, tmp_path: Path) -> Iterator:
     _, replica = replication
     made: list[CaptureProcess] = []
 
-    def make(database: str) -> CaptureProcess:
+    def make(database: str, port: int | None = None) -> CaptureProcess:
         source = {
             "kind": "mariadb",
-            "port": replica.port,
+            "port": port or replica.port,
             "user": READER[0],
             "password": READER[1],
             "server_id": 4000 + len(made),
@@ -248,6 +249,61 @@ def test_readonly_refuses_a_replica_that_does_not_log_what_it_applies(replicatio
         assert not chunk_files(LandingZone(tmp_path / "landing", "src"), database, "ledger")
     finally:
         bare.destroy()
+
+
+def test_readonly_refuses_a_dump_of_another_server_than_capture_reads(replication, replica_capture, tmp_path):
+    """Capture reads the primary, the dump is pointed at its replica (say, an Airflow connection whose
+    host is not capture's): the binlog positions of the two do not compare, and the dump refuses
+    before it reads anything, naming both servers. Pointed at the primary, it runs."""
+    primary, replica = replication
+    database = _database(primary, "ro_other")
+    populate_ledger(primary, database, 10)
+    wait_replicated(primary, replica)
+    capture = replica_capture(database, port=primary.port).start()
+    capture.wait_running()
+    wait_for(lambda: (capture.zone.checkpoint() or None) and "server" in capture.zone.checkpoint().resume, 30)
+    for server, refused in ((replica, True), (primary, False)):
+        config = SourceConfig(
+            kind="mariadb", port=server.port, user=READER[0], password=READER[1], server_id=78, watermarks="readonly"
+        )
+        source = open_chunk_source("src", config)
+        try:
+            if refused:
+                with pytest.raises(
+                    DumpInputError, match=rf"this dump reads .*:{replica.port} .*read from .*:{primary.port}"
+                ):
+                    DumpEngine(source, capture.zone).run(DumpRequest(tables=[f"{database}.ledger"]))
+                assert not chunk_files(capture.zone, database, "ledger")
+            else:
+                DumpEngine(source, capture.zone).run(DumpRequest(tables=[f"{database}.ledger"]))
+        finally:
+            source.close()
+    wait_for(lambda: reconciled_state(capture, database, "ledger")[1].chunks_pending == 0, 10, what="chunks closed")
+    assert reconciled_state(capture, database, "ledger")[0] == table_state(primary, database, "ledger")
+
+
+def test_readonly_refuses_a_server_without_gtid_strict_mode(mariadb, database, make_capture):
+    """With gtid_strict_mode OFF a domain's GTIDs may repeat or go backwards, and capture's resume by
+    GTID state would no longer name its frontier's binlog position: both the dump and capture's
+    preflight refuse a read-only source there, with the reason and the fix."""
+    populate_ledger(mariadb, database, 5)
+    mariadb.execute("SET GLOBAL gtid_strict_mode = 0")
+    try:
+        capture = make_capture([f"{database}.*"], watermarks="readonly")
+        config = capture.config.source("src")
+        source = open_chunk_source("src", config)
+        try:
+            with pytest.raises(DumpInputError, match=r"gtid_strict_mode is OFF: .* SET GLOBAL gtid_strict_mode=ON"):
+                DumpEngine(source, capture.zone).run(DumpRequest(tables=[f"{database}.ledger"]))
+        finally:
+            source.close()
+        with pytest.raises(PreflightError, match="cannot place read-only watermarks:\n  - gtid_strict_mode is OFF"):
+            MySqlSource("src", config).preflight()
+        assert capture.run_to_exit(timeout=60) != 0
+        assert "gtid_strict_mode is OFF" in capture.log()
+    finally:
+        mariadb.execute("SET GLOBAL gtid_strict_mode = 1")
+    assert not chunk_files(capture.zone, database, "ledger")
 
 
 def _no_commit_since(mariadb: MariaDB, end: tuple[str, int]) -> None:

@@ -181,6 +181,10 @@ class MySqlChunkSource:
         if self.readonly:
             self._run("COMMIT")  # nothing to end (a second call) is no error
 
+    def server_identity(self) -> str | None:
+        """Read-only: the server this dump reads (snapshot.server_identity); None with table watermarks."""
+        return snapshot.server_identity(self._run) if self.readonly else None
+
     def log_position(self) -> int | None:
         """Read-only: the encoded LSN of the last watermark (LOW: the chunk's snapshot, HIGH: the
         binlog end after it); None with table watermarks."""

@@ -89,6 +89,7 @@ class BinlogReader:
         self._last_commit_ts = datetime.now(UTC)
         # read-only watermarks: heartbeats carry the binlog end, which moves the frontier (`_heartbeat`)
         self.placing_heartbeats = self.mariadb and config.watermarks == "readonly"
+        self.server: str | None = None  # read-only: the server read, in every resume (`_resume`)
         self._read_to = position_lsn(self.file, int(resume.get("pos", 4)))  # every transaction before it ended
 
     def _stream(self) -> BinlogStream:
@@ -105,6 +106,8 @@ class BinlogReader:
 
     def __iter__(self) -> Iterator[LogItem]:
         stream = self._stream()
+        if self.placing_heartbeats:
+            self.server = stream.identity
         try:
             yield from self._items(stream)
         except pymysql.MySQLError as exc:
@@ -248,6 +251,8 @@ class BinlogReader:
             return Heartbeat()
         self._read_to = at
         resume = {"file": self.file, "pos": log_pos, "gtid": ",".join(self.gtids[d] for d in sorted(self.gtids))}
+        if self.server is not None:
+            resume["server"] = self.server
         return Heartbeat(at, resume)
 
     def _commit_time(self, timestamp: int) -> datetime:
@@ -267,6 +272,8 @@ class BinlogReader:
             # one replication domain (the common case): its GTID is the whole state
             one = gtid is not None and len(gtids) == 1
             resume["gtid"] = gtid[1] if one else ",".join(gtids[d] for d in sorted(gtids))
+        if self.server is not None:
+            resume["server"] = self.server
         return TransactionEnd(Lsn(file_seq | pos), resume, commit_ts)
 
     def _table(self, table_map: TableMap) -> tuple[TableSchema, RowDecoder]:

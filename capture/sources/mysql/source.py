@@ -15,6 +15,8 @@ from capture.sources.mysql.catalog import base_tables, table_keys
 from capture.sources.mysql.connection import connect, connection_settings, query
 from capture.sources.mysql.preflight import preflight
 from capture.sources.mysql.reader import BinlogReader, file_number, position_lsn
+from capture.sources.mysql.snapshot import check_server as check_readonly
+from capture.sources.mysql.snapshot import server_identity
 from capture.sources.table_keys import TableKeys, check_named_keys, log_keyless
 
 
@@ -58,6 +60,12 @@ class MySqlSource:
         tables that have no usable key."""
         with connect(self.config) as conn:
             preflight(conn, self.config.kind, self.config.user, self.where)
+            if self.config.watermarks == "readonly" and (
+                problems := check_readonly(lambda sql, args=None: query(conn, sql, args))
+            ):
+                raise PreflightError(
+                    f"source {self.where} cannot place read-only watermarks:\n  - " + "\n  - ".join(problems)
+                )
             check_named_keys(self.name, self.config, lambda schema, table: table_keys(conn, schema, table))
             found: dict[str, TableKeys] = {}
             for schema, table in base_tables(conn):
@@ -77,6 +85,8 @@ class MySqlSource:
             resume: dict[str, Any] = {"file": file, "pos": pos}
             if self.config.kind == "mariadb":
                 resume["gtid"] = query(conn, "SELECT BINLOG_GTID_POS(%s, %s)", (file, pos))[0][0] or ""
+            if self.config.watermarks == "readonly":
+                resume["server"] = server_identity(lambda sql, args=None: query(conn, sql, args))
         return position_lsn(file, pos), resume
 
     def check_resumable(self, frontier: Lsn, resume: dict[str, Any]) -> None:

@@ -278,6 +278,9 @@ class PostgresChunkSource:
     def finish_reads(self) -> None:
         """Each chunk read commits its own transaction already."""
 
+    def server_identity(self) -> None:
+        return None
+
     def log_position(self) -> None:
         """Table watermarks only (config refuses `watermarks: readonly` for postgresql)."""
         return None
