@@ -227,7 +227,8 @@ class BinlogReader:
                 file_seq = file_number(self.file) << 32
                 tables.clear()  # table ids are not stable across a server restart, which rotates the binlog
             elif (kind == ev.HEARTBEAT or kind == ev.HEARTBEAT_V2) and not in_transaction:
-                yield self._heartbeat(kind, log_pos, data[ev.BODY : end])
+                # between event groups only: a GTID event's group (a standalone DDL's too) has ended
+                yield self._heartbeat(kind, log_pos, data[ev.BODY : end]) if pending_gtid is None else Heartbeat()
             if self.stop.is_set() and not in_transaction:
                 return
 
