@@ -345,6 +345,24 @@ def test_a_readonly_dump_of_an_idle_server_closes_on_heartbeats(mariadb, databas
     frontier = capture.zone.checkpoint().frontier
     assert frontier.major == position_lsn(*end).major and frontier.minor > 0  # moved by heartbeats alone
     assert closed_s < 5
+    # a binlog rotation commits no transaction: the heartbeats then name the new file's end, and a
+    # second dump's chunks close there
+    mariadb.execute("FLUSH BINARY LOGS")
+    rotated = _binlog_end(mariadb)
+    assert rotated[0] != end[0]
+    source = open_chunk_source("src", capture.config.source("src"))
+    try:
+        again = DumpEngine(source, capture.zone).run(
+            DumpRequest(tables=[f"{database}.ledger"], settings=DumpSettings(chunk_size=20))
+        )
+    finally:
+        source.close()
+    wait_for(lambda: reconciled_state(capture, database, "ledger")[1].chunks_pending == 0, 5, what="chunks closed")
+    state, stats = reconciled_state(capture, database, "ledger")
+    assert stats.chunks == 6 and state == table_state(mariadb, database, "ledger") and again["rows"] == 50
+    _no_commit_since(mariadb, rotated)
+    frontier = capture.zone.checkpoint().frontier
+    assert frontier.major == position_lsn(*rotated).major and frontier.minor > 0
     # and the log goes on from there: the next commit lands past the heartbeat's frontier, exactly once
     mariadb.execute("UPDATE ledger SET v = v + 1 WHERE id = 7", database=database)
     wait_until_landed(mariadb, capture, nudge_first=False)
