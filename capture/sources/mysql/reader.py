@@ -268,14 +268,14 @@ class BinlogReader:
         if gtid is not None:
             gtids[gtid[0]] = gtid[1]
         resume = {"file": self.file, "pos": pos}
-        self._read_to = Lsn(file_seq | pos)
+        self._read_to = frontier = Lsn(file_seq | pos)
         if self.mariadb:
             # one replication domain (the common case): its GTID is the whole state
             one = gtid is not None and len(gtids) == 1
             resume["gtid"] = gtid[1] if one else ",".join(gtids[d] for d in sorted(gtids))
         if self.server is not None:
             resume["server"] = self.server
-        return TransactionEnd(Lsn(file_seq | pos), resume, commit_ts)
+        return TransactionEnd(frontier, resume, commit_ts)
 
     def _table(self, table_map: TableMap) -> tuple[TableSchema, RowDecoder]:
         """Schema and row decoder of a table map, built once per distinct table map (`table_maps`)."""
