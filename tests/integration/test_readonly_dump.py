@@ -306,11 +306,21 @@ def test_readonly_refuses_a_server_without_gtid_strict_mode(mariadb, database, m
     assert not chunk_files(capture.zone, database, "ledger")
 
 
-def _no_commit_since(mariadb: MariaDB, end: tuple[str, int]) -> None:
-    """The server's binlog still ends where it did: nothing committed (the test did not nudge)."""
-    with mariadb.connect() as conn, conn.cursor() as cur:
-        cur.execute("SHOW MASTER STATUS")
-        assert tuple(cur.fetchone()[:2]) == end
+def _no_commit_since(mariadb: MariaDB, gtid: str) -> None:
+    """No transaction committed on the server since `gtid` was read (the test did not nudge; a
+    binlog rotation writes events, but no transaction)."""
+    assert _gtid(mariadb) == gtid
+
+
+def _heartbeat_frontier(mariadb: MariaDB, capture: CaptureProcess):
+    """Capture's frontier once a heartbeat placed it at the binlog's end (minor > 0): with nothing
+    committed, at the end of the last transaction or of a rotation's events."""
+
+    def placed():
+        frontier = capture.zone.checkpoint().frontier
+        return frontier if frontier.minor > 0 and frontier.major == position_lsn(*_binlog_end(mariadb)).major else None
+
+    return wait_for(placed, 10, what="a heartbeat's frontier at the binlog end")
 
 
 def _binlog_end(mariadb: MariaDB) -> tuple[str, int]:
@@ -328,7 +338,7 @@ def test_a_readonly_dump_of_an_idle_server_closes_on_heartbeats(mariadb, databas
     capture = make_capture([f"{database}.*"], watermarks="readonly").start()
     capture.wait_running()
     wait_until_landed(mariadb, capture, nudge_first=False)
-    end = _binlog_end(mariadb)
+    end, gtid = _binlog_end(mariadb), _gtid(mariadb)
     source = open_chunk_source("src", capture.config.source("src"))
     try:
         DumpEngine(source, capture.zone).run(
@@ -341,15 +351,14 @@ def test_a_readonly_dump_of_an_idle_server_closes_on_heartbeats(mariadb, databas
     closed_s = time.monotonic() - dumped
     state, stats = reconciled_state(capture, database, "ledger")
     assert stats.chunks == 3 and state == table_state(mariadb, database, "ledger")
-    _no_commit_since(mariadb, end)
-    frontier = capture.zone.checkpoint().frontier
-    assert frontier.major == position_lsn(*end).major and frontier.minor > 0  # moved by heartbeats alone
+    _no_commit_since(mariadb, gtid)
+    frontier = _heartbeat_frontier(mariadb, capture)  # moved by heartbeats alone
     assert closed_s < 5
-    # a binlog rotation commits no transaction: the heartbeats then name the new file's end, and a
-    # second dump's chunks close there
+    # a binlog rotation commits no transaction: the heartbeats then name the new file's end (after
+    # the binlog checkpoint event the server writes there a moment later), and a second dump's
+    # chunks close there
     mariadb.execute("FLUSH BINARY LOGS")
-    rotated = _binlog_end(mariadb)
-    assert rotated[0] != end[0]
+    assert _binlog_end(mariadb)[0] != end[0]
     source = open_chunk_source("src", capture.config.source("src"))
     try:
         again = DumpEngine(source, capture.zone).run(
@@ -360,9 +369,9 @@ def test_a_readonly_dump_of_an_idle_server_closes_on_heartbeats(mariadb, databas
     wait_for(lambda: reconciled_state(capture, database, "ledger")[1].chunks_pending == 0, 5, what="chunks closed")
     state, stats = reconciled_state(capture, database, "ledger")
     assert stats.chunks == 6 and state == table_state(mariadb, database, "ledger") and again["rows"] == 50
-    _no_commit_since(mariadb, rotated)
-    frontier = capture.zone.checkpoint().frontier
-    assert frontier.major == position_lsn(*rotated).major and frontier.minor > 0
+    _no_commit_since(mariadb, gtid)
+    frontier = _heartbeat_frontier(mariadb, capture)
+    assert frontier.major >> 32 > position_lsn(*end).major >> 32  # in the new file
     # and the log goes on from there: the next commit lands past the heartbeat's frontier, exactly once
     mariadb.execute("UPDATE ledger SET v = v + 1 WHERE id = 7", database=database)
     wait_until_landed(mariadb, capture, nudge_first=False)
@@ -381,8 +390,8 @@ def test_a_readonly_dump_of_an_idle_server_closes_across_a_capture_restart(maria
     capture.wait_running()
     mariadb.execute("UPDATE ledger SET v = v + 1 WHERE id <= 3", database=database)
     wait_until_landed(mariadb, capture, nudge_first=False)
-    end = _binlog_end(mariadb)
-    wait_for(lambda: capture.zone.checkpoint().frontier.minor > 0, 10, what="a heartbeat's frontier")
+    gtid = _gtid(mariadb)
+    _heartbeat_frontier(mariadb, capture)
     source = open_chunk_source("src", capture.config.source("src"))
     killed = ReplicaAt(source).at(2, "HIGH", capture.kill).at(4, "LOW", lambda: capture.start().wait_running())
     try:
@@ -394,8 +403,8 @@ def test_a_readonly_dump_of_an_idle_server_closes_across_a_capture_restart(maria
     wait_for(lambda: reconciled_state(capture, database, "ledger")[1].chunks_pending == 0, 10, what="chunks closed")
     state, stats = reconciled_state(capture, database, "ledger")
     assert stats.chunks == 5 and state == table_state(mariadb, database, "ledger")
-    _no_commit_since(mariadb, end)
-    assert capture.zone.checkpoint().frontier.major == position_lsn(*end).major
+    _no_commit_since(mariadb, gtid)
+    _heartbeat_frontier(mariadb, capture)
     assert len(capture.events(database, "ledger")) == 3  # the update before the dump, landed once
 
 
