@@ -107,7 +107,27 @@ def landed_rows(zone: LandingZone, folder: str, seen: dict[Path, int]) -> int:
     return sum(seen.values())
 
 
-def throughput(server: MariaDB, zone: LandingZone, consumer: Consumer, rows: int) -> tuple[float, float]:
+def cpu_s(pid: int) -> float:
+    """A process's user and system CPU seconds so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Cpu:
+    """CPU seconds of named processes from now on, read at moments (`mark`)."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self.pids = pids
+        self.start = {name: cpu_s(pid) for name, pid in pids.items()}
+        self.marks: dict[str, dict[str, float]] = {}
+
+    def mark(self, moment: str) -> None:
+        self.marks[moment] = {name: cpu_s(pid) - self.start[name] for name, pid in self.pids.items()}
+
+
+def throughput(
+    server: MariaDB, zone: LandingZone, consumer: Consumer, rows: int, cpu: Cpu | None = None
+) -> tuple[float, float]:
     began = time.perf_counter()
     conn = server.connect("bench")
     with conn, conn.cursor() as cur:
@@ -121,8 +141,12 @@ def throughput(server: MariaDB, zone: LandingZone, consumer: Consumer, rows: int
     while landed_at is None or delivered_at is None:
         if landed_at is None and landed_rows(zone, "bench.changes", seen) >= rows:
             landed_at = time.perf_counter() - began
+            if cpu is not None:
+                cpu.mark("landed")
         if delivered_at is None and consumer.stored >= rows:  # the stream holds only these so far
             delivered_at = time.perf_counter() - began
+            if cpu is not None:
+                cpu.mark("delivered")
         time.sleep(0.02)
     return rows / landed_at, rows / delivered_at
 
@@ -216,7 +240,10 @@ def main() -> int:
         load_at_start = os.getloadavg()[0]
         consumer = Consumer(broker.url)
         zone = LandingZone(load_config(config_path).landing.path, "bench")
-        landing_rate, delivered_rate = throughput(server, zone, consumer, args.changes)
+        assert server.process is not None and broker.process is not None
+        pids = {"capture": processes[0].pid, "relay": processes[1].pid, "nats-server": broker.process.pid}
+        cpu = Cpu({**pids, "mariadb": server.process.pid, "benchmark": os.getpid()})
+        landing_rate, delivered_rate = throughput(server, zone, consumer, args.changes, cpu)
         pulse = Pulse(server, consumer)
         time.sleep(1)
         idle_p50, idle_p99, idle_n = pulse.measure(10)
@@ -242,6 +269,16 @@ def main() -> int:
     print(f"  capture into the landing zone   {landing_rate:10,.0f} rows/s")
     print(f"  delivered to JetStream          {delivered_rate:10,.0f} rows/s")
     print(f"  ratio                           {ratio:10.2f}   (target >= 0.70: {'PASS' if ratio >= 0.7 else 'MISS'})")
+    for moment, rate in (("landed", landing_rate), ("delivered", delivered_rate)):
+        used = cpu.marks.get(moment, {})
+        print(
+            f"  CPU s until {moment:9} (wall {args.changes / rate:.2f} s, 2 cores): "
+            + ", ".join(f"{name} {seconds:.2f}" for name, seconds in used.items())
+        )
+    relay_cpu = cpu.marks["delivered"]["relay"]
+    server_cpu = cpu.marks["delivered"]["nats-server"]
+    per = 1e6 / args.changes
+    print(f"  CPU-µs a message: relay {relay_cpu * per:.1f}, nats-server {server_cpu * per:.1f}")
     print(f"  latency idle          p50 {idle_p50:.3f} s  p99 {idle_p99:.3f} s  ({idle_n} commits)")
     print(
         f"  latency during dump   p50 {busy_p50:.3f} s  p99 {busy_p99:.3f} s  ({busy_n} commits, dump {dump_s:.1f} s)"

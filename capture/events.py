@@ -149,6 +149,24 @@ class SchemaChange:
 
 
 @dataclass(slots=True)
+class Truncate:
+    """A TRUNCATE of one captured table, at its place in the log: every row of the table that
+    exists before `lsn` is gone; events after it apply as usual. PostgreSQL's one Truncate
+    message naming several relations (CASCADE, or a list) becomes one of these per captured
+    relation, with consecutive LSNs. Landed as a `truncate` record of the schema history."""
+
+    lsn: Lsn
+    txid: str
+    commit_ts: datetime
+    schema: str
+    table: str
+
+    @property
+    def qualified_name(self) -> str:
+        return f"{self.schema}.{self.table}"
+
+
+@dataclass(slots=True)
 class TransactionEnd:
     """A commit: every event before it belongs to a finished transaction.
 
@@ -181,7 +199,7 @@ class Heartbeat:
     resume: dict[str, Any] | None = None
 
 
-LogItem = ChangeBatch | SchemaChange | TransactionEnd | Heartbeat
+LogItem = ChangeBatch | SchemaChange | Truncate | TransactionEnd | Heartbeat
 
 
 class ColumnBatch(ChangeBatch):

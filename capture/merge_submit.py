@@ -82,7 +82,9 @@ class ClassArchive:
 
     def java_options(self) -> str:
         if self.writing is not None:
-            return f"-XX:ArchiveClassesAtExit={self.writing}"
+            # the JVM writes it at exit and lists every class it leaves out ("[warning][cds] Skipping ...:
+            # Signed JAR", hundreds of lines) after the merge's own last line: not an operator's concern
+            return f"-XX:ArchiveClassesAtExit={self.writing} -Xlog:cds=off,cds+dynamic=off"
         return f"-XX:SharedArchiveFile={self.path}"
 
     def finish(self, succeeded: bool) -> None:

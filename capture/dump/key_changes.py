@@ -75,6 +75,11 @@ def resolve(
 
     for event in stream:
         key = event.key
+        if event.op == "t":  # a TRUNCATE: no key holds anything before it
+            state = dict.fromkeys(state)
+            stored = {}
+            lost = {}
+            continue
         if event.row is None:
             if event.order == 0 and event.lsn + 1 in moves and moves[event.lsn + 1] == key:
                 before[event.lsn + 1] = known(key)

@@ -20,6 +20,12 @@ For one table, given the landed log (up to the committed frontier) and the chunk
      missing), since none of those events changed it and the chunk row may be the only full
      copy (see `_base_missing`).
   5. Interleave with the log events in LSN order.
+  5a. TRUNCATE (a `truncate` record of the schema history at LSN T, landed/reader.py
+     `landed_truncates`): an event (op `t`, order 0) that empties the table (`apply`). A chunk
+     with a truncate inside its window (LOW <= T <= HIGH), or, on PostgreSQL, one before LOW its
+     snapshot could not see, loses all its rows (`truncated_by`): they are older than the
+     truncate, and every row that exists after it has its own insert event after T. A chunk
+     wholly before T is placed as usual and emptied by the truncate; one after T is untouched.
   6. PostgreSQL: complete the creates of key changes that leave TOASTed columns out from the old
      key's state (`stored`, the target's rows before the stream, then the stream; see
      capture/dump/key_changes.py); the columns nothing holds are NULL and listed in
@@ -43,7 +49,14 @@ from capture.dump.key_changes import Unknown, chunk_knows, is_completed, key_cha
 from capture.events import Lsn, Row
 from capture.landing import LandingZone
 from capture.landing.chunks import read_chunk_meta
-from capture.landing.reader import Watermarks, chunk_files, chunk_window, committed_frontier
+from capture.landing.reader import (
+    Watermarks,
+    chunk_files,
+    chunk_window,
+    committed_frontier,
+    landed_truncates,
+    truncated_by,
+)
 from capture.sources.base import ReadView
 
 
@@ -51,7 +64,7 @@ from capture.sources.base import ReadView
 class StreamEvent:
     lsn: int
     order: int  # 0: a log event; 1 + position: a chunk row placed at its HIGH watermark
-    op: str  # c, u, d from the log; r for a chunk row
+    op: str  # c, u, d from the log; r for a chunk row; t a TRUNCATE (key (), row None)
     key: Row
     row: dict[str, Any] | None  # the state after the event (None for a delete)
     missing: tuple[str, ...] = ()  # columns the event does not carry: keep the stored value
@@ -64,6 +77,8 @@ class ReconcileStats:
     chunk_rows: int = 0
     dropped_by_window: int = 0
     dropped_by_visibility: int = 0  # of those: only because the chunk's snapshot missed an earlier commit
+    dropped_by_truncate: int = 0  # rows of chunks a TRUNCATE emptied (`truncated_by`), not counted above
+    truncates: int = 0
     unknown_values: list[Unknown] = field(default_factory=list)  # key changes' columns nothing held: NULL
 
 
@@ -114,6 +129,8 @@ def reconcile_table(
         stream.append(StreamEvent(lsn, 0, event["_op"], key_of(image), after, missing))
         lsns.append(lsn)
         xids.append(xid)
+    truncates = landed_truncates(zone, frontier, tables={(schema, table)})
+    stats.truncates = len(truncates)
     moves = key_changes(stream)
     moved_from: dict[Row, list[int]] = {}
     for lsn, old_key in moves.items():
@@ -138,6 +155,9 @@ def reconcile_table(
         rows = pq.read_table(path).column("after").to_pylist()
         stats.chunks += 1
         stats.chunk_rows += len(rows)
+        if truncated_by(truncates, low, high, meta.read_view) is not None:
+            stats.dropped_by_truncate += len(rows)
+            continue
         for position, row in enumerate(rows):
             key = key_of(row)
             if key in in_window or key in hidden:
@@ -151,6 +171,7 @@ def reconcile_table(
                     stream.append(StreamEvent(high, 1 + position, "r", key, row, base))
             else:
                 stream.append(StreamEvent(high, 1 + position, "r", key, row))
+    stream += [StreamEvent(t.lsn, 0, "t", (), None) for t in truncates]
     stream.sort(key=lambda e: (e.lsn, e.order))
     if moves:
         fills, stats.unknown_values = resolve(stream, moves, stored or {}, fallback)
@@ -174,11 +195,14 @@ def _base_missing(row: dict[str, Any], events: list[StreamEvent], key: tuple[str
 
 
 def apply(stream: list[StreamEvent]) -> dict[Row, dict[str, Any]]:
-    """The table state the stream produces: every event in order, the last one per key wins;
+    """The table state the stream produces: every event in order, the last one per key wins, a
+    truncate (op `t`) empties it;
     columns an event does not carry (`missing`) keep the value the key had before it."""
     state: dict[Row, dict[str, Any]] = {}
     for event in stream:
-        if event.row is None:
+        if event.op == "t":
+            state.clear()
+        elif event.row is None:
             state.pop(event.key, None)
         elif event.missing:
             stored = state.get(event.key, {})

@@ -37,6 +37,7 @@ from capture.events import (
     SchemaChange,
     TableSchema,
     TransactionEnd,
+    Truncate,
 )
 from capture.landing.checkpoint import Checkpoint
 from capture.landing.files import fsync_dir, segment_name, write_parquet_atomic
@@ -54,7 +55,7 @@ SCHEMA_HISTORY_SCHEMA = pa.schema(
         pa.field("_lsn", LSN_ARROW_TYPE, nullable=False),
         pa.field("_txid", pa.string()),
         pa.field("_commit_ts", UTC_MICROS),
-        pa.field("kind", pa.string(), nullable=False),  # "ddl" or "table"
+        pa.field("kind", pa.string(), nullable=False),  # "ddl", "table" or "truncate"
         pa.field("schema", pa.string()),
         pa.field("table", pa.string()),
         pa.field("statement", pa.string()),
@@ -311,6 +312,26 @@ class LogWriter:
                 change.schema,
                 None,
                 change.statement,
+                None,
+                None,
+                None,
+            ),
+        )
+
+    def add_truncate(self, truncate: Truncate) -> None:
+        """A TRUNCATE: a `truncate` record of the schema history (schema, table, its LSN), committed
+        with its transaction's checkpoint like every event (never lost, never twice)."""
+        history = self._buffer(SCHEMA_HISTORY, "", None)
+        self._append(
+            history,
+            (
+                truncate.lsn.encode(),
+                truncate.txid,
+                truncate.commit_ts,
+                "truncate",
+                truncate.schema,
+                truncate.table,
+                None,
                 None,
                 None,
                 None,

@@ -16,6 +16,7 @@ import json
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -39,6 +40,55 @@ def committed_frontier(zone: LandingZone) -> int | None:
 def table_segments(zone: LandingZone, schema: str, table: str, frontier: int, since: int = 0) -> list[Segment]:
     """`segments` of one table's log folder."""
     return segments(zone.log_dir / table_folder(schema, table), frontier, since)
+
+
+# -- truncates ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TruncateMark:
+    """A landed TRUNCATE (a `truncate` record of the schema history): every row of the table
+    ordered before `lsn` is gone."""
+
+    lsn: int
+    schema: str
+    table: str
+    txid: str | None
+    commit_ts: datetime | None
+
+    @property
+    def xid(self) -> int | None:
+        """PostgreSQL's transaction id (for a chunk's read view); None for MySQL/MariaDB."""
+        return int(self.txid) if self.txid and self.txid.isdigit() else None
+
+
+def landed_truncates(
+    zone: LandingZone, frontier: int, since: int = 0, tables: set[tuple[str, str]] | None = None
+) -> list[TruncateMark]:
+    """The TRUNCATEs landed with since <= LSN < frontier (of `tables`, or all), in LSN order."""
+    found = []
+    for segment in segments(zone.history_dir, frontier, since):
+        data = pq.read_table(segment.path, columns=["_lsn", "_txid", "_commit_ts", "kind", "schema", "table"])
+        for row in data.to_pylist():
+            lsn = int(row["_lsn"])
+            if row["kind"] != "truncate" or not since <= lsn < frontier:
+                continue
+            if tables is None or (row["schema"], row["table"]) in tables:
+                found.append(TruncateMark(lsn, row["schema"], row["table"], row["_txid"], row["_commit_ts"]))
+    return sorted(found, key=lambda t: t.lsn)
+
+
+def truncated_by(truncates: list[TruncateMark], low: int, high: int, view: Any = None) -> TruncateMark | None:
+    """The truncate that empties a chunk with this LOW and HIGH: one inside its window (LOW <= T <=
+    HIGH, both ends included: a read-only window's positions are where events start), or, with a
+    read view (PostgreSQL), one before LOW that the chunk's snapshot could not see. Such a chunk's
+    rows are all older than the truncate: every row that exists after it has its own insert event
+    after it. None: the chunk is placed as usual (a chunk wholly before a truncate is emptied by
+    the truncate itself, one after it is untouched)."""
+    for t in truncates:
+        if low <= t.lsn <= high or (t.lsn < low and view is not None and view.hides(t.lsn, t.xid)):
+            return t
+    return None
 
 
 # -- watermarks --------------------------------------------------------------------------------

@@ -65,11 +65,41 @@ def session_conf(cfg: MergeConfig, with_jars: bool = True) -> dict[str, str]:
 
 
 def build_session(conf: dict[str, str], master: str | None = None, app_name: str = "logtide-merge") -> Any:
+    """A Spark session with `conf`. A process has one SparkContext: where one runs already (a test
+    process, a notebook), the session is a new one on it, with a SQL conf and catalogs of its own
+    (SparkSession.builder.getOrCreate would hand back the first session, with the first catalogs:
+    another warehouse). What only a context sets (jars, extensions) must then be what it has."""
+    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
-    builder = SparkSession.builder.appName(app_name)
-    if master:
-        builder = builder.master(master)
+    context = SparkContext._active_spark_context
+    if context is None:
+        builder = SparkSession.builder.appName(app_name)
+        if master:
+            builder = builder.master(master)
+        for key, value in conf.items():
+            builder = builder.config(key, value)
+        return builder.getOrCreate()
+    session = SparkSession(context).newSession()
+    session._logtide_shared_context = context  # for `stop_session`
+    running = context.getConf()
     for key, value in conf.items():
-        builder = builder.config(key, value)
-    return builder.getOrCreate()
+        if running.get(key) == value:
+            continue
+        try:
+            session.conf.set(key, value)
+        except Exception as exc:  # a static or core setting: the running context's holds
+            raise MergeError(
+                f"a Spark session runs in this process with {key}={running.get(key)!r}, this merge needs "
+                f"{value!r}, which only a new process can set: {str(exc).splitlines()[0]}"
+            ) from None
+    return session
+
+
+def stop_session(session: Any) -> None:
+    """Stop what `build_session` started: the SparkContext when no other session shares it, else
+    only this session's cached tables (the context belongs to whoever started it)."""
+    if session.sparkContext is getattr(session, "_logtide_shared_context", None):
+        session.catalog.clearCache()
+        return
+    session.stop()

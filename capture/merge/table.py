@@ -27,6 +27,14 @@ For every table of the source with landed log events or chunks, one run:
      PostgreSQL: a key change's create that leaves TOASTed columns out gets them from the old
      key's state (target row, the run's events and chunk rows; capture/merge/key_changes.py); a
      value nothing held is NULL, warned and counted (`logtide.unknown-values`, shown by status).
+  4a. TRUNCATE (a `truncate` record of the schema history at LSN T): a chunk with T inside its
+     window (LOW <= T <= HIGH), or on PostgreSQL before LOW but hidden from its snapshot, is left
+     out with all its rows (landing/reader.py `truncated_by`: every row that exists after T has
+     its own insert event after T), and is no part of the repairs; the truncate itself is a
+     changelog row (op 't', `_source` 'truncate', columns NULL) at (T, 0). Before the MERGE, the
+     target's rows stored below the run's last truncate are deleted (a commit of its own that
+     carries no frontier: a rerun deletes the same rows again), and the MERGE applies only
+     the events after it.
   5. Appends that stream (log events, chunk rows at HIGH, repair deletes, ordered by LSN and
      order) to the changelog table, in one commit carrying F (`logtide.frontier` of its own).
   6. Reads the stream back from the changelog (all of [A, F), also rows a killed run appended
@@ -75,7 +83,16 @@ from capture.events import lsn_text
 from capture.landing import LandingZone
 from capture.landing.chunks import ChunkMeta
 from capture.landing.keys import encode_key
-from capture.landing.reader import LandedChunk, Watermarks, closed_chunks, dump_chunks, table_segments
+from capture.landing.reader import (
+    LandedChunk,
+    TruncateMark,
+    Watermarks,
+    closed_chunks,
+    dump_chunks,
+    landed_truncates,
+    table_segments,
+    truncated_by,
+)
 from capture.log import get_logger
 from capture.merge.key_changes import KeyChanges, created_lsns, misses_columns
 from capture.merge.target import FRONTIER, UNKNOWN_SAMPLE, UNKNOWN_VALUES, frontier_value, target_of
@@ -95,7 +112,7 @@ CHANGELOG_META = (
     ("_lsn", "decimal(38,0)"),  # the event's LSN; chunk rows and repairs: their HIGH watermark's
     ("_order", "bigint"),  # 0 log event (-1: the delete half of a key change), 1 + position: chunk row
     ("_op", "string"),  # c u d from the log, r a chunk row, d a repair delete
-    ("_source", "string"),  # log | chunk | repair
+    ("_source", "string"),  # log | chunk | repair | truncate
     ("_txid", "string"),
     ("_commit_ts", "timestamp"),  # the transaction's; chunk rows and repairs: their HIGH watermark's
     ("_dump_id", "string"),
@@ -257,6 +274,16 @@ def _completed_dumps(
             continue
         found.append(CompletedDump(meta.dump_id, [_chunk(i, c, final.row_type) for i, c in enumerate(dump)]))
     return found
+
+
+def _truncated_dump(dump: CompletedDump, truncates: list[TruncateMark]) -> bool:
+    """A completed dump a truncate cut through (between its first LOW and last HIGH, or hidden from
+    a chunk's snapshot): its repair is not needed (every row before the truncate goes, every row
+    after it has its events) and not sound (its chunks no longer cover the table)."""
+    first, last = dump.first_low, dump.last.high
+    return any(first <= t.lsn <= last for t in truncates) or any(
+        truncated_by(truncates, c.low, c.high, c.meta.read_view) for c in dump.chunks
+    )
 
 
 def _unify(row_types: Iterable[tuple[pa.StructType, str]], table: str) -> dict[str, pa.DataType]:
@@ -562,6 +589,7 @@ class TableMerge:
         self.has_missing = False  # some log event of the run leaves columns out (PostgreSQL TOAST)
         self.rows_in = 0  # log events and chunk rows the run reads at most
         self.unknown_record: dict[str, str] = {}  # UNKNOWN_VALUES, UNKNOWN_SAMPLE after this run
+        self.truncates: list[TruncateMark] = []  # truncates at or after the applied frontier (step 4a)
 
     @contextmanager
     def _step(self, name: str) -> Iterator[None]:
@@ -609,10 +637,22 @@ class TableMerge:
             with ctx.marks_lock:  # the watermark index loads lazily, for every table of the run
                 chunks, stale = _chunks(ctx.zone, ctx.marks, self.schema, self.table, a)
                 completed = _completed_dumps(ctx.zone, ctx.marks, self.schema, self.table, chunks)
+            truncates = landed_truncates(ctx.zone, F, tables={(self.schema, self.table)})
+            self.truncates = [t for t in truncates if t.lsn >= a]  # the run's own: rows in the stream
+            if truncates:  # step 4a: chunks a truncate emptied are no part of the run
+                emptied = [c for c in chunks if truncated_by(truncates, c.low, c.high, c.meta.read_view)]
+                chunks = [c for c in chunks if c not in emptied]
+                completed = [d for d in completed if not _truncated_dump(d, truncates)]
+                self.report["chunks_truncated"] = len(emptied)
             read = chunks + [c for d in completed for c in d.chunks]  # the log is read back to every LOW
             start = min([a, *(c.low for c in read), *(c.meta.read_view.lookback for c in read if c.meta.read_view)])
             log_files = table_segments(ctx.zone, self.schema, self.table, F, since=start)
-            if not chunks and not any(s[1] >= a for s in log_files):
+            if self.truncates and not log_files:  # only a truncate: the newest file gives the columns
+                log_files = table_segments(ctx.zone, self.schema, self.table, F)[-1:]
+            if self.truncates and not log_files and not chunks:
+                self._truncate_target(a_target, a_changelog, F)
+                return
+            if not chunks and not self.truncates and not any(s[1] >= a for s in log_files):
                 self.report["skipped"] = "nothing new"
                 return
             metas = [(pq.read_metadata(p), p) for _, _, p in log_files]
@@ -686,6 +726,8 @@ class TableMerge:
                     completion = KeyChanges(spark, self.target, keys, self.types)
                     stream, filled, unknown = completion.complete(stream, events, moved, chunk_rows, hidden)
                     self._report_unknown(filled, [u for u in unknown if u.lsn >= a_target])
+            if self.truncates:
+                stream = stream.unionByName(self._truncate_rows(self.truncates), allowMissingColumns=True)
             # The changelog is the stream, materialized once: the MERGE reads its rows back
             # (all of [A, F), also those a run killed before its MERGE had appended already).
             counts = None
@@ -709,9 +751,14 @@ class TableMerge:
                 dropped_by_window=sum(c.meta.rows for c in chunks) - chunk_survivors,
                 repair_deletes=counts.get("repair", 0),
             )
+            self.report["truncates"] = len(self.truncates)
             if a_target < F:
                 with self._step("merge"):
-                    self._merge(appended.where(appended["_lsn"] >= _lsn(a_target)), {**props, **self.unknown_record})
+                    merged = appended.where(appended["_lsn"] >= _lsn(a_target))
+                    last = self._delete_truncated(a_target)
+                    if last is not None:  # what the MERGE applies: the events after the last truncate
+                        merged = merged.where(merged["_lsn"] > _lsn(last))
+                    self._merge(merged, {**props, **self.unknown_record})
             with self._step("properties"):  # the fallback of applied_frontier, after the commits
                 for name, applied in ((self.changelog, a_changelog), (self.target, a_target)):
                     if applied < F:
@@ -728,6 +775,61 @@ class TableMerge:
             "merge.table_finished",
             **{k: v for k, v in self.report.items() if k not in ("target", "changelog", "step_seconds")},
         )
+
+    def _truncate_rows(self, truncates: list[TruncateMark]) -> Any:
+        """The run's truncates as changelog rows: op 't', source 'truncate', at (T, 0); the table's
+        columns are left out (null once unioned or aligned)."""
+        from pyspark.sql import functions as sf
+
+        rows = [(t.lsn, t.txid, t.commit_ts) for t in truncates]
+        frame = _values(
+            self.ctx.spark, [("_lsn", "decimal(38,0)"), ("_txid", "string"), ("_commit_ts", "timestamp")], rows
+        )
+        return frame.select(
+            sf.col("_lsn"),
+            sf.lit(0).cast("bigint").alias("_order"),
+            sf.lit("t").alias("_op"),
+            sf.lit("truncate").alias("_source"),
+            sf.col("_txid"),
+            sf.col("_commit_ts"),
+            sf.lit(None).cast("string").alias("_dump_id"),
+            sf.lit(None).cast("int").alias("_chunk"),
+            sf.lit(None).cast("array<string>").alias("_missing"),
+        )
+
+    def _delete_truncated(self, a_target: int, props: dict[str, str] | None = None) -> int | None:
+        """Step 4a: delete the target's rows stored below the last truncate the target has not
+        applied; that truncate's LSN, or None. Without `props` the commit carries no frontier (the
+        MERGE's does: a rerun after a crash between the two deletes nothing more)."""
+        pending = [t.lsn for t in self.truncates if t.lsn >= a_target]
+        if not pending:
+            return None
+        last = max(pending)
+        sql = f"DELETE FROM {self.target} WHERE _lsn < CAST({last} AS DECIMAL(38,0))"
+        commit_with(self.ctx.spark, props or {}, lambda: self.ctx.spark.sql(sql))
+        log.info("merge.truncated", table=self.name, lsn=last)
+        return last
+
+    def _truncate_target(self, a_target: int, a_changelog: int, frontier: int) -> None:
+        """A run with nothing but truncates and no landed file to take the columns from (a table
+        only ever dumped): the truncates are appended to the changelog and the target's rows below
+        the last one deleted, each commit carrying the frontier (the table property too: a DELETE
+        that finds no row commits nothing)."""
+        spark = self.ctx.spark
+        if not table_exists(spark, self.target) or not table_exists(spark, self.changelog):
+            self.report["skipped"] = "nothing new"
+            return
+        self.report["truncates"] = len(self.truncates)
+        props = {FRONTIER: str(frontier), "logtide.source": self.ctx.source, "logtide.table": self.name}
+        if a_changelog < frontier:
+            appended = self._truncate_rows([t for t in self.truncates if t.lsn >= a_changelog])
+            rows = self._aligned(appended, self.changelog)
+            commit_with(spark, props, lambda: rows.writeTo(self.changelog).append())
+        if a_target < frontier:
+            self._delete_truncated(a_target, props)
+        for name, applied in ((self.changelog, a_changelog), (self.target, a_target)):
+            if applied < frontier:
+                spark.sql(f"ALTER TABLE {name} SET TBLPROPERTIES ('{FRONTIER}' = '{frontier}')")
 
     def _report_unknown(self, completed: int, unknown: list[Unknown]) -> None:
         """Key changes completed; each value nothing held warned (the first few), counted in the

@@ -60,7 +60,7 @@ def _millis(ts: datetime | None) -> int | None:
     return None if ts is None else int(ts.timestamp() * 1000)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built once a message (see Event)
 class Message:
     event: Event
     msg_id: str  # unique per event of a source: `<source>:<lsn>` (`:<order>` for chunk rows)
@@ -131,3 +131,69 @@ def encode(fmt: str, source: str, kind: str, event: Event, database: str | None 
     body = FORMATS[fmt](source, kind, event, database)
     payload = orjson.dumps(body, default=_default)
     return Message(event, message_id(source, event), payload)
+
+
+class Encoder:
+    """`encode` for one output, the relay's per-message path: Logtide's JSON is written from fragments (the
+    table's, the transaction's commit time, each image by orjson), byte for byte what `encode` writes, at
+    about half its CPU; Debezium's envelope goes through `encode`."""
+
+    def __init__(self, fmt: str, source: str, kind: str, database: str | None = None) -> None:
+        self.fmt, self.source, self.kind, self.database = fmt, source, kind, database
+        self._fast = fmt == "logtide"
+        self._prefix = source + ":"
+        self._tables: dict[tuple[str, str], bytes] = {}  # (db, table) -> the payload's start
+        self._ts: Any = _LEAVE_OUT  # the last commit time seen (a transaction's events share the object)
+        self._ts_json = b"null"
+
+    def __call__(self, event: Event) -> Message:
+        if not self._fast:
+            return encode(self.fmt, self.source, self.kind, event, self.database)
+        start = self._tables.get((event.schema, event.table))
+        if start is None:
+            start = self._tables[(event.schema, event.table)] = (
+                b'{"source":' + orjson.dumps(self.source) + b',"table":' + orjson.dumps(event.qualified_name)
+            )
+        ts = event.commit_ts
+        if ts is not self._ts:
+            self._ts, self._ts_json = ts, b"null" if ts is None else orjson.dumps(ts.isoformat())
+        lsn = str(event.lsn)
+        before, after, missing, order = event.before, event.after, event.missing, event.order
+        image = after if after is not None else before
+        if image is None:
+            key = dict.fromkeys(event.key)
+        elif len(event.key) == 1:
+            name = event.key[0]
+            key = {name: image.get(name)}
+        else:
+            key = {k: image.get(k) for k in event.key}
+        if missing:
+            after = _image(after, missing)
+        payload = b"".join(
+            (
+                start,
+                b',"op":',
+                orjson.dumps(event.op),
+                b',"lsn":"',
+                lsn.encode(),
+                b'","order":',
+                str(order).encode(),
+                b',"txid":',
+                orjson.dumps(event.txid),
+                b',"commit_ts":',
+                self._ts_json,
+                b',"key":',
+                orjson.dumps(key, default=_default),
+                b',"before":',
+                orjson.dumps(before, default=_default),
+                b',"after":',
+                orjson.dumps(after, default=_default),
+                b',"missing":',
+                orjson.dumps(list(missing)) if missing else b"[]",
+                b',"dump":',
+                b"null" if event.dump_id is None else orjson.dumps({"id": event.dump_id, "chunk": event.chunk}),
+                b"}",
+            )
+        )
+        msg_id = self._prefix + lsn if order == 0 else f"{self._prefix}{lsn}:{order}"
+        return Message(event, msg_id, payload)

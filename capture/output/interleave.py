@@ -9,7 +9,10 @@ changes inside open windows:
   - the matching HIGH loads the chunk file (written durably before HIGH, so it is there), drops the rows
     whose key a log event inside the window touched, and emits the rest right after HIGH (op `r`, placed at
     HIGH's LSN with order 1 + position), before the next log event;
-  - every other log event is emitted at once, unchanged (op c/u/d, order 0).
+  - every other log event is emitted at once, unchanged (op c/u/d, order 0), a TRUNCATE too (op `t`, no
+    images, from the schema history's `truncate` records): a window of its table open across it, or
+    (PostgreSQL) opened after it with a snapshot that could not see it, emits none of its chunk's rows at
+    its HIGH (all are older than the truncate; every row after it has its own insert event), as the merge.
 
 The rules are reconcile.py's own (its `hidden_events` and `_base_missing`), so the online stream and the
 merge judge a chunk row the same way. Several windows (dumps of several tables) may be open at once. A LOW
@@ -46,10 +49,12 @@ log = get_logger(__name__)
 SEEN_IDS = 100_000  # watermark ids remembered to refuse a duplicate
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: a frozen dataclass costs 6 times as much to build, once a message
 class Event:
-    """One event of the output stream: a landed log event (order 0) or a chunk row (op `r`, order 1 + its
-    position in the chunk, at its HIGH watermark's LSN, with `dump_id` and `chunk`)."""
+    """One event of the output stream: a landed log event (order 0), a TRUNCATE (op `t`, order 0, no
+    images, `key` empty) or a chunk row (op `r`, order 1 + its position in the chunk, at its HIGH
+    watermark's LSN, with `dump_id` and `chunk`). Treat it as immutable (the interleaver may hold it in a
+    window): an enrichment hook returns a changed copy (`dataclasses.replace`)."""
 
     schema: str
     table: str
@@ -244,6 +249,12 @@ class Interleaver:
         xids: list[int | None] = []
         for e in window.events:
             xid = int(e.txid) if e.txid and e.txid.isdigit() else None
+            if e.op == "t":  # a TRUNCATE in the window, or one before LOW its snapshot missed: no row survives
+                view = meta.read_view
+                if e.lsn > window.low_lsn or (view is not None and view.hides(e.lsn, xid)):
+                    self.rows_dropped += len(rows)
+                    return []
+                continue
             if e.before is not None and e.after is not None and key_of(e.before) != key_of(e.after):
                 stream.append(StreamEvent(e.lsn, 0, "d", key_of(e.before), None))
                 lsns.append(e.lsn)

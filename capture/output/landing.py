@@ -51,9 +51,10 @@ class LandingReader:
         log_dir = self.zone.log_dir
         if not log_dir.exists():
             return []
-        for folder in log_dir.iterdir():
-            if not self._wanted(folder.name) or not folder.is_dir():
-                continue
+        folders = [f for f in log_dir.iterdir() if self._wanted(f.name) and f.is_dir()]
+        if self.zone.history_dir.is_dir():  # its `truncate` records are events of the stream
+            folders.append(self.zone.history_dir)
+        for folder in folders:
             for first, last, name in self._segments(folder, start):
                 if last >= start and first < frontier and last < frontier:
                     found.append((first, last, folder / name))
@@ -95,6 +96,9 @@ class LandingReader:
             rows += data.num_rows
         events: list[Event] = []
         for path, data in taken:
+            if path.parent == self.zone.history_dir:
+                events.extend(self._truncates(data, start, end))
+                continue
             schema, table = folder_table(path.parent.name)
             metadata = data.schema.metadata or {}
             key = tuple(k for k in metadata.get(b"logtide.key", b"").decode().split(",") if k)
@@ -122,6 +126,19 @@ class LandingReader:
             )
         events.sort(key=lambda e: e.lsn)
         return events, end
+
+    def _truncates(self, history: pa.Table, start: int, end: int) -> list[Event]:
+        """The `truncate` records of a schema-history file in [start, end) as events (op `t`) of the
+        tables read."""
+        out = []
+        for row in history.select(["_lsn", "_txid", "_commit_ts", "kind", "schema", "table"]).to_pylist():
+            lsn = int(row["_lsn"])
+            if row["kind"] != "truncate" or not start <= lsn < end:
+                continue
+            if self._include is None or self._include(row["schema"], row["table"]):
+                schema, table = row["schema"], row["table"]
+                out.append(Event(schema, table, lsn, "t", None, None, (), row["_txid"], row["_commit_ts"]))
+        return out
 
     def load_chunk(self, dump_id: str, table: str, chunk: int) -> tuple[ChunkMeta, list[dict[str, Any]]] | None:
         schema, _, name = table.partition(".")

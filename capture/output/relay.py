@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import fcntl
 import fnmatch
+import gc
 import importlib
 import threading
 import time
@@ -26,7 +27,7 @@ from capture.errors import LockHeldError, OutputError
 from capture.landing import LandingZone
 from capture.landing.files import write_json_atomic
 from capture.log import get_logger
-from capture.output.formats import Message, encode
+from capture.output.formats import Encoder, Message
 from capture.output.interleave import Event, Interleaver
 from capture.output.landing import LandingReader, Position, position_path, read_position, write_position
 from capture.output.sinks import Output
@@ -41,6 +42,10 @@ IDLE_POSITION_S = 5.0  # how often an idle relay records that it read further (a
 STATE_EVERY_S = 2.0  # a live relay rewrites its state at least this often (gate.LIVE_S tells a dead one)
 KEEP_HIGHS = 1000  # dump tables whose last delivered chunk the state remembers
 READ_ROWS = 20_000
+# the cyclic GC's youngest generation is collected every this many allocations (Python's default: 700). The
+# relay holds up to READ_ROWS events and a batch of messages at once, all acyclic and freed by their counts,
+# which the default threshold traverses again and again: about 15% of the relay's CPU (benchmarks/relay_replay.py)
+GC_THRESHOLD = 50_000
 
 
 Transform = Callable[[Event], "Event | None"]
@@ -106,6 +111,10 @@ class Relay:
         self._pending: list[tuple[Message, int]] = []  # a message and where a replay must start to send it again
         self.caught_up = False  # everything landed is read (and, with nothing pending, delivered)
         self.acked_commit_ts: float | None = None  # source commit time of the last acknowledged message
+        # pipelined outputs (NATS) send a batch and collect its acknowledgements when the next is ready
+        send = getattr(output, "send", None)
+        self._pipelined = callable(send) and config.batch_size <= getattr(output, "window", 0)
+        self._inflight = 0  # messages at the start of pending that are sent, their acknowledgements not collected
 
     def _initial(self) -> Position:
         position = read_position(self.zone, self.name)
@@ -121,9 +130,14 @@ class Relay:
         return Position(frontier - 1, 1 << 62, replay)
 
     def run(self, stop: threading.Event) -> None:
+        threshold = gc.get_threshold()
+        if threshold[0] < GC_THRESHOLD:  # process-wide: the relay's process runs relays only
+            gc.set_threshold(GC_THRESHOLD, *threshold[1:])
         with output_lock(self.zone, self.name):
             try:
                 self._run(stop)
+                if self._inflight:  # stopped: what is acknowledged of the batch in flight is not sent again
+                    self._collect(self._pending)
             finally:
                 self.output.close()
 
@@ -135,6 +149,7 @@ class Relay:
         # the look-back serves PostgreSQL's visibility rule only (MySQL/MariaDB chunks have no read view)
         lookback = self.config.lookback if self.kind == "postgresql" else 0
         interleaver = Interleaver(self.reader.load_chunk, self.config.window_timeout_s, lookback)
+        encode = Encoder(self.config.format, self.zone.source, self.kind, self.database)
         read_at = position.replay_from
         pending = self._pending
         last_written = time.monotonic()
@@ -163,11 +178,9 @@ class Relay:
                         if transformed is None:
                             continue
                         out = transformed
-                    pending.append(
-                        (encode(self.config.format, self.zone.source, self.kind, out, self.database), replay)
-                    )
-                    if len(pending) >= self.config.batch_size:
-                        self._deliver(pending, stop)
+                    pending.append((encode(out), replay))
+                    if len(pending) - self._inflight >= self.config.batch_size:
+                        self._send(pending, stop)
                         if stop.is_set():
                             return
                 if event.schema == WATERMARK_SCHEMA and event.table == WATERMARK_TABLE:
@@ -175,8 +188,8 @@ class Relay:
                     if mark is not None and mark["kind"] == "HIGH":  # after its rows are pending
                         key = high_key(mark["dump_id"], mark["table_name"])
                         self.undelivered_highs.append((event.lsn, key, int(mark["chunk"])))
-            if pending:
-                self._deliver(pending, stop)
+            if len(pending) > self._inflight:
+                self._send(pending, stop)  # pipelined, it goes out while the next files are read
             self._acked_highs(pending)
             last_written = time.monotonic()
 
@@ -234,25 +247,68 @@ class Relay:
             event = result
         return event
 
-    def _deliver(self, pending: list[tuple[Message, int]], stop: threading.Event) -> None:
+    def _send(self, pending: list[tuple[Message, int]], stop: threading.Event) -> None:
+        """The next batch of pending goes out. Pipelined (NATS): sent without waiting, once the batch in
+        flight before it is acknowledged, so reading and encoding the next batch overlap with JetStream
+        storing this one (nats-server works on the other core) and with nats-py reading its
+        acknowledgements (its own thread). At most one batch is in flight; all of it acknowledged, or the
+        next is not sent: anything else goes to `_deliver`'s retries, from the first unacknowledged message,
+        so messages still arrive in order. Not pipelined: `_deliver`."""
+        if not self._pipelined:
+            self._deliver(pending, stop)
+            return
+        if self._inflight:
+            inflight = self._inflight
+            done = self._collect(pending)
+            if done < inflight:
+                self._deliver(pending, stop, done)
+                return
+        batch = pending[: self.config.batch_size]
+        if self.output.send([m for m, _ in batch]):  # type: ignore[attr-defined]
+            self._inflight = len(batch)
+        else:
+            self._deliver(pending, stop, 0)
+
+    def _collect(self, pending: list[tuple[Message, int]]) -> int:
+        """The acknowledgements of the batch in flight, recorded: how many from its first are acknowledged."""
+        self._inflight = 0
+        done: int = self.output.collect()  # type: ignore[attr-defined]
+        if done:
+            self._acknowledged(pending, done)
+        return done
+
+    def _acknowledged(self, pending: list[tuple[Message, int]], done: int) -> None:
+        """The first `done` pending messages are acknowledged: the position moves past them (written now)."""
+        message, replay = pending[done - 1]
+        self.delivered += done
+        event: Event = message.event
+        self._save(Position(event.lsn, event.order, replay, self.delivered))
+        if event.commit_ts is not None:
+            self.acked_commit_ts = event.commit_ts.timestamp()
+        if self.metrics is not None:
+            self.metrics.acknowledged(self.name, done, event.lsn, self.acked_commit_ts)
+        del pending[:done]
+        self._acked_highs(pending)
+
+    def _deliver(self, pending: list[tuple[Message, int]], stop: threading.Event, done: int | None = None) -> None:
         """Deliver everything pending, in batches, retrying what is not acknowledged with backoff (never
-        dropping it); the position is written after every acknowledgement. Returns early only on stop."""
+        dropping it); the position is written after every acknowledgement. Returns early only on stop.
+        `done`: how many of a pipelined batch just collected were acknowledged (0: it failed, back off)."""
         delay = 0.2
         failing_since: float | None = None
+        if done is None and self._inflight:
+            inflight = self._inflight
+            done = self._collect(pending)
+            if done == inflight:
+                done = None  # all of it: on with the rest
         while pending and not stop.is_set():
-            batch = pending[: self.config.batch_size]
-            done = self.output.deliver([m for m, _ in batch])
+            if done is None:
+                batch = pending[: self.config.batch_size]
+                done = self.output.deliver([m for m, _ in batch])
+                if done:
+                    self._acknowledged(pending, done)
             if done:
-                message, replay = batch[done - 1]
-                self.delivered += done
-                event: Event = message.event
-                self._save(Position(event.lsn, event.order, replay, self.delivered))
-                if event.commit_ts is not None:
-                    self.acked_commit_ts = event.commit_ts.timestamp()
-                if self.metrics is not None:
-                    self.metrics.acknowledged(self.name, done, event.lsn, self.acked_commit_ts)
-                del pending[:done]
-                self._acked_highs(pending)
+                done = None
                 delay = 0.2
                 if failing_since is not None:
                     failing_since = None
@@ -260,6 +316,7 @@ class Relay:
                 elif time.monotonic() - self.state_written > STATE_EVERY_S:
                     self._state("delivering")
                 continue
+            done = None  # failed: back off, then deliver again from the first unacknowledged message
             self.retries += 1
             if self.metrics is not None:
                 self.metrics.failed(self.name)

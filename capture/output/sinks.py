@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import json
 import re
+import threading
 import urllib.error
 import urllib.request
 from typing import Any, Protocol
@@ -48,23 +49,32 @@ class NatsOutput:
     """Publishes to a JetStream stream through nats-py, one subject per table
     (`<prefix>.<source>.<db>.<table>`), the message id (`Nats-Msg-Id`: source and LSN) letting JetStream drop
     the duplicates of a retry; a message counts only once JetStream acknowledged it (stored). A window of
-    `max_inflight` messages is published before any acknowledgement is awaited."""
+    `max_inflight` messages is published before any acknowledgement is awaited.
+
+    nats-py's event loop runs in a thread of its own, so a window's acknowledgements are read (and its
+    bytes written) while the relay reads and encodes the next one: `send` publishes a window and returns,
+    `collect` waits for its acknowledgements (the relay's pipeline); `deliver` is both, window by window."""
 
     def __init__(self, name: str, source: str, config: OutputConfig) -> None:
         self.name, self.source, self.config = name, source, config
         self.last_error: str | None = None
+        self.window = max(1, config.max_inflight)
         self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name=f"nats-{name}", daemon=True)
+        self._thread.start()
+        self._sent: list[Message] = []  # the window published by `send`, its acknowledgements not collected
         self._nc: Any = None
         self._js: Any = None
         self._subjects: dict[tuple[str, str], str] = {}  # (db, table) -> its subject
         self._inbox = ""  # `<inbox>.`: a message's reply subject is this and its place in the window
+        self._replies: list[str] = []
         self._acks: dict[int, Any] = {}  # the current window's acknowledgements (nats-py Msg) by place
         self._expected = 0
         self._complete = asyncio.Event()
         self._secrets = [p for p in (urlsplit(u.strip()).password for u in config.url.split(",")) if p]
 
     def _run(self, coro: Any) -> Any:
-        return self._loop.run_until_complete(coro)
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
     def _why(self, exc: BaseException) -> str:
         """The error as one line, without any password from the URLs."""
@@ -88,9 +98,12 @@ class NatsOutput:
             # no buffering across a reconnect: what JetStream stored is then always a prefix of what was
             # sent, so a retry (deduplicated by message id) never lands behind a later message
             allow_reconnect=False,
+            # subjects are built of subject_token()s, replies of the client's own inbox: nothing to check
+            skip_subject_validation=True,
         )
         self._nc, self._js = nc, nc.jetstream(timeout=self.config.timeout_s)
         self._inbox = nc.new_inbox() + "."
+        self._replies = [f"{self._inbox}{i}" for i in range(self.window)]  # built once a connection
         await nc.subscribe(self._inbox + "*", cb=self._on_ack)  # every acknowledgement of this connection
         if self.config.create_stream:
             try:
@@ -114,12 +127,11 @@ class NatsOutput:
 
     async def _publish(self, messages: list[Message]) -> int:
         """Publish in windows of `max_inflight`; count the acknowledged ones from the first on."""
-        await self._connect()
         done = 0
-        window = max(1, self.config.max_inflight)
-        for start in range(0, len(messages), window):
-            group = messages[start : start + window]
-            acked = await self._window(group)
+        for start in range(0, len(messages), self.window):
+            group = messages[start : start + self.window]
+            await self._send(group)
+            acked = await self._acknowledged(group)
             done += acked
             if acked < len(group):
                 return done
@@ -130,17 +142,21 @@ class NatsOutput:
         if len(self._acks) >= self._expected:
             self._complete.set()
 
-    async def _window(self, group: list[Message]) -> int:
-        """All of `group` published (each with its own reply subject) before any acknowledgement is awaited;
-        the count stops at the first message not acknowledged (refused, or none within `timeout_s`),
-        `last_error` saying why. nats-py's core publish and one subscription for the acknowledgements: its
-        `js.publish` (a request each) costs three times the CPU a message, and 2.16's `publish_async` never
-        completes the future of a message JetStream refuses."""
-        nc, inbox = self._nc, self._inbox
+    async def _send(self, group: list[Message]) -> None:
+        """All of `group` published, each with its own reply subject, before any acknowledgement is awaited.
+        nats-py's core publish and one subscription for the acknowledgements: its `js.publish` (a request
+        each) costs three times the CPU a message, and 2.16's `publish_async` never completes the future of
+        a message JetStream refuses."""
+        await self._connect()
+        publish, subject = self._nc.publish, self.subject
         self._acks, self._expected = {}, len(group)
         self._complete.clear()
-        for i, m in enumerate(group):
-            await nc.publish(self.subject(m), m.payload, reply=f"{inbox}{i}", headers={"Nats-Msg-Id": m.msg_id})
+        for m, reply in zip(group, self._replies, strict=False):  # group: at most a window
+            await publish(subject(m), m.payload, reply=reply, headers={"Nats-Msg-Id": m.msg_id})
+
+    async def _acknowledged(self, group: list[Message]) -> int:
+        """How many of the published `group` are acknowledged, from the first on: the count stops at the
+        first message not acknowledged (refused, or none within `timeout_s`), `last_error` saying why."""
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._complete.wait(), self.config.timeout_s)
         for i, m in enumerate(group):
@@ -157,12 +173,46 @@ class NatsOutput:
     def deliver(self, messages: list[Message]) -> int:
         """A connection is closed after any error (a new one next time), never reused: no later message
         lands behind a retry, and no late acknowledgement is mistaken for a new one."""
+        if self._sent:
+            raise RuntimeError("deliver() while a window sent by send() is not collected")
         try:
             done = self._run(self._publish(messages))
             if done == len(messages):
                 return done
         except Exception as exc:
             self.last_error, done = self._why(exc), 0
+        return self._failed(done)
+
+    def send(self, messages: list[Message]) -> bool:
+        """Publish one window (at most `max_inflight` messages) without waiting for its acknowledgements
+        (`collect` counts them); False when it could not be published (`last_error`; nothing counts)."""
+        if self._sent:
+            raise RuntimeError("send() while a window sent before is not collected")
+        if not messages or len(messages) > self.window:
+            raise ValueError(f"send() takes 1 to {self.window} messages, not {len(messages)}")
+        try:
+            self._run(self._send(messages))
+        except Exception as exc:
+            self.last_error = self._why(exc)
+            self._failed(0)
+            return False
+        self._sent = messages
+        return True
+
+    def collect(self) -> int:
+        """How many of the window `send` published are acknowledged, from the first on."""
+        group, self._sent = self._sent, []
+        if not group:
+            return 0
+        try:
+            done = self._run(self._acknowledged(group))
+            if done == len(group):
+                return done
+        except Exception as exc:
+            self.last_error, done = self._why(exc), 0
+        return self._failed(done)
+
+    def _failed(self, done: int) -> int:
         log.warning("output.publish_failed", output=self.name, error=self.last_error)
         self._run(self._close())
         return done
@@ -174,7 +224,12 @@ class NatsOutput:
         self._nc = self._js = None
 
     def close(self) -> None:
+        if self._loop.is_closed():
+            return
+        self._sent = []
         self._run(self._close())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
         self._loop.close()
 
 

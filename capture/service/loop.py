@@ -20,7 +20,7 @@ from capture.config import LogtideConfig
 from capture.coordination import Lease, open_lease
 from capture.coordination.fencing import CommitGuard, claim
 from capture.errors import LeaseLostError, PositionWentBackwardsError, SourceConnectionError
-from capture.events import ChangeBatch, Heartbeat, Lsn, SchemaChange, TransactionEnd
+from capture.events import ChangeBatch, Heartbeat, Lsn, SchemaChange, TransactionEnd, Truncate
 from capture.landing import Checkpoint, LandingZone
 from capture.landing.log_writer import LogWriter
 from capture.log import get_logger
@@ -196,6 +196,9 @@ class CaptureService:
                     elif isinstance(item, SchemaChange):
                         writer.add_schema_change(item)
                         log.info("capture.ddl", source=self.name, schema=item.schema, lsn=item.lsn.encode())
+                    elif isinstance(item, Truncate):
+                        writer.add_truncate(item)
+                        log.info("capture.truncate", source=self.name, table=item.qualified_name, lsn=item.lsn.encode())
                     elif isinstance(item, Heartbeat):
                         metrics.alive()
                         metrics.set_lag(0.0)

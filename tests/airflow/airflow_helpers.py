@@ -19,14 +19,14 @@ from tests.integration.postgres import dumping as pg
 @contextmanager
 def iceberg(config: LogtideConfig) -> Iterator[Any]:
     """A local Spark session on the config's catalog, to read the targets as a user would."""
-    from capture.merge.session import build_session, session_conf
+    from capture.merge.session import build_session, session_conf, stop_session
 
     spark = build_session(session_conf(config.merge), "local[1]", "logtide-airflow-tests")
     spark.sparkContext.setLogLevel("ERROR")
     try:
         yield spark
     finally:
-        spark.stop()
+        stop_session(spark)  # not a session-wide one another test started (tests/conftest.py `spark`)
 
 
 def load_dag(dag_id: str) -> Any:

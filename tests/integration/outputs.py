@@ -186,6 +186,9 @@ def logtide_state(messages: list[dict[str, Any]], key: str = "id") -> dict[Any, 
     must: a column listed in `missing` (PostgreSQL TOAST) keeps the value held for the key, or is UNKNOWN."""
     state: dict[Any, dict[str, Any]] = {}
     for m in messages:
+        if m["op"] == "t":  # a TRUNCATE: the table is empty
+            state.clear()
+            continue
         k = m["key"][key]
         if m["op"] == "d":
             state.pop(k, None)
@@ -199,7 +202,9 @@ def debezium_state(messages: list[dict[str, Any]], key: str = "id") -> dict[Any,
     """The same from Debezium envelopes, as a Debezium consumer reads them (after, or before on a delete)."""
     state: dict[Any, dict[str, Any]] = {}
     for m in messages:
-        if m["op"] == "d":
+        if m["op"] == "t":  # Debezium's truncate event: the table is empty
+            state.clear()
+        elif m["op"] == "d":
             state.pop(m["before"][key], None)
         else:
             state[m["after"][key]] = m["after"]

@@ -445,3 +445,58 @@ def test_a_background_dump_stops_at_its_next_chunk_when_its_test_ends(mariadb, d
     dump.stop()
     assert not dump.thread.is_alive() and time.monotonic() - began < 3
     assert len(dump.outcome) == 1 and isinstance(dump.outcome[0], DumpCancelledError), dump.outcome
+
+
+class _OkHook(BaseHTTPRequestHandler):
+    """Takes every POST (a list of messages) and answers 200."""
+
+    def log_message(self, *args) -> None:  # quiet
+        pass
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        with self.server.lock:  # type: ignore[attr-defined]
+            self.server.received.extend(json.loads(body))  # type: ignore[attr-defined]
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+
+def test_a_truncate_reaches_a_webhook_in_log_order_as_debeziums_truncate_event(
+    mariadb, database, make_capture, make_relay
+):
+    mariadb.execute("CREATE TABLE tr (id INT PRIMARY KEY, v INT)", "CREATE TABLE other (id INT PRIMARY KEY)",
+                    database=database)  # fmt: skip
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _OkHook)
+    server.received, server.lock = [], threading.Lock()  # type: ignore[attr-defined]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    capture = make_capture([f"{database}.*"])
+    url = f"http://127.0.0.1:{server.server_port}/events"
+    hook = {"source": "src", "kind": "webhook", "url": url, "format": "debezium", "start": "beginning"}
+    hook["tables"] = [f"{database}.tr"]
+    add_outputs(capture.config_path, {"hook": hook})
+    capture.start().wait_running()
+    relay = make_relay(capture.config_path).start()
+    mariadb.execute(
+        "INSERT INTO tr VALUES (1, 1), (2, 2)",
+        "INSERT INTO other VALUES (1)",
+        "TRUNCATE TABLE tr",
+        "TRUNCATE TABLE other",  # not the output's: not sent
+        "INSERT INTO tr VALUES (2, 5)",
+        database=database,
+    )
+    wait_until_landed(mariadb, capture)
+    expected = [(e.lsn, e.order) for e in expected_stream(capture.zone, {f"{database}.tr"})]
+    try:
+        wait_for(lambda: len(server.received) >= len(expected), 60, interval=0.2, what="every message at the webhook")
+    finally:
+        relay.stop()
+        server.shutdown()
+    messages = server.received  # type: ignore[attr-defined]
+    assert [(int(m["source"]["lsn"]), m["source"]["order"]) for m in messages] == expected
+    assert [m["op"] for m in messages] == ["c", "c", "t", "c"]
+    truncate = messages[2]
+    assert truncate["before"] is None and truncate["after"] is None
+    assert truncate["source"]["table"] == "tr" and truncate["source"]["db"] == database
+    source = {k[0]: row for k, row in table_state(mariadb, database, "tr").items()}
+    assert debezium_state(messages) == source == {2: {"id": 2, "v": 5}}

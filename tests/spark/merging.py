@@ -111,13 +111,16 @@ def iceberg_state(spark, name: str, key: tuple[str, ...] = ("id",), bookkeeping:
 
 
 def changelog_replay(spark, name: str, key: tuple[str, ...] = ("id",)) -> dict:
-    """Apply the changelog in (LSN, order): the last event per key wins, deletes remove."""
+    """Apply the changelog in (LSN, order): the last event per key wins, deletes remove, a
+    truncate (op t) empties the table."""
     names, rows = _collect(spark, name, ("_lsn", "_order"))
     columns = [c for c in names if not c.startswith("_")]
     state: dict[tuple, dict] = {}
     for row in rows:
         k = tuple(plain(row[c]) for c in key)
-        if row["_op"] == "d":
+        if row["_op"] == "t":
+            state.clear()
+        elif row["_op"] == "d":
             state.pop(k, None)
         else:
             missing = set(row["_missing"] or ())  # not carried by the event: the value before it stays

@@ -284,3 +284,62 @@ def test_replay_from_covers_the_open_windows_look_back():
     assert interleaver.replay_from(999) == second.lsn  # the look-back keeps the last 2 events
     interleaver.push(log.mark("HIGH", "H"))
     assert interleaver.replay_from(999) == 999
+
+
+def truncate(log: Log, table: str = "db.t", txid: str | None = None) -> Event:
+    schema, _, name = table.partition(".")
+    return Event(schema, name, log._next(), "t", None, None, (), txid, log.ts)
+
+
+def replay(out: list[Event]) -> dict[Any, Any]:
+    """The table the emitted stream leaves: a truncate empties it."""
+    state: dict[Any, Any] = {}
+    for e in out:
+        if e.op == "t":
+            state.clear()
+        elif e.after is None:
+            state.pop(e.before["id"], None)
+        else:
+            state[e.after["id"]] = e.after["v"]
+    return state
+
+
+def test_a_truncate_inside_an_open_window_drops_all_its_chunk_rows_and_is_emitted_in_order():
+    log = Log()
+    log.chunk("L", "H", rows(range(1, 5)))
+    log.chunk("L2", "H2", [{"id": 2, "v": 1}, {"id": 3, "v": 3}], chunk=2)
+    events = [
+        log.change("c", {"id": 9, "v": 0}),
+        log.mark("LOW", "L"),
+        log.change("u", {"id": 2, "v": 9}),
+        truncate(log),  # inside the window: every chunk row is older than it
+        log.change("c", {"id": 3, "v": 3}),  # refilled: an overlapping key, its own event
+        log.mark("HIGH", "H"),
+        log.mark("LOW", "L2", chunk=2),  # after the truncate: placed as usual
+        log.mark("HIGH", "H2", chunk=2),
+        truncate(log, "db.other"),  # another table's: no effect on db.t
+    ]
+    interleaver = Interleaver(log.load)
+    out = [o for e in events for o in interleaver.push(e)]
+    assert [(e.op, e.qualified_name) for e in out if e.op in "tc"] == [
+        ("c", "db.t"),
+        ("t", "db.t"),
+        ("c", "db.t"),
+        ("t", "db.other"),
+    ]
+    assert [e.lsn for e in out] == sorted(e.lsn for e in out)
+    assert [e.after["id"] for e in out if e.op == "r"] == [2, 3]  # chunk 1's rows all dropped as collisions
+    assert interleaver.rows_dropped == 4
+    assert replay([e for e in out if e.qualified_name == "db.t"]) == {2: 1, 3: 3}
+
+
+def test_a_truncate_before_low_leaves_the_chunk_alone_unless_the_snapshot_missed_it():
+    log = Log()
+    log.chunk("L", "H", rows(range(1, 3)))
+    out = run(log, [truncate(log, txid="7"), log.mark("LOW", "L"), log.mark("HIGH", "H")])
+    assert [e.op for e in out] == ["t", "r", "r"]
+    log = Log()  # PostgreSQL: committed in the WAL before LOW, not visible to the chunk's snapshot
+    first = truncate(log, txid="100")
+    log.chunk("L", "H", rows(range(1, 3)), read_view=PgSnapshot.parse("95:100:", first.lsn))
+    out = run(log, [first, log.mark("LOW", "L"), log.mark("HIGH", "H")], lookback=100)
+    assert [e.op for e in out] == ["t"]

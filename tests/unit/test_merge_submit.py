@@ -63,7 +63,7 @@ def test_the_first_local_merge_writes_the_jvm_class_archive_and_later_ones_map_i
     writing = first.archive.writing
     assert (
         first.conf["spark.driver.extraJavaOptions"]
-        == f"-XX:TieredStopAtLevel=1 -XX:ArchiveClassesAtExit={writing} -Xss4m"
+        == f"-XX:TieredStopAtLevel=1 -XX:ArchiveClassesAtExit={writing} -Xlog:cds=off,cds+dynamic=off -Xss4m"
     )
     assert first.conf["spark.driver.extraClassPath"] == str(tmp_path / "jars" / "a.jar")
     writing.write_text("a failed run's archive")

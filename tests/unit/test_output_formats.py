@@ -12,14 +12,14 @@ import pytest
 
 from capture.config import parse_config
 from capture.errors import ConfigError
-from capture.output.formats import UNAVAILABLE, _default, encode
+from capture.output.formats import UNAVAILABLE, Encoder, _default, encode
 from capture.output.interleave import Event
 
 pytestmark = pytest.mark.unit
 
 # The value of a Debezium change event as the MySQL and PostgreSQL connector documentation describes it
 # ("Change event values": the payload's envelope, with Kafka Connect's JSON converter and schemas off):
-# op is required, one of c, u, d, r (read: a snapshot); before and after are optional row structs (null
+# op is required, one of c, u, d, r (read: a snapshot), t (a truncate); before and after are optional row structs (null
 # where the operation has none); source is required, with version, connector, name, ts_ms (int64), db and
 # snapshot (an enum: true, first, first_in_data_collection, last_in_data_collection, last, false,
 # incremental), table, and the connector's position fields; ts_ms (optional) is when the connector
@@ -28,7 +28,7 @@ DEBEZIUM_VALUE = {
     "type": "object",
     "required": ["op", "source", "before", "after"],
     "properties": {
-        "op": {"enum": ["c", "u", "d", "r"]},
+        "op": {"enum": ["c", "u", "d", "r", "t"]},
         "before": {"type": ["object", "null"]},
         "after": {"type": ["object", "null"]},
         "ts_ms": {"type": "integer"},
@@ -62,6 +62,10 @@ DEBEZIUM_VALUE = {
         {"if": {"properties": {"op": {"const": "r"}}}, "then": {"properties": {"before": {"type": "null"}}}},
         {"if": {"properties": {"op": {"const": "d"}}}, "then": {"properties": {"after": {"type": "null"}}}},
         {"if": {"properties": {"op": {"const": "u"}}}, "then": {"properties": {"after": {"type": "object"}}}},
+        {  # a truncate (Debezium 1.8+ documents op t): no images, the source names the table
+            "if": {"properties": {"op": {"const": "t"}}},
+            "then": {"properties": {"before": {"type": "null"}, "after": {"type": "null"}}},
+        },
     ],
 }
 
@@ -128,6 +132,19 @@ def test_logtide_json_carries_lsn_key_missing_columns_and_the_chunk():
     assert row["dump"] == {"id": "dump-1", "chunk": 12} and row["order"] == 3 and row["lsn"] == str(BIG_LSN + 3)
 
 
+@pytest.mark.parametrize("kind", ["mariadb", "postgresql"])
+def test_a_truncate_is_op_t_without_images_in_both_formats(kind):
+    event = Event("shop", "items", BIG_LSN + 9, "t", None, None, (), "811", TS)
+    value = json.loads(encode("debezium", "src", kind, event).payload)
+    jsonschema.validate(value, DEBEZIUM_VALUE)
+    assert value["op"] == "t" and value["before"] is None and value["after"] is None
+    assert value["source"]["table"] == "items" and value["source"]["snapshot"] == "false"
+    assert int(value["source"]["lsn"]) == BIG_LSN + 9
+    own = json.loads(encode("logtide", "src", kind, event).payload)
+    assert own["op"] == "t" and own["table"] == "shop.items" and own["key"] == {} and own["after"] is None
+    assert encode("logtide", "src", kind, event).msg_id == f"src:{BIG_LSN + 9}"
+
+
 def test_every_payload_is_strict_json_with_values_as_before():
     """Python's json, which the outputs used until 2026-11-24, wrote NaN and Infinity (not JSON); orjson
     writes null, and every other value as before: the old encoder's output is the reference."""
@@ -158,6 +175,26 @@ def _not_json(token: str) -> None:
 def test_message_ids_tell_log_events_and_chunk_rows_apart():
     ids = [encode("logtide", "src", "mariadb", e).msg_id for e in events()]
     assert ids == [f"src:{BIG_LSN}", f"src:{BIG_LSN + 1}", f"src:{BIG_LSN + 2}", f"src:{BIG_LSN + 3}:3"]
+
+
+def test_the_relays_encoder_writes_the_same_bytes_and_ids_as_encode():
+    """The relay encodes through `Encoder` (Logtide's JSON from fragments, for speed): byte for byte what
+    `encode` writes, for every op, missing columns, chunk rows, odd values and names, zones and no zone."""
+    odd_names = Event('d"b', "t.x y", 2**70, "u", {"id": 1}, {"id": 1, "v": "\u2028"}, ("id",), None, None)
+    no_image = Event("db", "t", 9, "u", None, None, ("a", "b"))
+    composite = Event("db", "t", 10, "d", {"a": 1, "b": None, "c": Decimal("1E-10")}, None, ("a", "b"), "9")
+    zoned = datetime(2026, 1, 2, 3, 4, 5, 6, tzinfo=timezone(timedelta(hours=-3, minutes=-30)))
+    later = Event("db", "t", 11, "c", None, {"id": 2, "f": float("nan"), "b": b"\x00"}, ("id",), "x", zoned)
+    for fmt in ("logtide", "debezium"):
+        for kind in ("mariadb", "postgresql"):
+            encoder = Encoder(fmt, "src", kind, "pg")
+            for event in [*events(), odd_names, no_image, composite, later, *events()]:
+                fast, reference = encoder(event), encode(fmt, "src", kind, event, "pg")
+                assert fast.msg_id == reference.msg_id and fast.event is event
+                if fmt == "logtide":
+                    assert fast.payload == reference.payload
+                else:  # ts_ms is when it was encoded
+                    assert {**json.loads(fast.payload), "ts_ms": 0} == {**json.loads(reference.payload), "ts_ms": 0}
 
 
 SOURCES = {"src": {"kind": "mariadb", "user": "u", "server_id": 5}}

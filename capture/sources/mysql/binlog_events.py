@@ -21,6 +21,7 @@ from capture.errors import BinlogDecodeError, SourceConnectionError
 from capture.sources.mysql.connection import LOST_CONNECTION, connection_settings
 
 QUERY = 0x02
+EXECUTE_LOAD_QUERY = 0x12  # LOAD DATA logged as its statement: a QUERY event's layout, 13 more post-header bytes
 ROTATE = 0x04
 FORMAT_DESCRIPTION = 0x0F
 XID = 0x10
@@ -49,7 +50,13 @@ HEADER = struct.Struct("<IBIIIH")  # after the OK byte: timestamp, type, server 
 BODY = 20  # the OK byte and the 19-byte header
 CHECKSUM_LEN = 4
 CHECKSUM_CRC32 = 1  # binlog_checksum_alg: 0 none, 1 CRC32
-DEFAULT_POST_HEADER = {QUERY: 13, TABLE_MAP: 8, **dict.fromkeys((0x17, 0x18, 0x19), 8), **dict.fromkeys(ROWS_V2, 10)}
+DEFAULT_POST_HEADER = {
+    QUERY: 13,
+    EXECUTE_LOAD_QUERY: 26,
+    TABLE_MAP: 8,
+    **dict.fromkeys((0x17, 0x18, 0x19), 8),
+    **dict.fromkeys(ROWS_V2, 10),
+}
 
 Event = tuple[int, int, int, int, bytes, int]  # type, timestamp, server id, next position, packet, body end
 

@@ -4,6 +4,11 @@ The key is the primary key, else the first UNIQUE index whose columns are all NO
 the one the configuration names (`capture.sources.table_keys`); a table with none cannot be
 dumped in chunks and is refused. Whether the key orders as Spark orders its landed values
 is decided here too (`exact_order`).
+
+A MariaDB system-versioned table is its current rows, as `SELECT *` shows them: its SYSTEM_TIME
+period columns (`AS ROW START` / `AS ROW END`, whatever their names; the implicit `row_start` and
+`row_end` are not in information_schema at all) are left out of its columns, and of its keys,
+where MariaDB appends the row end to the primary key and to every UNIQUE index.
 """
 
 from __future__ import annotations
@@ -18,10 +23,12 @@ from capture.sources.mysql.connection import query
 from capture.sources.mysql.types import MAX_ARROW_DECIMAL, ColumnBuilder, column_from_catalog
 from capture.sources.table_keys import TableKeys, no_key, table_key
 
+# a column that is not a system-versioning period column (MySQL has the column, never these values)
+NOT_PERIOD = "COALESCE(GENERATION_EXPRESSION, '') NOT IN ('ROW START', 'ROW END')"
 COLUMNS_SQL = (
     "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, CHARACTER_OCTET_LENGTH, NUMERIC_PRECISION, NUMERIC_SCALE,"
     " DATETIME_PRECISION, IS_NULLABLE, CHARACTER_SET_NAME, COLLATION_NAME FROM information_schema.COLUMNS"
-    " WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION"
+    " WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s AND " + NOT_PERIOD + " ORDER BY ORDINAL_POSITION"
 )
 INDEXES_SQL = (
     "SELECT s.INDEX_NAME, s.COLUMN_NAME, s.SUB_PART FROM information_schema.STATISTICS s"
@@ -30,7 +37,7 @@ INDEXES_SQL = (
 )
 NOT_NULL_SQL = (
     "SELECT COLUMN_NAME, IS_NULLABLE = 'NO' FROM information_schema.COLUMNS"
-    " WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION"
+    " WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s AND " + NOT_PERIOD + " ORDER BY ORDINAL_POSITION"
 )
 PRECISION_SQL = (
     "SELECT COLUMN_NAME, DATETIME_PRECISION FROM information_schema.COLUMNS"
@@ -39,8 +46,24 @@ PRECISION_SQL = (
 DATA_TYPES_SQL = (
     "SELECT COLUMN_NAME, DATA_TYPE FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s"
 )
+# the SYSTEM_TIME period of a MariaDB table: (table type, start column, end column); explicit
+# period columns are generated ALWAYS AS ROW START / ROW END, implicit ones are not listed
+PERIOD_SQL = (
+    "SELECT t.TABLE_TYPE, MAX(IF(c.GENERATION_EXPRESSION = 'ROW START', c.COLUMN_NAME, NULL)),"
+    " MAX(IF(c.GENERATION_EXPRESSION = 'ROW END', c.COLUMN_NAME, NULL))"
+    " FROM information_schema.TABLES t LEFT JOIN information_schema.COLUMNS c"
+    " ON c.TABLE_SCHEMA = t.TABLE_SCHEMA AND c.TABLE_NAME = t.TABLE_NAME"
+    " WHERE t.TABLE_SCHEMA = %s AND t.TABLE_NAME = %s GROUP BY t.TABLE_TYPE"
+)
+# tables versioned by transaction ids, whose writes MariaDB logs as statements
+TRX_VERSIONED_SQL = (
+    "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.COLUMNS"
+    " WHERE GENERATION_EXPRESSION = 'ROW START' AND DATA_TYPE = 'bigint' ORDER BY TABLE_SCHEMA, TABLE_NAME"
+)
+COLUMN_NAMES_SQL = "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s"
 TABLES_SQL = (
-    "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_TYPE = 'BASE TABLE'"
+    "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES"
+    " WHERE TABLE_TYPE IN ('BASE TABLE', 'SYSTEM VERSIONED')"
     " AND TABLE_SCHEMA NOT IN ('mysql', 'information_schema', 'performance_schema', 'sys', 'logtide')"
     " ORDER BY TABLE_SCHEMA, TABLE_NAME"
 )
@@ -116,7 +139,8 @@ def own_key(
     """The primary key, else the first UNIQUE index on NOT NULL columns without prefixes; () if none."""
     indexes: dict[str, list[Any]] = {}
     for index_name, column, sub_part in query(conn, INDEXES_SQL, (schema, table)):
-        indexes.setdefault(index_name, []).append((column, sub_part))
+        if column in not_null:  # not a period column (a versioned table's keys end with its row end)
+            indexes.setdefault(index_name, []).append((column, sub_part))
     for parts in indexes.values():
         if all(sub_part is None and not_null[column] for column, sub_part in parts):
             return tuple(column for column, _ in parts)
@@ -141,3 +165,23 @@ def fractional_columns(conn: pymysql.connections.Connection, schema: str, table:
 def data_types(conn: pymysql.connections.Connection, schema: str, table: str) -> dict[str, str]:
     """Column name -> DATA_TYPE ('binary', 'inet6', 'uuid', ...)."""
     return {name: str(kind).lower() for name, kind in query(conn, DATA_TYPES_SQL, (schema, table))}
+
+
+def system_period(conn: pymysql.connections.Connection, schema: str, table: str) -> tuple[str, str] | None:
+    """The (row start, row end) columns of a system-versioned table; None for any other table."""
+    found = query(conn, PERIOD_SQL, (schema, table))
+    if not found or found[0][0] != "SYSTEM VERSIONED":
+        return None
+    _, start, end = found[0]
+    return (start, end) if start and end else ("row_start", "row_end")
+
+
+def column_names(conn: pymysql.connections.Connection, schema: str, table: str) -> set[str]:
+    """The columns information_schema lists for the table (never a versioned table's implicit
+    row_start and row_end)."""
+    return {row[0] for row in query(conn, COLUMN_NAMES_SQL, (schema, table))}
+
+
+def trx_versioned_tables(conn: pymysql.connections.Connection) -> list[tuple[str, str]]:
+    """Tables with transaction-precise system versioning (row start and end are transaction ids)."""
+    return [(schema, table) for schema, table in query(conn, TRX_VERSIONED_SQL)]

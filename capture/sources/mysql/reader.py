@@ -34,20 +34,44 @@ from capture.events import (
     SchemaChange,
     TableSchema,
     TransactionEnd,
+    Truncate,
 )
 from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE
 from capture.sources.mysql import binlog_events as ev
 from capture.sources.mysql.binlog_events import BinlogStream
-from capture.sources.mysql.catalog import data_types, fractional_columns, table_keys
+from capture.sources.mysql.catalog import column_names, data_types, fractional_columns, system_period, table_keys
 from capture.sources.mysql.connection import ER_SPECIFIC_ACCESS_DENIED, connection_settings, translate
 from capture.sources.mysql.rows import OLD_TEMPORAL, RowDecoder
-from capture.sources.mysql.table_maps import TableMap, TableMapCache
+from capture.sources.mysql.statements import called_functions, hidden_writes, written_tables
+from capture.sources.mysql.table_maps import BinlogColumn, TableMap, TableMapCache
 from capture.sources.mysql.types import table_schema
 from capture.sources.table_keys import log_key
 
 MARIADB_FL_STANDALONE = 0x01
 MARIADB_FL_DDL = 0x20  # the GTID's event group holds DDL (CREATE TABLE ... SELECT carries rows as well)
 _FILE_NUMBER = re.compile(r"\.(\d+)$")
+_IDENT = r"(?:`((?:[^`]|``)+)`|([\w$]+))"
+# TRUNCATE [TABLE] [db.]t [WAIT n | NOWAIT], as logged: the session's text, after any comments
+_TRUNCATE = re.compile(
+    rf"^\s*(?:/\*.*?\*/\s*|--[^\n]*\n\s*|#[^\n]*\n\s*)*truncate\s+(?:table\s+)?{_IDENT}(?:\s*\.\s*{_IDENT})?"
+    r"\s*(?:(?:wait\s+\d+|nowait)\s*)?;?\s*$",
+    re.IGNORECASE | re.DOTALL,
+)
+
+
+def truncated_table(schema: str, statement: str) -> tuple[str, str] | None:
+    """(db, table) a logged TRUNCATE statement empties, `schema` (the QUERY event's default
+    database) for an unqualified name; None for any other statement."""
+    if "truncate" not in statement[:4096].lower():  # the common case, cheaply
+        return None
+    match = _TRUNCATE.match(statement)
+    if match is None:
+        return None
+    quoted1, plain1, quoted2, plain2 = match.groups()
+    first = quoted1.replace("``", "`") if quoted1 is not None else plain1
+    if quoted2 is None and plain2 is None:
+        return schema, first
+    return first, quoted2.replace("``", "`") if quoted2 is not None else plain2
 
 
 def read_timeout_s(heartbeat_s: float) -> float:
@@ -72,6 +96,77 @@ def parse_gtid_state(text: str) -> dict[int, str]:
     return {int(g.split("-")[0]): g for g in text.split(",") if g.strip()}
 
 
+# the row end of a current row: the largest TIMESTAMP (2038-01-19 03:14:07.999999 UTC on MariaDB
+# up to 11.4, 2106-02-07 06:28:15.999999 from 11.5 on 64-bit systems: a history row's row end
+# is a commit time, never as late) or, with transaction-precise versioning, the largest BIGINT UNSIGNED
+_CURRENT_TIMESTAMP = datetime(2038, 1, 19, 3, 14, 7, 999999)
+_CURRENT_TRX_ID = 2**64 - 1
+
+
+def period_type(col: BinlogColumn) -> bool:
+    """Whether a column can be a system-versioning period column."""
+    if col.nullable:
+        return False
+    return (col.type == FIELD_TYPE.TIMESTAMP2 and col.fsp == 6) or (col.type == FIELD_TYPE.LONGLONG and col.unsigned)
+
+
+def current_row_end(col: BinlogColumn) -> Any:
+    return _CURRENT_TIMESTAMP if col.type == FIELD_TYPE.TIMESTAMP2 else _CURRENT_TRX_ID
+
+
+@dataclasses.dataclass(frozen=True)
+class Versioning:
+    """A system-versioned table's rows events as changes of its current rows, the rows `SELECT *`
+    shows, without the period columns. The binlog carries every row the table stores: an INSERT
+    writes a current row; an UPDATE updates the current row and writes the old one as a history
+    row; a DELETE updates the row's end (to the statement's time); DELETE HISTORY and history
+    purges delete history rows. So: a current row written is an insert, a history row written
+    nothing; an update from current to current an update, from current to history a delete,
+    from history to current an insert, between history rows nothing; a current row deleted a
+    delete, a history row deleted nothing."""
+
+    period: tuple[str, str]  # (row start, row end) column names
+    visible: tuple[int, ...]  # indexes of the other columns
+    end: int  # index of the row end
+    current: Any  # the row end of current rows
+
+    def changes(
+        self, kind: int, decoder: RowDecoder, data: bytes, pos: int, end: int, start: int, keys: tuple[int, ...]
+    ) -> list[Change]:
+        visible, row_end, current = self.visible, self.end, self.current
+        changes: list[Change] = []
+        index = 0
+        if kind in ev.UPDATE_ROWS:
+            for before, after in decoder.pairs(data, pos, end):
+                was, now = before[row_end] >= current, after[row_end] >= current
+                old = tuple(before[i] for i in visible) if was else None
+                new = tuple(after[i] for i in visible) if now else None
+                if old is not None and new is not None and keys and any(old[i] != new[i] for i in keys):
+                    changes.append(Change(Lsn(start, index), Op.DELETE, old, None))
+                    index += 1
+                    changes.append(Change(Lsn(start, index), Op.CREATE, None, new))
+                elif old is not None and new is not None:
+                    changes.append(Change(Lsn(start, index), Op.UPDATE, old, new))
+                elif old is not None:
+                    changes.append(Change(Lsn(start, index), Op.DELETE, old, None))
+                elif new is not None:
+                    changes.append(Change(Lsn(start, index), Op.CREATE, None, new))
+                else:
+                    continue
+                index += 1
+            return changes
+        create = kind in ev.WRITE_ROWS
+        for row in decoder.rows(data, pos, end):
+            if row[row_end] >= current:
+                image = tuple(row[i] for i in visible)
+                if create:
+                    changes.append(Change(Lsn(start, index), Op.CREATE, None, image))
+                else:
+                    changes.append(Change(Lsn(start, index), Op.DELETE, image, None))
+                index += 1
+        return changes
+
+
 class BinlogReader:
     """One pass over the binlog from a resume token, until stopped or disconnected."""
 
@@ -84,6 +179,8 @@ class BinlogReader:
         self.gtids = parse_gtid_state(resume.get("gtid", ""))
         self.resume = resume
         self._captured: dict[tuple[str, str], bool] = {}
+        # statement-logged writes of tables capture leaves out: what the catalog says they hide (`_statement_logged`)
+        self._hidden: dict[tuple[frozenset[tuple[str, str]], frozenset[str]], list[str]] = {}
         self._catalog: pymysql.connections.Connection | None = None  # key lookups (`_key`), opened once needed
         self._last_timestamp: int | None = None
         self._last_commit_ts = datetime.now(UTC)
@@ -148,11 +245,15 @@ class BinlogReader:
                 if not self.captured(table_map.schema, table_map.table):
                     continue
                 start = file_seq | (log_pos - (end - ev.BODY))
-                table, decoder = self._table(table_map)
+                table, decoder, versioning = self._table(table_map)
                 watermark = (table_map.schema, table_map.table) == watermark_key
                 pos = ev.rows_body(data, kind, post_header[kind])
                 changes: list[Change] = []
-                if kind in ev.UPDATE_ROWS:
+                if versioning is not None:
+                    changes = versioning.changes(kind, decoder, data, pos, end, start, table.key_indexes)
+                    if changes:
+                        yield ChangeBatch(table, txid, commit_ts, watermark, changes)
+                elif kind in ev.UPDATE_ROWS:
                     keys = table.key_indexes
                     index = 0
                     for before, after in decoder.pairs(data, pos, end):
@@ -169,7 +270,8 @@ class BinlogReader:
                 else:
                     for index, row in enumerate(decoder.rows(data, pos, end)):
                         changes.append(Change(Lsn(start, index), Op.DELETE, row, None))
-                yield ChangeBatch(table, txid, commit_ts, watermark, changes)
+                if versioning is None:
+                    yield ChangeBatch(table, txid, commit_ts, watermark, changes)
             elif kind == ev.TABLE_MAP:
                 table_map = table_maps.get(data[ev.BODY : end], post_header[ev.TABLE_MAP])
                 tables[table_map.table_id] = table_map
@@ -209,19 +311,24 @@ class BinlogReader:
                     pending_gtid = None
                     continue
                 if self.mariadb and in_transaction and not ddl_group and not statement.startswith("XA "):
-                    raise BinlogDecodeError(
-                        f"{statement[:60]!r} at {self.file}:{log_pos} is a row change logged as its statement (a "
-                        "session with binlog_format STATEMENT or MIXED): capture reads row events only"
-                    )
+                    self._statement_logged(schema, statement, log_pos)  # refused unless it writes no captured table
+                    continue
                 lsn = Lsn(file_seq | (log_pos - (end - ev.BODY)))
                 if not self.mariadb and not in_transaction:
                     txid = f"{self.file}:{log_pos}"
                     commit_ts = self._commit_time(timestamp)
+                self._hidden.clear()  # DDL may have created or dropped a trigger, view or function
                 yield SchemaChange(lsn, txid, commit_ts, schema, statement)
+                truncated = truncated_table(schema, statement)
+                if truncated is not None and truncated[0] != WATERMARK_SCHEMA and self.captured(*truncated):
+                    yield Truncate(lsn, txid, commit_ts, *truncated)
                 if standalone or not in_transaction:
                     standalone = False
                     yield self._end(log_pos, file_seq, pending_gtid, commit_ts)
                     pending_gtid = None
+            elif kind == ev.EXECUTE_LOAD_QUERY:  # the file's blocks came before it: no rows
+                schema, statement = ev.query_parts(data, end, post_header[ev.EXECUTE_LOAD_QUERY])
+                self._statement_logged(schema, statement, log_pos)
             elif kind == ev.ROTATE:
                 self.file = data[ev.BODY + 8 : end].decode()
                 file_seq = file_number(self.file) << 32
@@ -256,6 +363,31 @@ class BinlogReader:
             resume["server"] = self.server
         return Heartbeat(at, resume)
 
+    def _statement_logged(self, schema: str, statement: str, log_pos: int) -> None:
+        """A row change logged as its statement (a session with binlog_format STATEMENT or MIXED)
+        carries no rows: passed over when it writes only tables capture leaves out, else refused."""
+        tables = written_tables(statement, schema)
+        where = f"{statement[:60]!r} at {self.file}:{log_pos} is a row change logged as its statement (a session "
+        where += "with binlog_format STATEMENT or MIXED, or a write to a table with transaction-precise system "
+        where += "versioning, AS ROW START on BIGINT UNSIGNED, which MariaDB logs as statements)"
+        if tables is None:
+            raise BinlogDecodeError(
+                f"{where} in database {schema!r}: capture cannot tell which tables it writes, and reads row events only"
+            )
+        captured = sorted(f"{s}.{t}" for s, t in tables if self.captured(s, t))
+        if captured:
+            raise BinlogDecodeError(f"{where} writing {', '.join(captured)}: capture reads row events only")
+        functions = called_functions(statement)
+        key = (frozenset(tables), frozenset(functions))
+        hidden = self._hidden.get(key)
+        if hidden is None:
+            hidden = self._hidden[key] = hidden_writes(self._catalog_connection(), tables, functions)
+        if hidden:
+            raise BinlogDecodeError(
+                f"{where} in database {schema!r}: capture cannot tell which tables {hidden[0]} writes, and reads "
+                "row events only"
+            )
+
     def _commit_time(self, timestamp: int) -> datetime:
         """The event header's commit time (whole seconds): one datetime a second, shared by the
         transactions committed in it (the writer converts each distinct object once)."""
@@ -277,8 +409,9 @@ class BinlogReader:
             resume["server"] = self.server
         return TransactionEnd(frontier, resume, commit_ts)
 
-    def _table(self, table_map: TableMap) -> tuple[TableSchema, RowDecoder]:
-        """Schema and row decoder of a table map, built once per distinct table map (`table_maps`)."""
+    def _table(self, table_map: TableMap) -> tuple[TableSchema, RowDecoder, Versioning | None]:
+        """Schema, row decoder and (a system-versioned table) row filter of a table map, built once
+        per distinct table map (`table_maps`)."""
         compiled = table_map.compiled
         if compiled is None:
             if any(col.type in OLD_TEMPORAL for col in table_map.columns):
@@ -286,11 +419,45 @@ class BinlogReader:
             if any(col.type == FIELD_TYPE.STRING and col.character_set_name == "binary" for col in table_map.columns):
                 self._refuse_plugin_types(table_map)
             decoder = RowDecoder(table_map)
-            described = table_schema(table_map.schema, table_map.table, table_map.columns, table_map.key)
+            versioning = self._versioning(table_map)
+            columns, key = table_map.columns, table_map.key
+            if versioning is not None:
+                columns = tuple(columns[i] for i in versioning.visible)
+                key = tuple(k for k in key if k not in versioning.period)
+            described = table_schema(table_map.schema, table_map.table, columns, key)
             if not described.key:
                 described = dataclasses.replace(described, key=self._key(described))
-            compiled = table_map.compiled = (described, decoder)
+            compiled = table_map.compiled = (described, decoder, versioning)
         return compiled
+
+    def _versioning(self, table_map: TableMap) -> Versioning | None:
+        """The row filter of a MariaDB system-versioned table (None for any other table). Its period
+        columns are NOT NULL TIMESTAMP(6) or BIGINT UNSIGNED, so only a table map with two such
+        columns asks the catalog, which names them (`system_period`) as the table is now: a table
+        map without those columns predates ADD SYSTEM VERSIONING, and one with the implicit
+        `row_start` and `row_end` (the latter in its primary key, if it has one) the table no longer
+        has predates DROP SYSTEM VERSIONING."""
+        if not self.mariadb:
+            return None
+        candidates = {col.name for col in table_map.columns if period_type(col)}
+        if len(candidates) < 2:
+            return None
+        conn = self._catalog_connection()
+        period = system_period(conn, table_map.schema, table_map.table)
+        if period is None or not set(period) <= candidates:
+            implicit = {"row_start", "row_end"}
+            gone = (
+                implicit <= candidates
+                and (not table_map.key or "row_end" in table_map.key)  # a versioned table's key ends with it
+                and not implicit & column_names(conn, table_map.schema, table_map.table)
+            )
+            period = ("row_start", "row_end") if gone else None
+        if period is None:
+            return None
+        names = [col.name for col in table_map.columns]
+        end = table_map.columns[names.index(period[1])]
+        visible = tuple(i for i, name in enumerate(names) if name not in period)
+        return Versioning(period, visible, names.index(period[1]), current_row_end(end))
 
     def _refuse_old_fractions(self, table_map: TableMap) -> None:
         """MariaDB 5.3's temporal formats (columns created with mysql56_temporal_format=OFF) store

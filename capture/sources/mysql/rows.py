@@ -355,7 +355,7 @@ def _timestamp2(fsp: int) -> Reader:
     size = 4 + frac_bytes
 
     def read(data: bytes, pos: int) -> tuple[datetime, int]:
-        seconds = int.from_bytes(data[pos : pos + 4], "big", signed=True)
+        seconds = int.from_bytes(data[pos : pos + 4], "big")  # unsigned: MariaDB 11.5 reaches 2106
         micro = int.from_bytes(data[pos + 4 : pos + size], "big") * unit if frac_bytes else 0
         return _EPOCH + timedelta(seconds=seconds, microseconds=micro), pos + size
 

@@ -11,13 +11,16 @@ import pymysql
 from capture.config import SourceConfig
 from capture.errors import CheckpointPurgedError, PositionWentBackwardsError, PreflightError
 from capture.events import LogItem, Lsn
-from capture.sources.mysql.catalog import base_tables, table_keys
+from capture.log import get_logger
+from capture.sources.mysql.catalog import base_tables, table_keys, trx_versioned_tables
 from capture.sources.mysql.connection import connect, connection_settings, query
 from capture.sources.mysql.preflight import preflight
 from capture.sources.mysql.reader import BinlogReader, file_number, position_lsn
 from capture.sources.mysql.snapshot import check_server as check_readonly
 from capture.sources.mysql.snapshot import server_identity
 from capture.sources.table_keys import TableKeys, check_named_keys, log_keyless
+
+log = get_logger(__name__)
 
 
 def binlog_distance(logs: list[tuple[str, int]], start: tuple[str, int], end: tuple[str, int]) -> int | None:
@@ -72,6 +75,23 @@ class MySqlSource:
                 if self.config.captures(schema, table) and (keys := table_keys(conn, schema, table)) is not None:
                     found[f"{schema}.{table}"] = keys
             log_keyless(self.name, self.config, found)
+            if self.config.kind == "mariadb":
+                self._warn_trx_versioned(conn)
+
+    def _warn_trx_versioned(self, conn: pymysql.connections.Connection) -> None:
+        """Name the captured tables whose writes MariaDB logs as statements (transaction-precise
+        system versioning): capture stops at the first one it reads."""
+        names = [f"{s}.{t}" for s, t in trx_versioned_tables(conn) if self.config.captures(s, t)]
+        if names:
+            log.warning(
+                "capture.statement_logged_tables",
+                source=self.name,
+                tables=",".join(names),
+                reason="transaction-precise system versioning (AS ROW START on BIGINT UNSIGNED): MariaDB logs "
+                "writes to these tables as statements, whatever binlog_format says",
+                action="capture stops at the first write to one of them: exclude them, or version them by "
+                "timestamp (TIMESTAMP(6) AS ROW START)",
+            )
 
     def _server_position(self, conn: pymysql.connections.Connection) -> tuple[str, int]:
         rows = query(conn, "SHOW MASTER STATUS")

@@ -39,6 +39,7 @@ from capture.events import (
     Lsn,
     TableSchema,
     TransactionEnd,
+    Truncate,
     column_batch,
 )
 from capture.sources.postgres import pgoutput
@@ -191,6 +192,17 @@ class Group:
                 Lsn(end[0]), {"lsn": format_lsn(end[0])}, pgoutput.timestamp(end[1]), self.since, flush
             )
         self.since = time.monotonic()
+
+    def truncate(self, tables: list[TableSchema]) -> Iterator[ColumnBatch | TransactionEnd | Truncate]:
+        """A Truncate message of the open transaction: the changes held before it are handed over
+        (they come first in the log), then one `Truncate` per table, each taking the next index
+        inside the transaction (after every event before it, both halves of key changes counted)."""
+        yield from self.hand_over()
+        commit_lsn, micros, xid = self.transactions[-1]
+        first = self.place + self.carried
+        for i, table in enumerate(tables):
+            yield Truncate(Lsn(commit_lsn, first + i), str(xid), pgoutput.timestamp(micros), table.schema, table.table)
+        self.place += len(tables)
 
     def _minors(self, runs: list[tuple[_Run, Decoded]]) -> tuple[list[list[int]], int]:
         """Per run, each event's index inside its transaction, counting both events of a key

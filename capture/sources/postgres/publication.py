@@ -44,7 +44,9 @@ log = get_logger(__name__)
 PUBLICATION_SYNC_S = 2.0
 LOCK_TIMEOUT = "2s"
 
-PUBLICATION_SQL = "SELECT oid, puballtables, pubinsert, pubupdate, pubdelete FROM pg_publication WHERE pubname = %s"
+PUBLICATION_SQL = (
+    "SELECT oid, puballtables, pubinsert, pubupdate, pubdelete, pubtruncate FROM pg_publication WHERE pubname = %s"
+)
 # every base table of the database: its replica identity, and whether the publication lists it
 TABLES_SQL = (
     "SELECT n.nspname, c.relname, c.relreplident,"
@@ -164,11 +166,18 @@ class Publication:
             result.published = {t.name for t in wanted} if result.exists else set()
         else:
             result.exists = True
-            _oid, all_tables, insert, update, delete = rows[0]
+            _oid, all_tables, insert, update, delete, truncate = rows[0]
             if not (insert and update and delete):
                 result.problem = (
                     f"publication {self.name!r} does not publish inserts, updates and deletes: "
                     f"ALTER PUBLICATION \"{_text(self.name)}\" SET (publish = 'insert, update, delete, truncate')"
+                )
+            elif not truncate:  # capture runs, but a TRUNCATE would leave its rows in the targets
+                self._say(
+                    "publication.truncate_not_published",
+                    "*",
+                    problem="TRUNCATE of a captured table is not in the log: targets would keep its rows",
+                    fix=f"ALTER PUBLICATION \"{_text(self.name)}\" SET (publish = 'insert, update, delete, truncate')",
                 )
             if all_tables:
                 result.all_tables = True

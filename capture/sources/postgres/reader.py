@@ -207,16 +207,13 @@ class PgOutputReader:
                     yield from group.hand_over()
                 run_oid = b""
                 self._tables[relation.oid] = self._describe(relation)
-            elif kind == 84:  # T
+            elif kind == 84:  # T: one Truncate per captured relation it lists (CASCADE included)
                 truncate = pgoutput.parse_truncate(buf)
-                names = [self._tables[oid].schema.qualified_name for oid in truncate.relations if oid in self._tables]
-                log.warning(
-                    "capture.truncate_skipped",
-                    source=self.name,
-                    tables=",".join(names),
-                    xid=group.transactions[-1][2] if group.transactions else "",
-                    action="TRUNCATE is not a row change and is not landed; dump these tables to repair targets",
-                )
+                infos = [self._tables.get(oid) for oid in truncate.relations]
+                tables = [i.schema for i in infos if i is not None and i.captured and not i.watermark]
+                if tables:
+                    yield from group.truncate(tables)
+                    run_oid = b""
             # Y (type), O (origin), M (message): nothing to land
 
     def _sync_publication(self) -> None:

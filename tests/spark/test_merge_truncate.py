@@ -1,0 +1,88 @@
+"""TRUNCATE through the Spark merge, against the real capture on MariaDB (table and read-only
+watermarks) and PostgreSQL: a table filled and merged, then dumped while a TRUNCATE and a refill
+with overlapping keys land between a chunk's SELECT and its HIGH (its window straddles the
+truncate), then changed again: the Iceberg target equals the source table, the plain-Python
+reconciliation and its changelog's replay."""
+
+from __future__ import annotations
+
+import pytest
+
+from capture.dump.control import DumpSettings
+from capture.dump.engine import DumpEngine, DumpRequest
+from capture.merge.app import run_merge
+from capture.sources import open_chunk_source
+from tests.integration.dumping import AlterAt
+from tests.integration.postgres.conftest import make_pg_capture, pg_database  # noqa: F401 - fixtures for `source`
+from tests.spark.merging import changelog_replay, differences, iceberg_state, reference_state, typed
+from tests.spark.sources import Source, Table, open_source
+
+pytestmark = pytest.mark.spark
+
+TYPES = {"id": "int", "v": "int", "note": "string"}
+DDL = {
+    "mariadb": "CREATE TABLE tr (id INT PRIMARY KEY, v INT, note VARCHAR(20))",
+    "postgres": "CREATE TABLE tr (id int PRIMARY KEY, v int, note text)",
+}
+
+
+def _insert(ids: range, v: int, note: str) -> str:
+    return "INSERT INTO tr VALUES " + ", ".join(f"({i}, {i + v}, '{note}')" for i in ids)
+
+
+@pytest.fixture
+def source(request: pytest.FixtureRequest) -> Source:
+    return open_source(request, request.param)
+
+
+@pytest.mark.parametrize("source", ["mariadb", "mariadb_readonly", "postgres"], indirect=True)
+def test_a_truncate_inside_a_chunk_window_converges(source, catalogs, spark):
+    server, db = source.server, source.database
+    server.execute(DDL["postgres" if source.kind == "postgres" else "mariadb"], database=db)
+    capture = source.capture(flush_interval_s=0.3).start()
+    capture.wait_running()
+    config = source.merge_config(capture.config, catalogs["hadoop"], f"trunc_{source.kind}")
+    name = f"{source.schema}.tr"
+    server.execute(_insert(range(1, 101), 0, "first"), "UPDATE tr SET v = -v WHERE id <= 10", database=db)
+    source.wait_until_landed(capture)
+    first = run_merge(spark, config, "src", [name])["tables"][0]
+    assert first["log_events"] == 110
+
+    # chunks of 20 rows: chunk 2 reads ids 21..40, then TRUNCATE and a refill of ids 30..60 land
+    # before its HIGH: chunk 1 is wholly before the truncate, chunk 2 straddles it, the rest follow it
+    chunk_source = open_chunk_source("src", capture.config.source("src"))
+    refill = ("TRUNCATE TABLE tr", _insert(range(30, 61), 1000, "refill"))
+    alter = AlterAt(chunk_source, lambda sql: server.execute(*refill, database=db)).at(2, "HIGH", "truncate")
+    try:
+        request = DumpRequest(dump_id="tr", tables=[name], settings=DumpSettings(chunk_size=20))
+        dumped = DumpEngine(alter, capture.zone).run(request)
+    finally:
+        chunk_source.close()
+    assert dumped["tables"][0]["chunks"] >= 3
+    server.execute(
+        "UPDATE tr SET note = 'after' WHERE id BETWEEN 35 AND 45",
+        "DELETE FROM tr WHERE id = 50",
+        _insert(range(90, 96), 7, "late"),  # keys the target held before the truncate
+        database=db,
+    )
+    source.wait_until_landed(capture)
+    second = run_merge(spark, config, "src", [name])["tables"][0]
+
+    table = Table("tr", ("id",), TYPES)
+    target = f"`{config.merge.catalog_name}`.`{config.merge.namespace}`.`{source.schema}__tr`"
+    state, want = typed(iceberg_state(spark, target)), typed(source.state(table))
+    assert set(k[0] for k in want) == set(range(30, 61)) - {50} | set(range(90, 96))
+    assert state == want, differences(state, want)
+    reference = typed(reference_state(capture.zone, source.schema, "tr"))
+    assert reference == want, differences(reference, want)
+    assert typed(changelog_replay(spark, target[:-1] + "__changelog`")) == want
+    assert second["truncates"] == 1 and second["chunks_truncated"] == 1  # chunk 2
+
+    # a truncate alone since the last merge (no new event file): the target empties, once
+    server.execute("TRUNCATE TABLE tr", database=db)
+    source.wait_until_landed(capture)
+    third = run_merge(spark, config, "src", [name])["tables"][0]
+    assert third["truncates"] == 1 and iceberg_state(spark, target) == {} == source.state(table)
+    assert changelog_replay(spark, target[:-1] + "__changelog`") == {}
+    again = run_merge(spark, config, "src", [name])["tables"][0]
+    assert again.get("skipped") in ("up to date", "nothing new"), again
