@@ -50,7 +50,7 @@ from capture.dump.keys import coerce_key
 from capture.dump.progress import ProgressStore, TableProgress
 from capture.dump.record import DumpRecord
 from capture.errors import DumpCancelledError, DumpInputError, SourceConnectionError, UnusableTableError
-from capture.events import Lsn, Row, TableSchema
+from capture.events import MINOR_BITS, Lsn, Row, TableSchema
 from capture.landing import LandingZone
 from capture.landing.chunks import ChunkMeta, write_chunk, write_chunk_high
 from capture.landing.keys import encode_key
@@ -461,14 +461,20 @@ class DumpEngine:
 
     def _place_high(self, high_lsn: int) -> int:
         """A read-only HIGH (the binlog end, read after the chunk file) where capture's committed
-        frontier already stands at that end: the frontier itself. A heartbeat moved it there (its
-        minor counts heartbeat moves at one position, capture/landing/log_writer.py `advance`), and
-        no event lies between the two; the next heartbeat's frontier passes it, so a chunk of an
-        idle server closes within about a heartbeat and a flush. With HIGH at the bare binlog end
-        the frontier would already be past it: the chunk read again, for ever, on an idle server."""
+        frontier already stands at that end: one past the frontier's minor. A heartbeat moved the
+        frontier there (its minor counts heartbeat moves at one position, capture/landing/log_writer.py
+        `advance`), and no event lies at that end, so any minor there names the same events. With
+        HIGH at the bare end the frontier would already be past it, and the chunk read again for
+        ever on an idle server; at the frontier itself, the next move (one a flush interval, 0.2 s
+        in the tests) would overtake it during the HIGH file's write now and then, and the chunk
+        be read again (`_passed`). One past needs two moves for that, so the chunk closes on the
+        second heartbeat commit after its HIGH."""
         frontier = committed_frontier(self.zone)
-        if frontier is not None and frontier > high_lsn and Lsn.decode(frontier).major == Lsn.decode(high_lsn).major:
-            return frontier
+        if frontier is None:
+            return high_lsn
+        at, end = Lsn.decode(frontier), Lsn.decode(high_lsn)
+        if at.major == end.major and at.minor + 1 < 1 << MINOR_BITS:
+            return Lsn(end.major, at.minor + 1).encode()
         return high_lsn
 
     def _passed(self, high_lsn: int) -> bool:

@@ -354,9 +354,9 @@ class LogWriter:
         """The source's log ends at `position` and every transaction before it has been read
         (`Heartbeat.frontier`): commit a frontier there, as an empty transaction would, at the next
         flush. Its minor counts such moves at one position: one past the committed frontier's when
-        that stands at `position` already. A read-only HIGH read at that log end takes the committed
-        frontier's minor (capture/dump/engine.py `_place_high`), so the next move passes it, and one
-        that a move overtook before its HIGH file was written is seen and read again. No event is
+        that stands at `position` already. A read-only HIGH read at that log end takes one past the
+        committed frontier's minor (capture/dump/engine.py `_place_high`), so the second move after
+        it passes it; one that moves overtook before its HIGH file was written is read again. No event is
         ever landed at `position` (MariaDB starts every event group with a GTID event, which is not
         landed), so every minor there means the same events."""
         committed = self.checkpoint.frontier
