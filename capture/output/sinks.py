@@ -193,7 +193,7 @@ class NatsOutput:
                 if seq == last:
                     break
                 if not may_go_on(seq) and not await batch.wait(lambda s=seq: may_go_on(s), timeout):
-                    break
+                    return self._fast_count(batch, group)  # no answer within the timeout: those acknowledged
                 if batch.final is not None or batch.error is not None:
                     break
             if batch.error is not None and batch.final is None:
