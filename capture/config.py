@@ -83,6 +83,12 @@ class SourceConfig(_Strict):
         "(ON DELETE/UPDATE CASCADE, SET NULL) changes. refuse: capture does not start (and stops at DDL adding "
         "one) while a captured table is such a child; accept: it warns, and those tables diverge until dumped",
     )
+    partition_changes: Literal["refuse", "accept"] = Field(
+        "refuse",
+        description="mariadb/mysql: ALTER TABLE ... DROP, TRUNCATE, EXCHANGE or CONVERT PARTITION remove or move "
+        "rows without binlog row events. refuse: capture stops at such a statement on a captured table (nothing "
+        "of it lands); accept: it warns and goes on, and those tables diverge until dumped",
+    )
     metrics: MetricsConfig = MetricsConfig()
     dump: DumpConfig = DumpConfig()
 
@@ -130,6 +136,11 @@ class SourceConfig(_Strict):
                 raise ValueError(
                     "foreign_key_cascades is for mariadb/mysql: PostgreSQL's logical decoding carries the rows "
                     "that foreign-key cascades change, so there is nothing to accept or refuse"
+                )
+            if "partition_changes" in self.model_fields_set:
+                raise ValueError(
+                    "partition_changes is for mariadb/mysql, whose binlog has no rows for partition statements; "
+                    "on PostgreSQL a partition's rows and its TRUNCATE are in the log under the partition's name"
                 )
         else:
             if self.server_id is None:

@@ -99,3 +99,9 @@ class BinlogDecodeError(LogtideError):
 class LandingTimeoutError(LogtideError):
     """Capture did not land a dump's watermarks in time (it is probably not running): the merge
     after a dump would miss the dump's last chunks."""
+
+
+class PartitionChangeError(LogtideError):
+    """A partition statement moved or removed rows of a captured table without row events in the
+    log (MariaDB/MySQL `ALTER TABLE ... DROP PARTITION` and the like): capture stops before it
+    rather than let targets keep rows the source lost (`partition_changes: accept` goes on)."""

@@ -61,6 +61,7 @@ def source_status(config: LogtideConfig, name: str) -> dict[str, Any]:
         "kind": source.kind,
         "watermarks": source.watermarks,
         "foreign_key_cascades": None if source.kind == "postgresql" else source.foreign_key_cascades,
+        "partition_changes": None if source.kind == "postgresql" else source.partition_changes,
         "landing": str(zone.root),
         "frontier": lsn_text(checkpoint.frontier.encode()) if checkpoint else None,  # text: see lsn_text
         "position": checkpoint.resume if checkpoint else None,
@@ -328,6 +329,7 @@ def render(report: list[dict[str, Any]]) -> str:
     lines: list[str] = []
     for entry in report:
         cascades = ", foreign-key cascades accepted" if entry.get("foreign_key_cascades") == "accept" else ""
+        cascades += ", partition changes accepted" if entry.get("partition_changes") == "accept" else ""
         lines.append(
             f"source {entry['source']} ({entry['kind']}, {entry['watermarks']} watermarks{cascades})"
             f"  landing {entry['landing']}"

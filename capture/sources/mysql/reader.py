@@ -48,6 +48,12 @@ from capture.sources.mysql.foreign_keys import (
     cascading_keys,
     check_cascades,
 )
+from capture.sources.mysql.partitions import (
+    PartitionChange,
+    check_partition_change,
+    partition_change,
+    system_time_partitioned,
+)
 from capture.sources.mysql.rows import OLD_TEMPORAL, RowDecoder
 from capture.sources.mysql.statements import called_functions, hidden_writes, written_tables
 from capture.sources.mysql.table_maps import BinlogColumn, TableMap, TableMapCache
@@ -335,9 +341,14 @@ class BinlogReader:
                     commit_ts = self._commit_time(timestamp)
                 if MAY_ADD.search(statement):
                     self._check_cascades(schema, statement, log_pos)
+                partitioned = partition_change(statement, schema)
+                if partitioned is not None:
+                    partitioned = self._partition_change(partitioned, statement, log_pos)
                 self._hidden.clear()  # DDL may have created or dropped a trigger, view or function
                 yield SchemaChange(lsn, txid, commit_ts, schema, statement)
                 truncated = truncated_table(schema, statement)
+                if truncated is None and partitioned is not None and partitioned.whole:
+                    truncated = partitioned.table  # TRUNCATE PARTITION ALL: the whole table emptied
                 if truncated is not None and truncated[0] != WATERMARK_SCHEMA and self.captured(*truncated):
                     yield Truncate(lsn, txid, commit_ts, *truncated)
                 if standalone or not in_transaction:
@@ -425,6 +436,20 @@ class BinlogReader:
         if gone not in self._cascades:
             check_cascades(self.name, self.config, [gone], where.replace("made", "added a cascading key to"))
             self._cascades.add(gone)
+
+    def _partition_change(self, change: PartitionChange, statement: str, log_pos: int) -> PartitionChange | None:
+        """A partition statement that drops or moves rows (`partitions`): None when it changes no
+        captured table's landed rows; the change when it is reproduced (TRUNCATE PARTITION ALL of a
+        captured table); else capture stops here (`partition_changes: refuse`) or warns (accept)."""
+        captured = [t for t in change.tables if t[0] != WATERMARK_SCHEMA and self.captured(*t)]
+        if not captured:
+            return None
+        if change.whole:
+            return change
+        if change.other is None and system_time_partitioned(self._catalog_connection(), *change.table):
+            return None  # history partitions only: the current rows stay, and capture lands current rows only
+        check_partition_change(self.name, self.config, change, captured, statement, f"{self.file}:{log_pos}")
+        return None
 
     def _commit_time(self, timestamp: int) -> datetime:
         """The event header's commit time (whole seconds): one datetime a second, shared by the
