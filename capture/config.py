@@ -174,6 +174,15 @@ class SourceConfig(_Strict):
             fnmatch.fnmatchcase(name, p) for p in self.exclude
         )
 
+    def captures_partition(self, schema: str, table: str, root: tuple[str, str] | None) -> bool:
+        """A PostgreSQL table that may be a partition (`root`: its partitioned table, the top of its
+        tree; None for any other table): captured by its own name, or as a partition of a captured
+        partitioned table unless exclude names it."""
+        if self.captures(schema, table):
+            return True
+        name = f"{schema}.{table}"
+        return root is not None and self.captures(*root) and not any(fnmatch.fnmatchcase(name, p) for p in self.exclude)
+
 
 class LandingConfig(_Strict):
     path: Path = Path("var/landing")

@@ -64,6 +64,36 @@ TABLES_SQL = (
     " AND n.nspname NOT IN ('pg_catalog', 'information_schema', 'logtide') AND n.nspname NOT LIKE 'pg\\_%%'"
     " ORDER BY 1, 2"
 )
+# the tables that hold rows, partitions included (a partitioned table holds none), each with the
+# top of its partition tree (NULL for a table outside one): changes are published under the
+# partition's own name (the publication does not publish via the partition root), so dumps read
+# the partitions too, and a partition's targets get both its dumps and its changes
+LEAF_TABLES_SQL = (
+    "SELECT n.nspname, c.relname, rn.nspname, r.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+    " LEFT JOIN pg_class r ON c.relispartition AND r.oid = pg_partition_root(c.oid)"
+    " LEFT JOIN pg_namespace rn ON rn.oid = r.relnamespace"
+    " WHERE c.relkind = 'r'"
+    " AND n.nspname NOT IN ('pg_catalog', 'information_schema', 'logtide') AND n.nspname NOT LIKE 'pg\\_%%'"
+    " ORDER BY 1, 2"
+)
+ROOT_SQL = (
+    "SELECT n.nspname, r.relname FROM pg_class r JOIN pg_namespace n ON n.oid = r.relnamespace"
+    " WHERE r.oid = pg_partition_root(%s::regclass) AND r.oid <> %s::regclass"
+)
+
+
+def leaf_tables(conn: Any) -> list[tuple[str, str, tuple[str, str] | None]]:
+    """(schema, table, root) of every table holding rows: `root` the partitioned table at the top
+    of a partition's tree, None for a table that is no partition."""
+    return [(s, t, (rs, rt) if rt is not None else None) for s, t, rs, rt in query(conn, LEAF_TABLES_SQL)]
+
+
+def partition_root(conn: Any, relation: int | tuple[str, str]) -> tuple[str, str] | None:
+    """The partitioned table at the top of the tree `relation` (an oid, or schema and name) is a
+    partition of; None if it is none."""
+    name = str(relation) if isinstance(relation, int) else '"{}"."{}"'.format(*(p.replace('"', '""') for p in relation))
+    rows = query(conn, ROOT_SQL, (name, name))
+    return (str(rows[0][0]), str(rows[0][1])) if rows else None
 
 
 class TypeCatalog:

@@ -48,8 +48,9 @@ from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE, Watermark, c
 from capture.sources.postgres.catalog import (
     DESCRIBE_SQL,
     TypeCatalog,
-    base_tables,
     described,
+    leaf_tables,
+    partition_root,
     table_keys,
 )
 from capture.sources.postgres.connection import connect, parse_lsn, query, translate
@@ -185,7 +186,8 @@ class PostgresChunkSource:
         cover its tables, and a table created since capture's last sync is not yet covered)."""
         self._after_chunk.clear()  # a new plan: describe() reads the catalog afresh
         self._sync_publication()
-        return [t for t in base_tables(self._conn) if self.config.captures(*t)]
+        # partitions, not partitioned tables: the log carries a partition's changes under its own name
+        return [(s, t) for s, t, root in leaf_tables(self._conn) if self.config.captures_partition(s, t, root)]
 
     def check_dumpable(self, table: TableSchema, start: Row | None, stop: Row | None) -> None:
         """A table the publication does not cover (its changes are not in the log, so a chunk could
@@ -193,6 +195,9 @@ class PostgresChunkSource:
         name = table.qualified_name
         published = self._published
         if published is not None and not published.covers(name):
+            root = partition_root(self._conn, (table.schema, table.table))
+            if root is not None and published.covers(f"{root[0]}.{root[1]}"):
+                return self._check_named_key(table, start, stop)  # published as a partition of a published table
             reason, fix = published.left_out.get(
                 name,
                 (
@@ -201,6 +206,10 @@ class PostgresChunkSource:
                 ),
             )
             raise UnusableTableError(name, reason, fix)
+        self._check_named_key(table, start, stop)
+
+    def _check_named_key(self, table: TableSchema, start: Row | None, stop: Row | None) -> None:
+        name = table.qualified_name
         if self.config.named_key(table.schema, table.table) != table.key:
             return
         rows = self._run(*duplicate_select(table.schema, table.table, table.key, start, stop))

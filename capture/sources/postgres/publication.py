@@ -30,6 +30,7 @@ neither capture nor dumps cover it until then.
 from __future__ import annotations
 
 import contextlib
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,7 +58,10 @@ TABLES_SQL = (
     " EXISTS (SELECT FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary),"
     " EXISTS (SELECT FROM pg_index i WHERE i.indrelid = c.oid AND i.indisreplident AND i.indisvalid),"
     " EXISTS (SELECT FROM pg_publication_rel r JOIN pg_publication p ON p.oid = r.prpubid"
-    "  WHERE r.prrelid = c.oid AND p.pubname = %s)"
+    "  WHERE r.prrelid = c.oid AND p.pubname = %s),"
+    " CASE WHEN c.relkind = 'p' THEN ARRAY(SELECT json_build_array(pn.nspname, pc.relname)::text"
+    "  FROM pg_partition_tree(c.oid) pt JOIN pg_class pc ON pc.oid = pt.relid"
+    "  JOIN pg_namespace pn ON pn.oid = pc.relnamespace WHERE pt.isleaf) ELSE '{}' END"
     " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
     " WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition"
     " AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg\\_%%'"
@@ -73,6 +77,7 @@ class TableIdentity:
     primary_key: bool
     identity_index: bool
     listed: bool  # in the publication's table list
+    partitions: tuple[str, ...] = ()  # a partitioned table's leaf partitions, JSON [schema, table]
 
     @property
     def name(self) -> str:
@@ -128,7 +133,13 @@ class Publication:
     def _captured(self, t: TableIdentity) -> bool:
         if (t.schema, t.table) == (WATERMARK_SCHEMA, WATERMARK_TABLE):
             return True
-        return t.schema != WATERMARK_SCHEMA and self.config.captures(t.schema, t.table)
+        if t.schema == WATERMARK_SCHEMA:
+            return False
+        # a partitioned table's changes are published as its partitions': it is published when it
+        # or one of its partitions is captured (the reader lands the captured partitions only)
+        return self.config.captures(t.schema, t.table) or any(
+            self.config.captures(*json.loads(p)) for p in t.partitions
+        )
 
     def _say(self, event: str, table: str, **fields: Any) -> None:
         if (event, table) not in self._said:
@@ -137,7 +148,7 @@ class Publication:
 
     def identities(self, conn: Any) -> list[TableIdentity]:
         """Every base table of the database with its replica identity and publication listing."""
-        return [TableIdentity(*row) for row in query(conn, TABLES_SQL, (self.name,))]
+        return [TableIdentity(*row[:6], tuple(row[6])) for row in query(conn, TABLES_SQL, (self.name,))]
 
     def check_named_keys(self, conn: Any, named: list[str]) -> None:
         """ConfigError for tables with a key named in the configuration whose updates PostgreSQL

@@ -71,7 +71,7 @@ from capture.log import get_logger
 from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE
 from capture.sources.postgres import pgoutput
 from capture.sources.postgres.batches import Group, TableInfo
-from capture.sources.postgres.catalog import TypeCatalog, dump_key
+from capture.sources.postgres.catalog import TypeCatalog, dump_key, partition_root
 from capture.sources.postgres.connection import connect, format_lsn, translate
 from capture.sources.postgres.publication import PUBLICATION_SYNC_S, Publication
 from capture.sources.postgres.types import builder, column_type, is_text
@@ -277,6 +277,9 @@ class PgOutputReader:
         schema_name, table_name = relation.schema, relation.table
         watermark = (schema_name, table_name) == (WATERMARK_SCHEMA, WATERMARK_TABLE)
         captured = watermark or (schema_name != WATERMARK_SCHEMA and self.config.captures(schema_name, table_name))
+        if not captured and schema_name != WATERMARK_SCHEMA:  # a partition of a captured partitioned table?
+            root = partition_root(self._catalog, relation.oid)
+            captured = root is not None and self.config.captures_partition(schema_name, table_name, root)
         infos = [self._types.info(c.type_oid, c.typmod) for c in relation.columns]
         source_types = self._types.format_types([(c.type_oid, c.typmod) for c in relation.columns])
         columns, builders = [], []
