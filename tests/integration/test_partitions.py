@@ -174,3 +174,21 @@ def test_system_time_history_partitions_pass(mariadb, database, make_capture):
     assert capture.process is not None and capture.process.poll() is None
     assert capture.stop() == 0
     assert _landed(capture, database, "h") == [(1, 2), (2, 2)] == _select(mariadb, database, "h")
+
+
+def test_convert_partition_to_table_and_back_stop_capture(mariadb, database, make_capture):
+    """MariaDB 10.7+: CONVERT PARTITION p TO TABLE t2 moves p's rows into a new table;
+    CONVERT TABLE t2 TO PARTITION moves them back. Either stops capture of the tables it names."""
+    mariadb.execute(RANGED, ROWS, database=database)
+    capture = make_capture([f"{database}.t"]).start()
+    capture.wait_running()
+    mariadb.execute("ALTER TABLE t CONVERT PARTITION p2 TO TABLE t2", database=database)
+    assert _select(mariadb, database, "t2") == [(21, 21)]
+    assert _stopped(capture) == 2
+    assert "CONVERT PARTITION" in capture.log() and f"{database}.t " in capture.log()
+    # only the converted table captured: it gains rows without row events as well
+    t2_only = make_capture([f"{database}.t2"], source="t2only").start()
+    t2_only.wait_running()
+    mariadb.execute("ALTER TABLE t CONVERT TABLE t2 TO PARTITION p2 VALUES LESS THAN (30)", database=database)
+    assert _stopped(t2_only) == 2
+    assert "CONVERT TABLE ... TO PARTITION" in t2_only.log()

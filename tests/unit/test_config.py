@@ -117,3 +117,14 @@ def test_foreign_key_cascades_default_to_refuse_and_accept_is_for_mariadb_and_my
     assert parse_config({"sources": {"shop": pg}}).source("shop").foreign_key_cascades == "refuse"
     with pytest.raises(ConfigError, match="foreign_key_cascades is for mariadb/mysql"):
         parse_config({"sources": {"shop": {**pg, "foreign_key_cascades": "accept"}}})
+
+
+def test_partition_changes_default_to_refuse_and_accept_is_for_mariadb_and_mysql():
+    assert parse_config(MINIMAL).source("shop").partition_changes == "refuse"
+    accept = {**MINIMAL["sources"]["shop"], "partition_changes": "accept"}
+    assert parse_config({"sources": {"shop": accept}}).source("shop").partition_changes == "accept"
+    with pytest.raises(ConfigError, match=r"sources\.shop\.partition_changes: Input should be 'refuse' or 'accept'"):
+        parse_config({"sources": {"shop": {**accept, "partition_changes": "ignore"}}})
+    pg = {"kind": "postgresql", "user": "cdc", "database": "shop"}
+    with pytest.raises(ConfigError, match="partition_changes is for mariadb/mysql"):
+        parse_config({"sources": {"shop": {**pg, "partition_changes": "accept"}}})
