@@ -50,7 +50,9 @@ PUBLICATION_SYNC_S = 2.0
 LOCK_TIMEOUT = "2s"
 
 PUBLICATION_SQL = (
-    "SELECT oid, puballtables, pubinsert, pubupdate, pubdelete, pubtruncate FROM pg_publication WHERE pubname = %s"
+    "SELECT oid, puballtables, pubinsert, pubupdate, pubdelete, pubtruncate,"
+    " coalesce((to_jsonb(p) ->> 'pubviaroot')::boolean, false)"  # PostgreSQL 13+
+    " FROM pg_publication p WHERE pubname = %s"
 )
 # every base table of the database: its replica identity, and whether the publication lists it
 TABLES_SQL = (
@@ -204,10 +206,17 @@ class Publication:
         """What an existing publication publishes: inserts, updates and deletes or a problem; a
         missing TRUNCATE only warns (capture runs, but a TRUNCATE would leave its rows in the
         targets). Returns whether it is FOR ALL TABLES."""
-        _oid, all_tables, insert, update, delete, truncate = row
+        _oid, all_tables, insert, update, delete, truncate, via_root = row
         fix = f"ALTER PUBLICATION \"{_text(self.name)}\" SET (publish = 'insert, update, delete, truncate')"
         if not (insert and update and delete):
             result.problem = f"publication {self.name!r} does not publish inserts, updates and deletes: {fix}"
+        elif via_root:
+            result.problem = (
+                f"publication {self.name!r} publishes via the partition root: a partition's changes would come "
+                "under its partitioned table's name while dumps read the partitions, and PostgreSQL does not send "
+                "a TRUNCATE of one partition at all (targets would keep its rows): "
+                f'ALTER PUBLICATION "{_text(self.name)}" SET (publish_via_partition_root = false)'
+            )
         elif not truncate:
             self._say(
                 "publication.truncate_not_published",

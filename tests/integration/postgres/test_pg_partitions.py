@@ -57,3 +57,21 @@ def test_partitions_land_and_dump_as_themselves_and_truncate_one_partition(postg
     assert [(t.schema, t.table) for t in truncates] == [("public", "m1")]
     assert capture.zone.read_table("public", "m") is None and capture.zone.read_table("public", "m3") is None
     assert capture.stop(signal.SIGINT) == 0
+
+
+def test_a_publication_publishing_via_the_partition_root_is_refused(postgres, pg_database, make_pg_capture):
+    """With publish_via_partition_root, pgoutput sends no TRUNCATE of one partition at all, and the
+    partitions' changes come under the partitioned table's name: refused, with the fix."""
+    postgres.execute(
+        "CREATE TABLE m (id int PRIMARY KEY, v int) PARTITION BY RANGE (id)",
+        "CREATE TABLE m1 PARTITION OF m FOR VALUES FROM (0) TO (100)",
+        "CREATE PUBLICATION logtide_src FOR TABLE m WITH (publish_via_partition_root = true)",
+        database=pg_database,
+    )
+    capture = make_pg_capture(["public.*"])
+    assert capture.run_to_exit() == 2
+    assert "publish_via_partition_root = false" in capture.log()
+    postgres.execute("ALTER PUBLICATION logtide_src SET (publish_via_partition_root = false)", database=pg_database)
+    capture.start()
+    capture.wait_running()
+    assert capture.stop(signal.SIGINT) == 0
