@@ -222,11 +222,18 @@ class Publication:
             )
             return result
         result.exists = True
-        _oid, all_tables, insert, update, delete = rows[0]
+        _oid, all_tables, insert, update, delete, truncate = rows[0]
         if not (insert and update and delete):
             result.problem = (
                 f"publication {self.name!r} does not publish inserts, updates and deletes: "
                 f"ALTER PUBLICATION \"{_text(self.name)}\" SET (publish = 'insert, update, delete, truncate')"
+            )
+        elif not truncate:  # as for Logtide's own publication (`sync`)
+            self._say(
+                "publication.truncate_not_published",
+                "*",
+                problem="TRUNCATE of a captured table is not in the log: targets would keep its rows",
+                fix=f"ALTER PUBLICATION \"{_text(self.name)}\" SET (publish = 'insert, update, delete, truncate')",
             )
         if all_tables:
             result.all_tables = True
