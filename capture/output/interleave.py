@@ -247,6 +247,7 @@ class Interleaver:
         high: int,
         high_ts: datetime | None,
         events: list[Event],
+        first_order: int = 1,
     ) -> list[Event]:
         """A read-only chunk's (`watermarks: readonly`) surviving rows, placed at its HIGH position
         (order 1 + position), for the caller to emit once every log event at or before HIGH is emitted
@@ -256,15 +257,22 @@ class Interleaver:
         LOW (PostgreSQL: as far back as its look-back; the read view hides events before LOW by xid)
         up to HIGH. The rules are the table windows' (and the merge's): a key an event inside LOW..HIGH
         touched is dropped, on PostgreSQL also one an event the snapshot did not see touched, and a
-        TRUNCATE inside the window (or one the snapshot missed) drops every row."""
+        TRUNCATE inside the window (or one the snapshot missed) drops every row. Row i has order
+        `first_order` + i: chunks sharing a HIGH take consecutive orders (capture/output/landing.py)."""
         table = meta.table
         mine = [e for e in events if e.qualified_name == table and e.lsn <= high]
         window = _Window(meta.low_id, meta.dump_id, table, meta.chunk, low, None, low, mine)
         stub = Event("", "", high, "r", None, None, (), None, high_ts)
-        return self._survivors(window, meta, rows, stub, readonly=True)
+        return self._survivors(window, meta, rows, stub, readonly=True, first_order=first_order)
 
     def _survivors(
-        self, window: _Window, meta: ChunkMeta, rows: list[dict[str, Any]], high: Event, readonly: bool = False
+        self,
+        window: _Window,
+        meta: ChunkMeta,
+        rows: list[dict[str, Any]],
+        high: Event,
+        readonly: bool = False,
+        first_order: int = 1,
     ) -> list[Event]:
         """reconcile.py's step 3 and 4 for one chunk: the rows no window event (or, on PostgreSQL, no event
         the chunk's snapshot missed) supersedes, and the columns of superseded rows nothing carried."""
@@ -331,7 +339,7 @@ class Interleaver:
                     None,
                     high.commit_ts,
                     missing,
-                    1 + position,
+                    first_order + position,
                     meta.dump_id,
                     meta.chunk,
                 )

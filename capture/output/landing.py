@@ -183,6 +183,7 @@ class ReadonlyChunks:
         self._lookback = lookback
         self._scanned: int | None = None  # frontier of the last scan: HIGHs below it are taken in
         self._queue: list[LandedChunk] = []
+        self._placed = (-1, 1)  # HIGH of the last chunk loaded, and the order its rows end before
         self.superseded = 0
 
     def scan(self, start: int, frontier: int) -> None:
@@ -208,10 +209,18 @@ class ReadonlyChunks:
         taken, self._queue = self._queue[:n], self._queue[n:]
         return taken
 
-    def load(self, chunk: LandedChunk, frontier: int) -> tuple[ChunkMeta, list[dict[str, Any]], list[Event]] | None:
-        """The chunk's meta and rows, and its table's events (TRUNCATEs too) from its look-back up to
-        HIGH; None when its file now carries another HIGH (the chunk was read again: that attempt has a
-        HIGH of its own, at or above a frontier read after this one)."""
+    def load(
+        self, chunk: LandedChunk, frontier: int
+    ) -> tuple[ChunkMeta, list[dict[str, Any]], list[Event], int] | None:
+        """The chunk's meta and rows, its table's events (TRUNCATEs too) from its look-back up to HIGH,
+        and the order of its first row; None when its file now carries another HIGH (the chunk was read
+        again: that attempt has a HIGH of its own, at or above a frontier read after this one).
+
+        Chunks may share a HIGH (read-only HIGHs are log positions: on a source where nothing commits
+        between them, several chunks are read at the same binlog end), so each row's order is 1 + its
+        position after the rows of the chunks loaded before it at the same HIGH: (LSN, order) names one
+        message, as output message ids and acknowledged positions need. Chunks are loaded in `due`'s
+        order, which a replay from that HIGH repeats."""
         try:
             data = pq.read_table(chunk.path, memory_map=True)
             meta = read_chunk_meta(chunk.path)
@@ -227,12 +236,15 @@ class ReadonlyChunks:
         while at <= chunk.high and at < frontier:
             read, at = reader.read(at, frontier, 5_000)
             events += read
+        first = self._placed[1] if self._placed[0] == chunk.high else 1
+        rows = data.column("after").to_pylist()
+        self._placed = (chunk.high, first + len(rows))
         wanted = [
             e
             for e in events
             if e.lsn <= chunk.high and not (e.schema == WATERMARK_SCHEMA and e.table == WATERMARK_TABLE)
         ]
-        return meta, data.column("after").to_pylist(), wanted
+        return meta, rows, wanted, first
 
     def _start(self, schema: str, table: str, low: int, frontier: int) -> int:
         """PostgreSQL: where to read from for `lookback` of the table's events before LOW (whole files)

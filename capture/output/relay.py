@@ -236,9 +236,9 @@ class Relay:
             if loaded is None:
                 log.info("output.chunk_superseded", dump_id=meta.dump_id, table=meta.table, chunk=meta.chunk)
                 continue
-            meta, rows, events = loaded
+            meta, rows, events, first = loaded
             replay = interleaver.replay_from(chunk.high)
-            for out in interleaver.readonly_chunk(meta, rows, chunk.low, chunk.high, chunk.high_ts, events):
+            for out in interleaver.readonly_chunk(meta, rows, chunk.low, chunk.high, chunk.high_ts, events, first):
                 if out.position <= acked or not self._includes(out):
                     continue
                 if self.transforms:
