@@ -21,7 +21,7 @@ from capture.dump.engine import DumpEngine, DumpRequest
 from capture.errors import DumpCancelledError
 from capture.events import Change, ChangeBatch, Column, Lsn, Op, TableSchema, TransactionEnd
 from capture.landing import Checkpoint, LandingZone
-from capture.landing.chunks import read_chunk_meta
+from capture.landing.chunks import ChunkMeta, read_chunk_meta, write_chunk, write_chunk_high
 from capture.landing.log_writer import LogWriter
 from capture.output.landing import Position, read_position
 from capture.output.relay import STATE_EVERY_S, Relay
@@ -477,6 +477,61 @@ def test_a_relay_backing_off_from_a_failing_output_still_counts_as_alive_for_the
         server.shutdown()
     gaps = [b - a for a, b in itertools.pairwise(written)]
     assert max(gaps) <= STATE_EVERY_S + 0.5, gaps  # the 3.2 s backoff did not silence it
+
+
+def test_a_relay_places_a_readonly_chunk_at_its_high_only_once_its_high_file_and_the_frontier_pass(tmp_path):
+    """`watermarks: readonly` without servers: a landing zone written by capture's own LogWriter, a chunk file
+    whose HIGH file comes later (as the dump writes them). The relay delivers the log up to the frontier and
+    no chunk row while the HIGH file is missing; once it exists and the frontier passes it, the surviving
+    rows come at HIGH, after the events before it (the one inside the window drops its key) and before the
+    events after it."""
+    zone = LandingZone(tmp_path, "src")
+    start = Checkpoint(Lsn(1), {"pos": 1})
+    zone.write_checkpoint(start)
+    writer = LogWriter(zone, start, flush_interval_s=60, max_buffer_rows=1000)
+    table = TableSchema("db", "t", (Column("id", pa.int64(), "bigint"), Column("v", pa.int64(), "bigint")), ("id",))
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+
+    def commit(lsn: int, *changes: tuple[Op, tuple | None, tuple | None]) -> None:
+        batch = [Change(Lsn(lsn, i), op, before, after) for i, (op, before, after) in enumerate(changes)]
+        writer.add(ChangeBatch(table, f"0-1-{lsn}", now, False, batch))
+        writer.end_transaction(TransactionEnd(Lsn(lsn + 1), {"pos": lsn + 1}, now))
+        writer.commit()
+
+    commit(10, (Op.CREATE, None, (1, 0)), (Op.CREATE, None, (2, 0)))  # before LOW: the chunk saw them
+    low, high = Lsn(15).encode(), Lsn(25).encode()
+    commit(20, (Op.UPDATE, (2, 0), (2, 5)))  # inside the window: chunk row 2 is older
+    meta = ChunkMeta("d1", "db.t", 1, "L", "H", ("id",), None, None, None, True, None, 3, None, low_lsn=low)
+    rows = pa.array([{"id": 1, "v": 0}, {"id": 2, "v": 0}, {"id": 3, "v": 0}], table.row_type)
+    path = write_chunk(zone, table, meta, rows)  # no HIGH file yet: the dump is between file and HIGH
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _DownHook)
+    server.received, server.up = [], threading.Event()  # type: ignore[attr-defined]
+    server.up.set()  # type: ignore[attr-defined]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    config = OutputConfig(
+        source="src", kind="webhook", url=f"http://127.0.0.1:{server.server_port}/", start="beginning"
+    )
+    relay = Relay(zone, "mariadb", "ro", config, open_output("ro", "src", config), readonly=True)
+    stop = threading.Event()
+    thread = threading.Thread(target=relay.run, args=(stop,))
+    thread.start()
+    received = server.received  # type: ignore[attr-defined]
+    try:
+        wait_for(lambda: len(received) >= 3, 10, what="the log below the frontier")
+        time.sleep(0.5)  # the relay polls on: still nothing of the chunk
+        assert [(m["op"], m["key"]["id"]) for m in received] == [("c", 1), ("c", 2), ("u", 2)]
+        write_chunk_high(path, meta, high)  # the frontier (21) is below HIGH, as the dump checks
+        commit(30, (Op.UPDATE, (1, 0), (1, 7)))  # after HIGH: the frontier passes it
+        wait_for(lambda: len(received) >= 6, 10, what="the chunk's rows and the event after HIGH")
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+        server.shutdown()
+    assert [(m["op"], m["key"]["id"]) for m in received] == [("c", 1), ("c", 2), ("u", 2), ("r", 1), ("r", 3), ("u", 1)]
+    assert [(int(m["lsn"]), m["order"]) for m in received if m["op"] == "r"] == [(high, 1), (high, 3)]
+    assert all(m["dump"] == {"id": "d1", "chunk": 1} for m in received if m["op"] == "r")
+    assert logtide_state(received) == {1: {"id": 1, "v": 7}, 2: {"id": 2, "v": 5}, 3: {"id": 3, "v": 0}}
+    assert read_state(zone, "ro")["highs"] == {"d1/db.t": 1}  # what the dump gate reads
 
 
 def test_a_background_dump_stops_at_its_next_chunk_when_its_test_ends(mariadb, database, make_capture):
