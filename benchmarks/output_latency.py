@@ -46,14 +46,15 @@ from capture.dump.control import DumpSettings
 from capture.dump.engine import DumpEngine, DumpRequest
 from capture.landing import LandingZone
 from capture.sources import open_chunk_source
-from tests.servers import MariaDB, NatsServer, free_port
+from tests.servers import NATS_SERVER, MariaDB, NatsServer, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 STREAM, PREFIX = "BENCH", "bench"
 
 
-def _config(base: Path, server: MariaDB, nats_url: str) -> Path:
+def _config(base: Path, server: MariaDB, nats_url: str, fast_ingest: bool = True) -> Path:
     output = {
+        "fast_ingest": fast_ingest,
         "source": "bench",
         "kind": "nats",
         "url": nats_url,
@@ -209,6 +210,9 @@ def main() -> int:
     parser.add_argument("--changes", type=int, default=200_000, help="rows inserted for the throughput")
     parser.add_argument("--chunk-size", type=int, default=1000, help="chunk size of the dump")
     parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
+    parser.add_argument(
+        "--no-fast-ingest", action="store_true", help="an acknowledgement a message even on nats-server 2.14+"
+    )
     args = parser.parse_args()
     base = Path(tempfile.mkdtemp(prefix="logtide-bench-output-"))
     server, broker = MariaDB(base / "mariadb"), NatsServer(base / "nats")
@@ -227,7 +231,7 @@ def main() -> int:
             f"INSERT INTO big SELECT seq, CONCAT('name-', seq), seq / 100, NOW(6), seq % 2 FROM seq_1_to_{args.rows}",
             database="bench",
         )
-        config_path = _config(base, server, broker.url)
+        config_path = _config(base, server, broker.url, not args.no_fast_ingest)
         for command in ("capture", "relay"):
             processes.append(
                 subprocess.Popen(
@@ -266,6 +270,8 @@ def main() -> int:
     ratio = delivered_rate / landing_rate
     print(f"\nOutput benchmark (NATS JetStream, Logtide JSON): {args.changes:,} changes,", end=" ")
     print(f"dump of {args.rows:,} rows, chunk {args.chunk_size:,}; load average {loads[0]:.1f} to {loads[1]:.1f}")
+    version = subprocess.run([NATS_SERVER, "--version"], capture_output=True, text=True).stdout.strip()
+    print(f"  {version}, fast ingest {'off' if args.no_fast_ingest else 'on (2.14+: used)'}")
     print(f"  capture into the landing zone   {landing_rate:10,.0f} rows/s")
     print(f"  delivered to JetStream          {delivered_rate:10,.0f} rows/s")
     print(f"  ratio                           {ratio:10.2f}   (target >= 0.70: {'PASS' if ratio >= 0.7 else 'MISS'})")

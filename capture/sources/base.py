@@ -132,6 +132,11 @@ class ChunkSource(Protocol):
         written: a source may end the transaction they ran in (read-only watermarks: the
         snapshot, whose metadata lock would hold back an ALTER TABLE)."""
 
+    def server_identity(self) -> str | None:
+        """Read-only watermarks: which server the dump reads, as capture records it in its
+        checkpoint's resume ("server"): the engine refuses a dump of another server, whose log
+        positions do not compare with capture's. None with table watermarks."""
+
     def log_position(self) -> int | None:
         """Read-only watermarks: the encoded LSN in the log of the watermark last "written"
         (LOW: where the chunk's snapshot stands; HIGH: the log's end once the chunk file is
@@ -139,7 +144,8 @@ class ChunkSource(Protocol):
 
     def place_high(self, high: int, frontier: int | None) -> int:
         """Read-only watermarks: the HIGH to land for a HIGH read as `high`, given the landed
-        frontier read right after it. MariaDB: `high`. PostgreSQL: also above that frontier, since
+        frontier read right after it. MariaDB: one past the frontier's minor where a heartbeat moved
+        the frontier to that very end (capture/sources/mysql/chunks.py). PostgreSQL: also above that frontier, since
         an idle stream's frontier stands at the WAL end HIGH was read at and only then steps past
         it (capture/sources/postgres/reader.py); any HIGH at or after the one read is sound (the
         window only grows)."""

@@ -22,6 +22,15 @@ from tests.integration.crash_load import random_transactions
 TABLES = ("ledger", "audit")
 
 
+def binlog_position(mariadb) -> dict[str, Any]:
+    """Where the binlog ends now, as a reader's resume token (file, position, GTID there)."""
+    with mariadb.connect() as conn, conn.cursor() as cursor:
+        cursor.execute("SHOW MASTER STATUS")
+        file, pos = cursor.fetchone()[:2]
+        cursor.execute("SELECT BINLOG_GTID_POS(%s, %s)", (file, pos))
+        return {"file": file, "pos": pos, "gtid": cursor.fetchone()[0]}
+
+
 def create_tables(mariadb, database: str) -> None:
     mariadb.execute(
         "CREATE TABLE ledger (id INT PRIMARY KEY, v INT, note VARCHAR(40))",

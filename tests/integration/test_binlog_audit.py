@@ -16,6 +16,7 @@ from capture.events import ChangeBatch, TableSchema, TransactionEnd
 from capture.landing.log_writer import images
 from capture.sources import open_chunk_source
 from capture.sources.mysql.reader import BinlogReader, position_lsn
+from tests.integration.binlog_check import binlog_position
 
 pytestmark = pytest.mark.integration
 
@@ -289,14 +290,6 @@ def _statements() -> dict[str, list[str]]:
     }
 
 
-def _position(mariadb) -> dict[str, Any]:
-    with mariadb.connect() as conn, conn.cursor() as cursor:
-        cursor.execute("SHOW MASTER STATUS")
-        file, pos = cursor.fetchone()[:2]
-        cursor.execute("SELECT BINLOG_GTID_POS(%s, %s)", (file, pos))
-        return {"file": file, "pos": pos, "gtid": cursor.fetchone()[0]}
-
-
 def committed_end(mariadb, start: dict[str, Any]):
     """The LSN of the end of the last transaction written so far. Not SHOW MASTER STATUS: after a
     rotation the server adds a Binlog_checkpoint event later on its own, which no transaction
@@ -364,7 +357,7 @@ def dump(mariadb, database: str, table: str) -> tuple[TableSchema, list[dict]]:
 def audit(mariadb):
     mariadb.execute(f"DROP DATABASE IF EXISTS {DATABASE}", f"CREATE DATABASE {DATABASE}")
     mariadb.execute(*TABLES.values(), database=DATABASE)
-    start = _position(mariadb)
+    start = binlog_position(mariadb)
     outcome: dict[str, Any] = {}
     with mariadb.connect(DATABASE) as conn, conn.cursor() as cur:
         cur.execute("SET SESSION sql_mode = ''")

@@ -16,7 +16,8 @@ import pytest
 from capture.config import SourceConfig
 from capture.errors import BinlogDecodeError
 from capture.events import ChangeBatch, Heartbeat, LogItem, SchemaChange, TransactionEnd, Truncate
-from tests.integration.test_binlog_audit import _position, committed_end
+from tests.integration.binlog_check import binlog_position
+from tests.integration.test_binlog_audit import committed_end
 
 pytestmark = pytest.mark.integration
 
@@ -118,7 +119,7 @@ def test_xa_rolled_back_after_prepare_lands_nothing(mariadb, database):
     """XA PREPARE writes the rows to the binlog; XA ROLLBACK later undoes them in a transaction of
     its own. Rows of a rolled-back XA transaction must not be captured."""
     mariadb.execute("CREATE TABLE xa (id INT PRIMARY KEY, v INT)", database=database)
-    start = _position(mariadb)
+    start = binlog_position(mariadb)
     _run(
         mariadb,
         database,
@@ -156,7 +157,7 @@ def inno_and_myi(mariadb, database) -> tuple[str, str]:
 def test_rollback_with_a_non_transactional_table_lands_only_what_stayed(mariadb, database, inno_and_myi):
     """ROLLBACK of a transaction that also wrote a MyISAM table: the MyISAM row stays (and is
     logged), the InnoDB row is gone. Capture must land what the tables hold."""
-    start = _position(mariadb)
+    start = binlog_position(mariadb)
     conn = mariadb.connect(database, autocommit=False)
     with conn, conn.cursor() as cur:
         cur.execute("BEGIN")
@@ -171,7 +172,7 @@ def test_rollback_with_a_non_transactional_table_lands_only_what_stayed(mariadb,
 
 def test_rollback_to_savepoint_lands_what_committed(mariadb, database):
     mariadb.execute("CREATE TABLE sp (id INT PRIMARY KEY)", database=database)
-    start = _position(mariadb)
+    start = binlog_position(mariadb)
     _run(
         mariadb,
         database,
@@ -219,7 +220,7 @@ def test_events_beyond_one_protocol_packet(mariadb, database, big_packets):
     mariadb.execute("CREATE TABLE big (id INT PRIMARY KEY, b LONGBLOB)", database=database)
     overhead = _event_size(mariadb, database, 1000) - 1000
     exact = 0xFFFFFF - 1 - overhead  # the OK byte and the event: exactly one full packet
-    start = _position(mariadb)
+    start = binlog_position(mariadb)
     sizes = {1: exact, 2: 17 * 2**20, 3: exact + 1}
     with mariadb.connect(database) as conn, conn.cursor() as cur:
         for row, size in sizes.items():
@@ -237,7 +238,7 @@ def test_ddl_and_table_id_reuse_between_transactions(mariadb, database):
     """Each row decoded with the table as it was when written: ADD/DROP/MODIFY COLUMN, a dropped
     and recreated table of the same name with other types, FLUSH TABLES (new table ids)."""
     mariadb.execute("CREATE TABLE t (id INT PRIMARY KEY, a VARCHAR(10))", database=database)
-    start = _position(mariadb)
+    start = binlog_position(mariadb)
     mariadb.execute(
         "INSERT INTO t VALUES (1, 'one')",
         "ALTER TABLE t ADD COLUMN n INT DEFAULT 5 AFTER id",
@@ -269,7 +270,7 @@ def test_ddl_and_table_id_reuse_between_transactions(mariadb, database):
 
 def test_rotation_mid_stream_keeps_order_and_rows(mariadb, database):
     mariadb.execute("CREATE TABLE r (id INT PRIMARY KEY)", database=database)
-    start = _position(mariadb)
+    start = binlog_position(mariadb)
     mariadb.execute(
         "INSERT INTO r VALUES (1)",
         "FLUSH BINARY LOGS",
@@ -288,7 +289,7 @@ def test_rotation_mid_stream_keeps_order_and_rows(mariadb, database):
 
 
 def test_an_idle_stream_yields_heartbeats(mariadb, database):
-    start = _position(mariadb)
+    start = binlog_position(mariadb)
     from capture.sources.mysql.reader import BinlogReader
 
     stop = threading.Event()
@@ -313,7 +314,7 @@ def test_mariadb_data_types_land_as_select_shows_them_or_are_refused(mariadb, da
     """INET6 (10.5) and UUID (10.7) are stored in 16 bytes (UUID with its groups reordered): the
     binlog must give what SELECT shows, or refuse."""
     mariadb.execute(f"CREATE TABLE m (id INT PRIMARY KEY, v {kind.upper()})", database=database)
-    start = _position(mariadb)
+    start = binlog_position(mariadb)
     values = ", ".join(f"({i}, {v})" for i, v in enumerate(MARIADB_TYPES[kind]))
     mariadb.execute(f"INSERT INTO m VALUES {values}", database=database)
     items, refused = _read_unless_refused(mariadb, database, start, "'v'")
@@ -325,7 +326,7 @@ def test_mariadb_data_types_land_as_select_shows_them_or_are_refused(mariadb, da
 
 def test_binlog_row_image_minimal_session_is_refused(mariadb, database):
     mariadb.execute("CREATE TABLE mi (id INT PRIMARY KEY, a INT, b INT)", database=database)
-    start = _position(mariadb)
+    start = binlog_position(mariadb)
     conn = mariadb.connect(database)
     with conn, conn.cursor() as cur:
         cur.execute("INSERT INTO mi VALUES (1, 1, 1)")
@@ -338,7 +339,7 @@ def test_binlog_row_image_minimal_session_is_refused(mariadb, database):
 def test_rollback_to_savepoint_past_a_non_transactional_write(mariadb, database, inno_and_myi):
     """A MyISAM write after a SAVEPOINT: ROLLBACK TO cannot cut the InnoDB rows out of the binlog,
     so the log holds them and then 'ROLLBACK TO'. Capture must land what the tables hold, or refuse."""
-    start = _position(mariadb)
+    start = binlog_position(mariadb)
     _run(
         mariadb,
         database,
@@ -370,7 +371,7 @@ def test_statements_writing_several_tables_and_creating_tables(mariadb, database
         "INSERT INTO `bé ✓` VALUES (1, 'x'), (2, 'y'), (3, 'z')",
         database=database,
     )
-    start = _position(mariadb)
+    start = binlog_position(mariadb)
     mariadb.execute(
         "UPDATE a JOIN `bé ✓` b USING (id) SET a.v = a.v * 10, b.`çol ✓` = CONCAT(b.`çol ✓`, 'é') WHERE id < 3",
         "DELETE a, b FROM a JOIN `bé ✓` b USING (id) WHERE id = 3",
@@ -392,7 +393,7 @@ def test_statements_writing_several_tables_and_creating_tables(mariadb, database
 
 def test_truncate_empties_the_landed_table(mariadb, database):
     mariadb.execute("CREATE TABLE tr (id INT PRIMARY KEY)", database=database)
-    start = _position(mariadb)
+    start = binlog_position(mariadb)
     mariadb.execute(
         "INSERT INTO tr VALUES (1), (2)", "TRUNCATE TABLE tr", "INSERT INTO tr VALUES (3)", database=database
     )
@@ -410,7 +411,7 @@ def test_truncate_spellings_and_filters(mariadb, database):
     )
     mariadb.execute("CREATE DATABASE IF NOT EXISTS other_tr")
     mariadb.execute("CREATE TABLE IF NOT EXISTS other_tr.x (id INT PRIMARY KEY)")
-    start = _position(mariadb)
+    start = binlog_position(mariadb)
     mariadb.execute(
         "INSERT INTO c VALUES (1)",
         f"TRUNCATE TABLE `{database}`.`a``b`",
@@ -447,7 +448,7 @@ def test_binlog_checksum_changed_while_reading(mariadb, database, checksum_resto
     """SET GLOBAL binlog_checksum rotates to a file whose events carry another checksum than the
     reader was told at connect time: rows on both sides of the change decode."""
     mariadb.execute("CREATE TABLE ck (id INT PRIMARY KEY, v VARCHAR(10))", database=database)
-    start = _position(mariadb)
+    start = binlog_position(mariadb)
     mariadb.execute(
         "INSERT INTO ck VALUES (1, 'crc')",
         "SET GLOBAL binlog_checksum = NONE",
@@ -468,7 +469,7 @@ def test_resuming_from_every_transaction_end_across_domains_and_rotation(mariadb
     """Transactions in two GTID domains, a DDL and a rotation between them: resuming from any
     transaction end's token yields exactly the changes after it (none lost, none twice)."""
     mariadb.execute("CREATE TABLE g (id INT PRIMARY KEY)", database=database)
-    start = _position(mariadb)
+    start = binlog_position(mariadb)
     conn = mariadb.connect(database)
     with conn, conn.cursor() as cur:
         for statement in (
@@ -504,7 +505,7 @@ def test_a_session_logging_statements_is_refused_or_lands_its_rows(mariadb, data
     """binlog_format is a session setting too (for a user with BINLOG ADMIN): an INSERT logged as
     its statement carries no rows. Capture must land them, or refuse; never record the INSERT as DDL."""
     mariadb.execute("CREATE TABLE st (id INT PRIMARY KEY, v INT)", database=database)
-    start = _position(mariadb)
+    start = binlog_position(mariadb)
     _statement_session(
         mariadb, database, binlog_format, "INSERT INTO st VALUES (1, 1), (2, 2)", "UPDATE st SET v = 5 WHERE id = 2"
     )
@@ -545,7 +546,7 @@ def test_statements_logged_for_tables_capture_does_not_capture_are_passed_over(
     another database, a multi-table UPDATE and DELETE of both): capture goes on, and the captured
     table's rows, written in row format around them, land."""
     mariadb.execute("CREATE TABLE elsewhere (id INT PRIMARY KEY, v INT)", database=other_database)
-    start = _position(mariadb)
+    start = binlog_position(mariadb)
     mariadb.execute("INSERT INTO kept VALUES (4, 4)", database=database)
     _statement_session(
         mariadb,
@@ -576,7 +577,7 @@ def test_statements_logged_for_tables_capture_does_not_capture_are_passed_over(
     ],
 )
 def test_a_statement_logged_for_a_captured_table_stops_capture(mariadb, database, kept_not_skipped, statement):
-    start = _position(mariadb)
+    start = binlog_position(mariadb)
     _statement_session(mariadb, database, "STATEMENT", statement)
     with pytest.raises(BinlogDecodeError, match=f"logged as its statement.* writing {database}.kept:"):
         _read(mariadb, database, start, **kept_not_skipped)
@@ -596,7 +597,7 @@ def test_a_statement_whose_tables_capture_cannot_tell_stops_capture_naming_its_d
         database=other_database,
     )
     for statement in ("INSERT INTO log VALUES (1)", "SELECT put(2)"):
-        start = _position(mariadb)
+        start = binlog_position(mariadb)
         _statement_session(mariadb, other_database, "STATEMENT", statement)
         with pytest.raises(BinlogDecodeError, match=f"logged as its statement.*{other_database}"):
             _read(mariadb, database, start)
@@ -610,7 +611,7 @@ def test_load_data_logged_as_its_statement(mariadb, database, kept_not_skipped, 
     leaves out it is passed over."""
     data = tmp_path / "rows.tsv"
     data.write_text("2\t2\n3\t3\n")
-    start = _position(mariadb)
+    start = binlog_position(mariadb)
     conn = pymysql.connect(host="127.0.0.1", port=mariadb.port, user="root", database=database, local_infile=True)
     with conn, conn.cursor() as cur:
         cur.execute("SET SESSION binlog_format = 'STATEMENT'")

@@ -13,7 +13,7 @@ from capture.config import SourceConfig
 from capture.errors import BinlogDecodeError
 from capture.events import ChangeBatch, TransactionEnd
 from capture.sources.mysql.reader import BinlogReader
-from tests.integration.binlog_check import binlog_end
+from tests.integration.binlog_check import binlog_end, binlog_position
 from tests.integration.legacy_binlog import legacy_changes
 
 pytestmark = pytest.mark.integration
@@ -75,14 +75,6 @@ STATEMENTS = [
 ]
 
 
-def _position(mariadb) -> dict:
-    with mariadb.connect() as conn, conn.cursor() as cursor:
-        cursor.execute("SHOW MASTER STATUS")
-        file, pos = cursor.fetchone()[:2]
-        cursor.execute("SELECT BINLOG_GTID_POS(%s, %s)", (file, pos))
-        return {"file": file, "pos": pos, "gtid": cursor.fetchone()[0]}
-
-
 def _captured(mariadb, database: str, start: dict, end) -> tuple[list[tuple], tuple[str, ...]]:
     config = SourceConfig(kind="mariadb", port=mariadb.port, user="root", server_id=4244, include=[f"{database}.*"])
     changes, names = [], ()
@@ -110,7 +102,7 @@ def _binary_as_bytes(changes: list[tuple], names: tuple[str, ...]) -> list[tuple
 
 def test_decoder_equals_mysql_replication_on_every_type(mariadb, database):
     mariadb.execute(TABLE, database=database)
-    start = _position(mariadb)
+    start = binlog_position(mariadb)
     mariadb.execute("SET SESSION sql_mode = ''", "SET SESSION time_zone = '+00:00'", *STATEMENTS, database=database)
     end = binlog_end(mariadb)
 
@@ -132,7 +124,7 @@ def test_decoder_equals_mysql_replication_on_every_type(mariadb, database):
 def test_times_equal_what_select_returns(mariadb, database):
     """TIME of every precision, negative fractions included, as the server itself reads it back."""
     mariadb.execute(TABLE, database=database)
-    start = _position(mariadb)
+    start = binlog_position(mariadb)
     mariadb.execute("SET SESSION sql_mode = ''", *STATEMENTS[:4], database=database)
     end = binlog_end(mariadb)
     ours, names = _captured(mariadb, database, start, end)
@@ -148,7 +140,7 @@ def test_compressed_events_are_refused(mariadb, database):
     """MariaDB's log_bin_compress writes compressed rows events: capture stops with an error that
     says so, where it once skipped them."""
     mariadb.execute("CREATE TABLE big (id INT PRIMARY KEY, t TEXT)", database=database)
-    start = _position(mariadb)
+    start = binlog_position(mariadb)
     try:
         mariadb.execute("SET GLOBAL log_bin_compress = ON")
         mariadb.execute("INSERT INTO big VALUES (1, REPEAT('x', 5000))", database=database)
@@ -173,7 +165,7 @@ def test_pre_56_temporal_formats(mariadb, database):
         )
     finally:
         mariadb.execute("SET GLOBAL mysql56_temporal_format = ON")
-    start = _position(mariadb)
+    start = binlog_position(mariadb)
     rows = [
         "(1, '1000-01-01 00:00:00', '-838:59:59', '1970-01-01 00:00:01')",
         "(2, '9999-12-31 23:59:59', '838:59:59', '2038-01-19 03:14:07')",
@@ -188,7 +180,7 @@ def test_pre_56_temporal_formats(mariadb, database):
         source = cur.fetchall()
     assert [after for _, _, _, after in ours] == [tuple(row) for row in source]
 
-    start = _position(mariadb)
+    start = binlog_position(mariadb)
     mariadb.execute("INSERT INTO hires VALUES (1, '-01:02:03', '-01:02:03.456')", database=database)
     config = SourceConfig(kind="mariadb", port=mariadb.port, user="root", server_id=4246, include=[f"{database}.*"])
     with pytest.raises(BinlogDecodeError, match=r"hires: column 't3' has fractional seconds in MariaDB 5\.3's format"):
@@ -203,7 +195,7 @@ def test_generated_columns_and_partial_row_images(mariadb, database):
         "CREATE TABLE gen (id INT PRIMARY KEY, a INT, v INT AS (a * 2) VIRTUAL, s INT AS (a + 1) STORED)",
         database=database,
     )
-    start = _position(mariadb)
+    start = binlog_position(mariadb)
     mariadb.execute("INSERT INTO gen (id, a) VALUES (1, 10), (2, NULL)", database=database)
     end = binlog_end(mariadb)
     ours, _names = _captured(mariadb, database, start, end)
@@ -211,7 +203,7 @@ def test_generated_columns_and_partial_row_images(mariadb, database):
         cur.execute("SELECT * FROM gen ORDER BY id")
         assert [after for _, _, _, after in ours] == [tuple(row) for row in cur.fetchall()]
 
-    start = _position(mariadb)
+    start = binlog_position(mariadb)
     mariadb.execute("SET SESSION binlog_row_image = 'MINIMAL'", "UPDATE gen SET a = 11 WHERE id = 1", database=database)
     config = SourceConfig(kind="mariadb", port=mariadb.port, user="root", server_id=4247, include=[f"{database}.*"])
     with pytest.raises(BinlogDecodeError, match=r"gen: rows event leaves out column 'a'.*binlog_row_image=FULL"):

@@ -11,21 +11,14 @@ import pytest
 from capture.config import SourceConfig
 from capture.events import ChangeBatch, TransactionEnd
 from capture.sources.mysql.reader import BinlogReader
+from tests.integration.binlog_check import binlog_position
 
 pytestmark = pytest.mark.integration
 
 
-def _position(mariadb) -> dict:
-    with mariadb.connect() as conn, conn.cursor() as cursor:
-        cursor.execute("SHOW MASTER STATUS")
-        file, pos = cursor.fetchone()[:2]
-        cursor.execute("SELECT BINLOG_GTID_POS(%s, %s)", (file, pos))
-        return {"file": file, "pos": pos, "gtid": cursor.fetchone()[0]}
-
-
 def test_identical_table_maps_share_one_parse_and_alters_are_seen(mariadb, database):
     mariadb.execute("CREATE TABLE t (id INT PRIMARY KEY, a INT, b VARCHAR(10))", database=database)
-    start = _position(mariadb)
+    start = binlog_position(mariadb)
     statements = [f"INSERT INTO t VALUES ({i}, {i}, 'x{i}')" for i in range(20)]
     statements += ["ALTER TABLE t RENAME COLUMN a TO c"]  # same types: only the names differ
     statements += [f"INSERT INTO t VALUES ({i}, {i}, 'y{i}')" for i in range(20, 30)]

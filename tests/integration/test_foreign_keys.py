@@ -18,7 +18,7 @@ from capture.config import SourceConfig
 from capture.dump.reconcile import apply, reconcile_table
 from capture.events import ChangeBatch, TransactionEnd
 from capture.sources.mysql.reader import BinlogReader
-from tests.integration.binlog_check import binlog_end
+from tests.integration.binlog_check import binlog_end, binlog_position
 from tests.servers import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,14 +37,6 @@ def _drop_afterwards(mariadb, database):
     """The session's MariaDB is shared: a cascading key left behind would refuse later tests' captures of `*.*`."""
     yield
     mariadb.execute(f"DROP DATABASE IF EXISTS `{database}`")
-
-
-def _position(mariadb) -> dict:
-    with mariadb.connect() as conn, conn.cursor() as cursor:
-        cursor.execute("SHOW MASTER STATUS")
-        file, pos = cursor.fetchone()[:2]
-        cursor.execute("SELECT BINLOG_GTID_POS(%s, %s)", (file, pos))
-        return {"file": file, "pos": pos, "gtid": cursor.fetchone()[0]}
 
 
 def _select(mariadb, database: str, table: str) -> list[tuple]:
@@ -68,7 +60,7 @@ def test_binlog_has_no_row_events_for_cascaded_child_changes(mariadb, database):
         "INSERT INTO child VALUES (10, 1), (11, 1), (20, 2)",
         database=database,
     )
-    start = _position(mariadb)
+    start = binlog_position(mariadb)
     mariadb.execute("DELETE FROM parent WHERE id = 1", "UPDATE parent SET id = 3 WHERE id = 2", database=database)
     end = binlog_end(mariadb)
     assert _select(mariadb, database, "child") == [(20, None)]  # the cascades ran

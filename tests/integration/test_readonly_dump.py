@@ -15,12 +15,14 @@ import yaml
 from capture.config import SourceConfig
 from capture.dump.control import DumpSettings
 from capture.dump.engine import DumpEngine, DumpRequest
-from capture.errors import DumpInputError, SourceConnectionError
+from capture.errors import DumpInputError, PreflightError, SourceConnectionError
 from capture.landing import LandingZone
 from capture.landing.chunks import read_chunk_meta
 from capture.landing.reader import chunk_files
 from capture.sources import open_chunk_source
 from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE
+from capture.sources.mysql.reader import position_lsn
+from capture.sources.mysql.source import MySqlSource
 from tests.conftest import CaptureProcess
 from tests.integration.dumping import (
     AlterAt,
@@ -65,10 +67,10 @@ def replica_capture(replication, tmp_path: Path) -> Iterator:
     _, replica = replication
     made: list[CaptureProcess] = []
 
-    def make(database: str) -> CaptureProcess:
+    def make(database: str, port: int | None = None) -> CaptureProcess:
         source = {
             "kind": "mariadb",
-            "port": replica.port,
+            "port": port or replica.port,
             "user": READER[0],
             "password": READER[1],
             "server_id": 4000 + len(made),
@@ -249,27 +251,161 @@ def test_readonly_refuses_a_replica_that_does_not_log_what_it_applies(replicatio
         bare.destroy()
 
 
-def test_a_readonly_chunk_waits_for_the_next_commit_on_an_idle_server(mariadb, database, make_capture):
-    """A read-only chunk's HIGH is the binlog end after its file: on a server where nothing commits,
-    the frontier does not pass it (a heartbeat repeats that end), and the chunk waits; the next
-    commit anywhere on the server lets it in."""
+def test_readonly_refuses_a_dump_of_another_server_than_capture_reads(replication, replica_capture, tmp_path):
+    """Capture reads the primary, the dump is pointed at its replica (say, an Airflow connection whose
+    host is not capture's): the binlog positions of the two do not compare, and the dump refuses
+    before it reads anything, naming both servers. Pointed at the primary, it runs."""
+    primary, replica = replication
+    database = _database(primary, "ro_other")
+    populate_ledger(primary, database, 10)
+    wait_replicated(primary, replica)
+    capture = replica_capture(database, port=primary.port).start()
+    capture.wait_running()
+    wait_for(lambda: (capture.zone.checkpoint() or None) and "server" in capture.zone.checkpoint().resume, 30)
+    for server, refused in ((replica, True), (primary, False)):
+        config = SourceConfig(
+            kind="mariadb", port=server.port, user=READER[0], password=READER[1], server_id=78, watermarks="readonly"
+        )
+        source = open_chunk_source("src", config)
+        try:
+            if refused:
+                with pytest.raises(
+                    DumpInputError, match=rf"this dump reads .*:{replica.port} .*read from .*:{primary.port}"
+                ):
+                    DumpEngine(source, capture.zone).run(DumpRequest(tables=[f"{database}.ledger"]))
+                assert not chunk_files(capture.zone, database, "ledger")
+            else:
+                DumpEngine(source, capture.zone).run(DumpRequest(tables=[f"{database}.ledger"]))
+        finally:
+            source.close()
+    wait_for(lambda: reconciled_state(capture, database, "ledger")[1].chunks_pending == 0, 10, what="chunks closed")
+    assert reconciled_state(capture, database, "ledger")[0] == table_state(primary, database, "ledger")
+
+
+def test_readonly_refuses_a_server_without_gtid_strict_mode(mariadb, database, make_capture):
+    """With gtid_strict_mode OFF a domain's GTIDs may repeat or go backwards, and capture's resume by
+    GTID state would no longer name its frontier's binlog position: both the dump and capture's
+    preflight refuse a read-only source there, with the reason and the fix."""
+    populate_ledger(mariadb, database, 5)
+    mariadb.execute("SET GLOBAL gtid_strict_mode = 0")
+    try:
+        capture = make_capture([f"{database}.*"], watermarks="readonly")
+        config = capture.config.source("src")
+        source = open_chunk_source("src", config)
+        try:
+            with pytest.raises(DumpInputError, match=r"gtid_strict_mode is OFF: .* SET GLOBAL gtid_strict_mode=ON"):
+                DumpEngine(source, capture.zone).run(DumpRequest(tables=[f"{database}.ledger"]))
+        finally:
+            source.close()
+        with pytest.raises(PreflightError, match="cannot place read-only watermarks:\n  - gtid_strict_mode is OFF"):
+            MySqlSource("src", config).preflight()
+        assert capture.run_to_exit(timeout=60) != 0
+        assert "gtid_strict_mode is OFF" in capture.log()
+    finally:
+        mariadb.execute("SET GLOBAL gtid_strict_mode = 1")
+    assert not chunk_files(capture.zone, database, "ledger")
+
+
+def _no_commit_since(mariadb: MariaDB, gtid: str) -> None:
+    """No transaction committed on the server since `gtid` was read (the test did not nudge; a
+    binlog rotation writes events, but no transaction)."""
+    assert _gtid(mariadb) == gtid
+
+
+def _heartbeat_frontier(mariadb: MariaDB, capture: CaptureProcess):
+    """Capture's frontier once a heartbeat placed it at the binlog's end (minor > 0): with nothing
+    committed, at the end of the last transaction or of a rotation's events."""
+
+    def placed():
+        frontier = capture.zone.checkpoint().frontier
+        return frontier if frontier.minor > 0 and frontier.major == position_lsn(*_binlog_end(mariadb)).major else None
+
+    return wait_for(placed, 10, what="a heartbeat's frontier at the binlog end")
+
+
+def _binlog_end(mariadb: MariaDB) -> tuple[str, int]:
+    with mariadb.connect() as conn, conn.cursor() as cur:
+        cur.execute("SHOW MASTER STATUS")
+        file, pos = cur.fetchone()[:2]
+    return file, int(pos)
+
+
+def test_a_readonly_dump_of_an_idle_server_closes_on_heartbeats(mariadb, database, make_capture):
+    """On a server where nothing commits, the binlog heartbeat (0.2 s here) names the binlog end that
+    capture has read to, and the frontier moves there: every read-only chunk, the last one included,
+    closes within about a heartbeat and a flush, with no commit after the dump."""
     populate_ledger(mariadb, database, 50)
     capture = make_capture([f"{database}.*"], watermarks="readonly").start()
     capture.wait_running()
     wait_until_landed(mariadb, capture, nudge_first=False)
+    end, gtid = _binlog_end(mariadb), _gtid(mariadb)
     source = open_chunk_source("src", capture.config.source("src"))
     try:
-        DumpEngine(source, capture.zone).run(DumpRequest(tables=[f"{database}.ledger"]))
+        DumpEngine(source, capture.zone).run(
+            DumpRequest(tables=[f"{database}.ledger"], settings=DumpSettings(chunk_size=20))
+        )
     finally:
         source.close()
-    time.sleep(1.0)  # five heartbeats
+    dumped = time.monotonic()
+    wait_for(lambda: reconciled_state(capture, database, "ledger")[1].chunks_pending == 0, 5, what="chunks closed")
+    closed_s = time.monotonic() - dumped
     state, stats = reconciled_state(capture, database, "ledger")
-    assert (stats.chunks, stats.chunks_pending, state) == (0, 1, {})
-    nudge(mariadb)
+    assert stats.chunks == 3 and state == table_state(mariadb, database, "ledger")
+    _no_commit_since(mariadb, gtid)
+    frontier = _heartbeat_frontier(mariadb, capture)  # moved by heartbeats alone
+    assert closed_s < 5
+    # a binlog rotation commits no transaction: the heartbeats then name the new file's end (after
+    # the binlog checkpoint event the server writes there a moment later), and a second dump's
+    # chunks close there
+    mariadb.execute("FLUSH BINARY LOGS")
+    assert _binlog_end(mariadb)[0] != end[0]
+    source = open_chunk_source("src", capture.config.source("src"))
+    try:
+        again = DumpEngine(source, capture.zone).run(
+            DumpRequest(tables=[f"{database}.ledger"], settings=DumpSettings(chunk_size=20))
+        )
+    finally:
+        source.close()
+    wait_for(lambda: reconciled_state(capture, database, "ledger")[1].chunks_pending == 0, 5, what="chunks closed")
+    state, stats = reconciled_state(capture, database, "ledger")
+    assert stats.chunks == 6 and state == table_state(mariadb, database, "ledger") and again["rows"] == 50
+    _no_commit_since(mariadb, gtid)
+    frontier = _heartbeat_frontier(mariadb, capture)
+    assert frontier.major >> 32 > position_lsn(*end).major >> 32  # in the new file
+    # and the log goes on from there: the next commit lands past the heartbeat's frontier, exactly once
+    mariadb.execute("UPDATE ledger SET v = v + 1 WHERE id = 7", database=database)
     wait_until_landed(mariadb, capture, nudge_first=False)
-    state, stats = reconciled_state(capture, database, "ledger")
-    assert (stats.chunks, stats.chunks_pending) == (1, 0)
+    (event,) = [e for e in capture.events(database, "ledger") if e["_op"] == "u"]
+    assert int(event["_lsn"]) > frontier.encode()
+    state, _ = reconciled_state(capture, database, "ledger")
     assert state == table_state(mariadb, database, "ledger")
+
+
+def test_a_readonly_dump_of_an_idle_server_closes_across_a_capture_restart(mariadb, database, make_capture):
+    """Capture killed during a read-only dump of an idle server and started again: it resumes from a
+    checkpoint a heartbeat placed (at the binlog end, minor > 0), lands nothing twice, and its own
+    heartbeats close the chunks, the ones whose HIGH was read while it was down included."""
+    populate_ledger(mariadb, database, 60)
+    capture = make_capture([f"{database}.*"], watermarks="readonly").start()
+    capture.wait_running()
+    mariadb.execute("UPDATE ledger SET v = v + 1 WHERE id <= 3", database=database)
+    wait_until_landed(mariadb, capture, nudge_first=False)
+    gtid = _gtid(mariadb)
+    _heartbeat_frontier(mariadb, capture)
+    source = open_chunk_source("src", capture.config.source("src"))
+    killed = ReplicaAt(source).at(2, "HIGH", capture.kill).at(4, "LOW", lambda: capture.start().wait_running())
+    try:
+        DumpEngine(killed, capture.zone).run(
+            DumpRequest(tables=[f"{database}.ledger"], settings=DumpSettings(chunk_size=15))
+        )
+    finally:
+        source.close()
+    wait_for(lambda: reconciled_state(capture, database, "ledger")[1].chunks_pending == 0, 10, what="chunks closed")
+    state, stats = reconciled_state(capture, database, "ledger")
+    assert stats.chunks == 5 and state == table_state(mariadb, database, "ledger")
+    _no_commit_since(mariadb, gtid)
+    _heartbeat_frontier(mariadb, capture)
+    assert len(capture.events(database, "ledger")) == 3  # the update before the dump, landed once
 
 
 def test_changes_committed_between_the_snapshot_and_the_chunk_file_win_over_the_chunk(mariadb, database, make_capture):
@@ -353,8 +489,8 @@ def test_a_chunk_whose_high_the_frontier_passed_before_its_file_was_written_is_r
 
 def test_the_airflow_merge_waits_for_read_only_highs(mariadb, database, make_capture):
     """`logtide_dump`'s `landed` task (wait_for_high_watermarks) takes a read-only chunk's HIGH from its
-    HIGH file: it waits until the frontier passes it, which on an idle server is the next commit."""
-    from logtide_airflow.merge import LandingTimeoutError, wait_for_high_watermarks
+    HIGH file: it waits until the frontier passes it, which on an idle server a heartbeat does."""
+    from logtide_airflow.merge import wait_for_high_watermarks
 
     populate_ledger(mariadb, database, 30)
     capture = make_capture([f"{database}.*"], watermarks="readonly").start()
@@ -366,9 +502,6 @@ def test_the_airflow_merge_waits_for_read_only_highs(mariadb, database, make_cap
     finally:
         source.close()
     table = f"{database}.ledger"
-    with pytest.raises(LandingTimeoutError, match="has not landed HIGH watermark"):
-        wait_for_high_watermarks(capture.zone, "af", [table], timeout_s=1.0, poll_s=0.1)
-    nudge(mariadb)
-    landed = wait_for_high_watermarks(capture.zone, "af", [table], timeout_s=30, poll_s=0.1)[table]
+    landed = wait_for_high_watermarks(capture.zone, "af", [table], timeout_s=5, poll_s=0.1)[table]  # no commit
     (meta,) = [read_chunk_meta(p) for p in chunk_files(capture.zone, database, "ledger")]
     assert landed["chunk"] == 1 and meta.low_lsn <= int(landed["high_lsn"]) < int(landed["frontier"])

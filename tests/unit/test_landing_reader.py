@@ -216,3 +216,54 @@ def test_read_only_chunks_are_closed_by_their_high_file_below_the_frontier(tmp_p
     z.readonly_chunk(5, low=27, high=28)  # redone: its HIGH file names the chunk file's HIGH now
     assert [c.meta.chunk for c in dump_chunks(z.zone, marks, "d1", T.schema, T.table)] == [1, 2, 3, 4, 5, 6]
     assert [c.meta.chunk for c in closed_chunks(z.zone, marks, T.schema, T.table, 0)[0]] == [2, 3, 4, 5, 1, 6]
+
+
+def test_read_only_chunks_sharing_a_high_keep_chunk_order_across_dumps(tmp_path):
+    """On an idle server many read-only chunks share one HIGH (the binlog end, the frontier a
+    heartbeat placed there): they are placed in chunk order, dump by dump (chunk 10 after chunk 9),
+    and another table's HIGH files are not theirs."""
+    z = Zone(tmp_path)
+    other = TableSchema("d b", "t.2", T.columns, ("id",))
+    for dump in ("d1", "d0"):
+        for number in (10, 9, 2):
+            meta = z.chunk(number, f"low-{dump}-{number}", f"high-{dump}-{number}", dump=dump, low_lsn=Lsn(20).encode())
+            path = chunk_path(z.zone, dump, T.schema, T.table, number)
+            write_chunk_high(path, meta, Lsn(25, 3).encode())
+            other_path = chunk_path(z.zone, dump, other.schema, other.table, number)
+            other_path.parent.mkdir(parents=True, exist_ok=True)
+            (other_path.with_name(f"{number:08d}.high.json")).write_text(path.with_suffix("").name)  # not JSON
+    z.commit(25, T, (25, "v"))  # frontier 26: past HIGH (25, 3)
+    found, _ = closed_chunks(z.zone, Watermarks(z.zone), T.schema, T.table, 0)
+    assert [(c.meta.dump_id, c.meta.chunk) for c in found] == [
+        ("d0", 2), ("d0", 9), ("d0", 10), ("d1", 2), ("d1", 9), ("d1", 10)
+    ]  # fmt: skip
+    assert {c.high for c in found} == {Lsn(25, 3).encode()}
+
+
+def test_a_heartbeat_moves_the_committed_frontier_past_a_high_at_the_log_end(tmp_path):
+    """`LogWriter.advance`: the first move to a log end commits minor 1, each later one at the same end
+    one past the committed minor; a move at or behind what is pending or committed changes nothing,
+    and a transaction after it commits past it."""
+    z = Zone(tmp_path)
+    z.commit(40, T, (40, "v"))  # frontier (41, 0)
+    z.writer.advance(Lsn(41), {"pos": 41})
+    z.writer.advance(Lsn(41), {"pos": 41})  # pending already: no second move
+    z.writer.commit()
+    assert z.zone.checkpoint().frontier == Lsn(41, 1) and z.zone.checkpoint().resume == {"pos": 41}
+    z.writer.advance(Lsn(41), {"pos": 41})
+    z.writer.commit()
+    assert z.zone.checkpoint().frontier == Lsn(41, 2)
+    z.writer.advance(Lsn(30), {"pos": 30})  # behind: ignored
+    z.writer.advance(Lsn(60), {"pos": 60})  # a later end (e.g. after a rotation): minor 1 there
+    z.writer.commit()
+    assert z.zone.checkpoint().frontier == Lsn(60, 1)
+    z.commit(70, T, (70, "v"))
+    assert z.zone.checkpoint().frontier == Lsn(71)
+    assert [int(e["_lsn"]) for e in pq_rows(z.zone)] == [Lsn(40).encode(), Lsn(70).encode()]
+
+
+def pq_rows(zone: LandingZone) -> list[dict]:
+    import pyarrow.parquet as pq
+
+    folder = zone.log_dir / table_folder(T.schema, T.table)
+    return [r for f in sorted(folder.glob("*.parquet")) for r in pq.read_table(f, columns=["_lsn"]).to_pylist()]

@@ -85,6 +85,7 @@ class BinlogStream:
     def __init__(self, config: SourceConfig, resume: dict[str, Any], read_timeout_s: float) -> None:
         self.mariadb = config.kind == "mariadb"
         self.post_header = dict(DEFAULT_POST_HEADER)
+        self.identity = ""  # the server reached (`_prepare`)
         self.conn = _RaisingConnection(**connection_settings(config, read_timeout=read_timeout_s))
         try:
             self.checksum = self._prepare(config, resume, read_timeout_s)
@@ -101,6 +102,9 @@ class BinlogStream:
             cur.execute("SET @master_binlog_checksum = @@global.binlog_checksum")
             cur.execute("SET @master_heartbeat_period = %s", (heartbeat_ns(config.heartbeat_s, read_timeout_s),))
             cur.execute("SET @mariadb_slave_capability = 4")  # GTID events, not dummies in their place
+            cur.execute("SELECT @@server_id, @@hostname, @@port")
+            server_id, hostname, port = cur.fetchone()
+            self.identity = f"{hostname}:{port} (server_id {server_id})"  # as snapshot.server_identity
             if self.mariadb:
                 cur.execute("SET @slave_connect_state = %s", (resume.get("gtid", ""),))
                 cur.execute("SET @slave_gtid_strict_mode = 1")

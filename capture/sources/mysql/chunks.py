@@ -20,7 +20,7 @@ import pymysql
 
 from capture.config import SourceConfig
 from capture.errors import DumpInputError
-from capture.events import Row, TableSchema
+from capture.events import MINOR_BITS, Lsn, Row, TableSchema
 from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE, Watermark, check_watermark_columns
 from capture.sources.mysql import snapshot
 from capture.sources.mysql.catalog import base_tables, describe, table_keys
@@ -181,13 +181,30 @@ class MySqlChunkSource:
         if self.readonly:
             self._run("COMMIT")  # nothing to end (a second call) is no error
 
+    def server_identity(self) -> str | None:
+        """Read-only: the server this dump reads (snapshot.server_identity); None with table watermarks."""
+        return snapshot.server_identity(self._run) if self.readonly else None
+
     def log_position(self) -> int | None:
         """Read-only: the encoded LSN of the last watermark (LOW: the chunk's snapshot, HIGH: the
         binlog end after it); None with table watermarks."""
         return self._position if self.readonly else None
 
     def place_high(self, high: int, frontier: int | None) -> int:
-        """The binlog end read after the file: a frontier already past it has the chunk read again."""
+        """The binlog end read after the chunk file, or, where capture's committed frontier already
+        stands at that end, one past the frontier's minor. A heartbeat moved the frontier there (its
+        minor counts heartbeat moves at one position, capture/landing/log_writer.py `advance`), and
+        no event lies at that end, so any minor there names the same events. With HIGH at the bare
+        end the frontier would already be past it, and the chunk read again for ever on an idle
+        server; at the frontier itself, the next move (one a flush interval) would overtake it
+        during the HIGH file's write now and then, and the chunk be read again (the engine's
+        `_passed`). One past needs two moves for that, so the chunk closes on the second heartbeat
+        commit after its HIGH."""
+        if frontier is None:
+            return high
+        at, end = Lsn.decode(frontier), Lsn.decode(high)
+        if at.major == end.major and at.minor + 1 < 1 << MINOR_BITS:
+            return Lsn(end.major, at.minor + 1).encode()
         return high
 
     def close(self) -> None:

@@ -200,6 +200,10 @@ class BinlogReader:
         self._catalog: pymysql.connections.Connection | None = None  # key lookups (`_key`), opened once needed
         self._last_timestamp: int | None = None
         self._last_commit_ts = datetime.now(UTC)
+        # read-only watermarks: heartbeats carry the binlog end, which moves the frontier (`_heartbeat`)
+        self.placing_heartbeats = self.mariadb and config.watermarks == "readonly"
+        self.server: str | None = None  # read-only: the server read, in every resume (`_resume`)
+        self._read_to = position_lsn(self.file, int(resume.get("pos", 4)))  # every transaction before it ended
 
     def _stream(self) -> BinlogStream:
         return BinlogStream(self.config, self.resume, read_timeout_s(self.config.heartbeat_s))
@@ -215,6 +219,8 @@ class BinlogReader:
 
     def __iter__(self) -> Iterator[LogItem]:
         stream = self._stream()
+        if self.placing_heartbeats:
+            self.server = stream.identity
         try:
             yield from self._items(stream)
         except pymysql.MySQLError as exc:
@@ -346,9 +352,34 @@ class BinlogReader:
                 file_seq = file_number(self.file) << 32
                 tables.clear()  # table ids are not stable across a server restart, which rotates the binlog
             elif (kind == ev.HEARTBEAT or kind == ev.HEARTBEAT_V2) and not in_transaction:
-                yield Heartbeat()
+                # between event groups only: a GTID event's group (a standalone DDL's too) has ended
+                yield self._heartbeat(kind, log_pos, data[ev.BODY : end]) if pending_gtid is None else Heartbeat()
             if self.stop.is_set() and not in_transaction:
                 return
+
+    def _heartbeat(self, kind: int, log_pos: int, body: bytes) -> Heartbeat:
+        """A heartbeat; with read-only watermarks on MariaDB, one that names where the binlog ends.
+
+        MariaDB's dump thread sends HEARTBEAT_LOG_EVENT only while it waits at the end of the active
+        binlog, having sent (or, for event kinds capture is not sent, skipped) every event before it:
+        its header's log_pos is that end, its body the file's name (sql/sql_repl.cc wait_new_events,
+        send_heartbeat_event). The end moves only once a whole commit group is written, so it is a
+        transaction boundary, and every event after it starts at or past it; on MariaDB every event
+        group begins with a GTID event, which capture does not land, so no landed event will ever have
+        an LSN at or below it. Past 4 GiB log_pos is 0 (the position moves into a sub-header): no
+        position then, as when the heartbeat names a file the reader is not in."""
+        if kind != ev.HEARTBEAT or not self.placing_heartbeats or log_pos == 0:
+            return Heartbeat()
+        if body.decode(errors="replace") != self.file:
+            return Heartbeat()
+        at = position_lsn(self.file, log_pos)
+        if at < self._read_to:
+            return Heartbeat()
+        self._read_to = at
+        resume = {"file": self.file, "pos": log_pos, "gtid": ",".join(self.gtids[d] for d in sorted(self.gtids))}
+        if self.server is not None:
+            resume["server"] = self.server
+        return Heartbeat(at, resume)
 
     def _statement_logged(self, schema: str, statement: str, log_pos: int) -> None:
         """A row change logged as its statement (a session with binlog_format STATEMENT or MIXED)
@@ -407,11 +438,14 @@ class BinlogReader:
         if gtid is not None:
             gtids[gtid[0]] = gtid[1]
         resume = {"file": self.file, "pos": pos}
+        self._read_to = frontier = Lsn(file_seq | pos)
         if self.mariadb:
             # one replication domain (the common case): its GTID is the whole state
             one = gtid is not None and len(gtids) == 1
             resume["gtid"] = gtid[1] if one else ",".join(gtids[d] for d in sorted(gtids))
-        return TransactionEnd(Lsn(file_seq | pos), resume, commit_ts)
+        if self.server is not None:
+            resume["server"] = self.server
+        return TransactionEnd(frontier, resume, commit_ts)
 
     def _table(self, table_map: TableMap) -> tuple[TableSchema, RowDecoder, Versioning | None]:
         """Schema, row decoder and (a system-versioned table) row filter of a table map, built once

@@ -24,9 +24,11 @@ from two servers cannot be compared by LSN. The consistent snapshot has neither 
 
 Sound when capture reads the binlog of the server the dump reads: the primary, or a replica
 that writes what it applies to its own binlog (log_bin and log_slave_updates ON). Commit order
-there is that server's binlog order whatever its parallel replication mode, so neither
-gtid_strict_mode nor slave_parallel_mode matters for placement. `check_server` refuses the
-rest before a dump reads anything.
+there is that server's binlog order whatever its parallel replication mode, so slave_parallel_mode
+does not matter for placement; gtid_strict_mode does, for capture's resume (`check_server`).
+`check_server` refuses the rest before a dump reads anything (and capture's preflight, for a
+read-only source); the dump refuses a server other than the one capture's checkpoint was read
+from (`server_identity`, capture/dump/engine.py).
 """
 
 from __future__ import annotations
@@ -64,9 +66,11 @@ def binlog_end(run: Run) -> Lsn:
 
 
 def check_server(run: Run) -> list[str]:
-    """Why this server's binlog cannot place read-only chunks, each with the fix (empty: it can)."""
+    """Why this server's binlog cannot place read-only chunks, each with the fix (empty: it can).
+    Run by the dump before it reads anything and by capture's preflight (a read-only source)."""
     settings = {name.lower(): str(value).upper() for name, value in run(
-        "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('log_bin', 'log_slave_updates', 'gtid_slave_pos')"
+        "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('log_bin', 'log_slave_updates', 'gtid_slave_pos', "
+        "'gtid_strict_mode')"
     )}  # fmt: skip
     problems = []
     if settings.get("log_bin") not in ("ON", "1"):
@@ -79,7 +83,22 @@ def check_server(run: Run) -> list[str]:
             "this server is a replica with log_slave_updates OFF: what it applies is not in its binlog, so "
             "capture would miss it and chunks could not be placed; set log_slave_updates=ON (restart)"
         )
+    if settings.get("gtid_strict_mode") not in ("ON", "1"):
+        problems.append(
+            "gtid_strict_mode is OFF: a replication domain's GTIDs may then repeat or go backwards in the "
+            "binlog, and capture, which resumes from its GTID state, could restart at another binlog "
+            "position than the frontier that read-only windows are placed against (events landed twice "
+            "below it, or a resume refused); SET GLOBAL gtid_strict_mode=ON and put gtid_strict_mode=ON "
+            "under [mysqld] in the config"
+        )
     return problems
+
+
+def server_identity(run: Run) -> str:
+    """Which server this connection reached, as capture records it in its checkpoint (`resume`
+    "server") and the dump compares it: binlog positions of two servers do not compare."""
+    server_id, hostname, port = run("SELECT @@server_id, @@hostname, @@port")[0]
+    return f"{hostname}:{port} (server_id {server_id})"
 
 
 def _replicates(run: Run, slave_pos: str) -> bool:

@@ -17,6 +17,8 @@ from capture.sources.mysql.connection import connect, connection_settings, query
 from capture.sources.mysql.foreign_keys import CascadingKey, cascading_keys, check_cascades
 from capture.sources.mysql.preflight import preflight
 from capture.sources.mysql.reader import BinlogReader, file_number, position_lsn
+from capture.sources.mysql.snapshot import check_server as check_readonly
+from capture.sources.mysql.snapshot import server_identity
 from capture.sources.table_keys import TableKeys, check_named_keys, log_keyless
 
 log = get_logger(__name__)
@@ -64,6 +66,12 @@ class MySqlSource:
         tables that have no usable key."""
         with connect(self.config) as conn:
             preflight(conn, self.config.kind, self.config.user, self.where)
+            if self.config.watermarks == "readonly" and (
+                problems := check_readonly(lambda sql, args=None: query(conn, sql, args))
+            ):
+                raise PreflightError(
+                    f"source {self.where} cannot place read-only watermarks:\n  - " + "\n  - ".join(problems)
+                )
             check_named_keys(self.name, self.config, lambda schema, table: table_keys(conn, schema, table))
             found: dict[str, TableKeys] = {}
             for schema, table in base_tables(conn):
@@ -103,6 +111,8 @@ class MySqlSource:
             resume: dict[str, Any] = {"file": file, "pos": pos}
             if self.config.kind == "mariadb":
                 resume["gtid"] = query(conn, "SELECT BINLOG_GTID_POS(%s, %s)", (file, pos))[0][0] or ""
+            if self.config.watermarks == "readonly":
+                resume["server"] = server_identity(lambda sql, args=None: query(conn, sql, args))
         return position_lsn(file, pos), resume
 
     def check_resumable(self, frontier: Lsn, resume: dict[str, Any]) -> None:
@@ -116,7 +126,7 @@ class MySqlSource:
                 f"Run `logtide capture --source {self.name} --reset` to start from the current position, "
                 "then a full dump of every table to recover the history."
             )
-        if current < frontier:
+        if current.major < frontier.major:  # a heartbeat's frontier stands at the binlog end, minor > 0
             raise PositionWentBackwardsError(
                 f"{self.where}: the server's binlog ends before the landed frontier (was RESET MASTER run?). "
                 "Move the landing zone aside, start capture with --reset, then run a full dump."

@@ -348,6 +348,10 @@ class PostgresChunkSource:
         `_passed` check covers a frontier that moved in between)."""
         return high if frontier is None else max(high, frontier + 1)
 
+    def server_identity(self) -> None:
+        """No server check: PostgreSQL's read-only dump and capture read the same primary by config."""
+        return None
+
     def close(self) -> None:
         self._conn.close()
 

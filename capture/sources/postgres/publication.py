@@ -172,19 +172,7 @@ class Publication:
             result.published = {t.name for t in wanted} if result.exists else set()
         else:
             result.exists = True
-            _oid, all_tables, insert, update, delete, truncate = rows[0]
-            if not (insert and update and delete):
-                result.problem = (
-                    f"publication {self.name!r} does not publish inserts, updates and deletes: "
-                    f"ALTER PUBLICATION \"{_text(self.name)}\" SET (publish = 'insert, update, delete, truncate')"
-                )
-            elif not truncate:  # capture runs, but a TRUNCATE would leave its rows in the targets
-                self._say(
-                    "publication.truncate_not_published",
-                    "*",
-                    problem="TRUNCATE of a captured table is not in the log: targets would keep its rows",
-                    fix=f"ALTER PUBLICATION \"{_text(self.name)}\" SET (publish = 'insert, update, delete, truncate')",
-                )
+            all_tables = self._check_publish(rows[0], result)
             if all_tables:
                 result.all_tables = True
                 self._said_all_tables(conn, tables, wanted)
@@ -200,6 +188,23 @@ class Publication:
                 result.left_out[t.name] = (reason, t.fix())
                 self._say("publication.table_left_out", t.name, reason=reason, fix=t.fix())
         return result
+
+    def _check_publish(self, row: tuple[Any, ...], result: SyncResult) -> bool:
+        """What an existing publication publishes: inserts, updates and deletes or a problem; a
+        missing TRUNCATE only warns (capture runs, but a TRUNCATE would leave its rows in the
+        targets). Returns whether it is FOR ALL TABLES."""
+        _oid, all_tables, insert, update, delete, truncate = row
+        fix = f"ALTER PUBLICATION \"{_text(self.name)}\" SET (publish = 'insert, update, delete, truncate')"
+        if not (insert and update and delete):
+            result.problem = f"publication {self.name!r} does not publish inserts, updates and deletes: {fix}"
+        elif not truncate:
+            self._say(
+                "publication.truncate_not_published",
+                "*",
+                problem="TRUNCATE of a captured table is not in the log: targets would keep its rows",
+                fix=fix,
+            )
+        return bool(all_tables)
 
     def _check(
         self,
@@ -222,20 +227,7 @@ class Publication:
             )
             return result
         result.exists = True
-        _oid, all_tables, insert, update, delete, truncate = rows[0]
-        if not (insert and update and delete):
-            result.problem = (
-                f"publication {self.name!r} does not publish inserts, updates and deletes: "
-                f"ALTER PUBLICATION \"{_text(self.name)}\" SET (publish = 'insert, update, delete, truncate')"
-            )
-        elif not truncate:  # as for Logtide's own publication (`sync`)
-            self._say(
-                "publication.truncate_not_published",
-                "*",
-                problem="TRUNCATE of a captured table is not in the log: targets would keep its rows",
-                fix=f"ALTER PUBLICATION \"{_text(self.name)}\" SET (publish = 'insert, update, delete, truncate')",
-            )
-        if all_tables:
+        if self._check_publish(rows[0], result):
             result.all_tables = True
             return result
         result.published = {t.name for t in captured if t.listed}
