@@ -72,7 +72,9 @@ def _relay(config: LogtideConfig, args: argparse.Namespace) -> int:
     threads = []
     for name in names:
         output = config.outputs[name]
-        relay = Relay(zone, source.kind, name, output, open_output(name, args.source, output), source.database, metrics)
+        sink = open_output(name, args.source, output)
+        readonly = source.watermarks == "readonly"
+        relay = Relay(zone, source.kind, name, output, sink, source.database, metrics, readonly)
         threads.append(threading.Thread(target=run, args=(name, relay), name=f"relay-{name}"))
         metrics.watch(name, relay, threads[-1])
     port = config.relay.metrics.port if args.metrics_port is None else args.metrics_port

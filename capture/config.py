@@ -359,12 +359,6 @@ class LogtideConfig(_Strict):
                 raise ValueError(f"output name {name!r} may only hold letters, digits, '_' and '-'")
             if output.source not in self.sources:
                 raise ValueError(f"output {name!r} names source {output.source!r}, which is not in sources")
-            if self.sources[output.source].watermarks == "readonly":
-                raise ValueError(
-                    f"output {name!r} follows source {output.source!r}, whose dumps use watermarks: readonly; "
-                    "outputs place dump rows at HIGH watermark rows in the log, which read-only dumps do not "
-                    "write (not implemented yet), so the output would carry the log without the dumps' rows"
-                )
         return self
 
     @field_validator("sources")

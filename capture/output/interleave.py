@@ -41,6 +41,7 @@ from capture.dump.reconcile import StreamEvent, _base_missing, hidden_events
 from capture.errors import WatermarkError
 from capture.events import Row
 from capture.landing.chunks import ChunkMeta
+from capture.landing.reader import TruncateMark, truncated_by
 from capture.log import get_logger
 from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE
 
@@ -236,7 +237,43 @@ class Interleaver:
         self._finished[(dump_id, table)] = chunk
         return self._survivors(window, meta, rows, event)
 
-    def _survivors(self, window: _Window, meta: ChunkMeta, rows: list[dict[str, Any]], high: Event) -> list[Event]:
+    # -- read-only chunks ------------------------------------------------------------------------
+
+    def readonly_chunk(
+        self,
+        meta: ChunkMeta,
+        rows: list[dict[str, Any]],
+        low: int,
+        high: int,
+        high_ts: datetime | None,
+        events: list[Event],
+        first_order: int = 1,
+    ) -> list[Event]:
+        """A read-only chunk's (`watermarks: readonly`) surviving rows, placed at its HIGH position
+        (order 1 + position), for the caller to emit once every log event at or before HIGH is emitted
+        and before any after it. No watermark rows bracket such a chunk: its LOW is in its file and its
+        HIGH in its HIGH file (capture/landing/reader.py `readonly_window`), so the caller finds it and
+        gives, read again from the landing zone, the events of its table (TRUNCATEs too) from before
+        LOW (PostgreSQL: as far back as its look-back; the read view hides events before LOW by xid)
+        up to HIGH. The rules are the table windows' (and the merge's): a key an event inside LOW..HIGH
+        touched is dropped, on PostgreSQL also one an event the snapshot did not see touched, and a
+        TRUNCATE inside the window (or one the snapshot missed) drops every row. Row i has order
+        `first_order` + i: chunks sharing a HIGH take consecutive orders (capture/output/landing.py)."""
+        table = meta.table
+        mine = [e for e in events if e.qualified_name == table and e.lsn <= high]
+        window = _Window(meta.low_id, meta.dump_id, table, meta.chunk, low, None, low, mine)
+        stub = Event("", "", high, "r", None, None, (), None, high_ts)
+        return self._survivors(window, meta, rows, stub, readonly=True, first_order=first_order)
+
+    def _survivors(
+        self,
+        window: _Window,
+        meta: ChunkMeta,
+        rows: list[dict[str, Any]],
+        high: Event,
+        readonly: bool = False,
+        first_order: int = 1,
+    ) -> list[Event]:
         """reconcile.py's step 3 and 4 for one chunk: the rows no window event (or, on PostgreSQL, no event
         the chunk's snapshot missed) supersedes, and the columns of superseded rows nothing carried."""
         key_columns = meta.key
@@ -247,13 +284,14 @@ class Interleaver:
         stream: list[StreamEvent] = []
         lsns: list[int] = []
         xids: list[int | None] = []
+        truncates = [TruncateMark(e.lsn, e.schema, e.table, e.txid, e.commit_ts) for e in window.events if e.op == "t"]
+        # a TRUNCATE in the window, or one before LOW its snapshot missed: no row survives (the merge's rule)
+        if truncates and truncated_by(truncates, window.low_lsn, high.lsn, meta.read_view) is not None:
+            self.rows_dropped += len(rows)
+            return []
         for e in window.events:
             xid = int(e.txid) if e.txid and e.txid.isdigit() else None
-            if e.op == "t":  # a TRUNCATE in the window, or one before LOW its snapshot missed: no row survives
-                view = meta.read_view
-                if e.lsn > window.low_lsn or (view is not None and view.hides(e.lsn, xid)):
-                    self.rows_dropped += len(rows)
-                    return []
+            if e.op == "t":
                 continue
             if e.before is not None and e.after is not None and key_of(e.before) != key_of(e.after):
                 stream.append(StreamEvent(e.lsn, 0, "d", key_of(e.before), None))
@@ -269,7 +307,7 @@ class Interleaver:
             in_window.setdefault(stream[i].key, []).append(stream[i])
         hidden: dict[Row, list[StreamEvent]] = {}
         if meta.read_view is not None:
-            if len(self._recent) == self._recent.maxlen and lsns and lsns[0] > meta.read_view.lookback:
+            if not readonly and len(self._recent) == self._recent.maxlen and lsns and lsns[0] > meta.read_view.lookback:
                 log.warning(
                     "output.lookback_short",
                     table=window.table,
@@ -301,7 +339,7 @@ class Interleaver:
                     None,
                     high.commit_ts,
                     missing,
-                    1 + position,
+                    first_order + position,
                     meta.dump_id,
                     meta.chunk,
                 )

@@ -22,7 +22,7 @@ from capture.errors import LandingZoneError
 from capture.events import lsn_text
 from capture.landing.chunks import ChunkMeta, chunk_path, read_chunk_meta
 from capture.landing.files import list_segments, write_json_atomic
-from capture.landing.reader import Watermarks
+from capture.landing.reader import LandedChunk, Watermarks, closed_chunks, merge_tables, table_segments
 from capture.landing.zone import SCHEMA_HISTORY, LandingZone, folder_table
 from capture.output.interleave import Event
 from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE
@@ -161,6 +161,101 @@ class LandingReader:
             else:
                 open_lows.pop(slot, None)
         return min(open_lows.values(), default=frontier)
+
+
+class ReadonlyChunks:
+    """The read-only chunks (`watermarks: readonly`) of the tables read, found by their HIGH files and
+    handed out in HIGH order for the interleaver to place (`Interleaver.readonly_chunk`).
+
+    No watermark row tells a reader of the log where such a chunk stands, so `scan(start, frontier)` is
+    called with every new frontier before any event below it is read: it takes in the chunks whose HIGH
+    is in [start, frontier) (each range once). That finds every chunk before the log passes its HIGH:
+    the dump writes the HIGH file and then reads the frontier again, and reads the chunk again when the
+    frontier is already past HIGH (capture/dump/engine.py `_passed`), so a HIGH file that stays valid
+    was written while the frontier was at or below HIGH; a scan after reading a frontier sees every
+    HIGH below it. `due(before)` hands out (and forgets) the chunks whose HIGH is below `before`;
+    `load(chunk)` reads its rows and the events of its table it is judged against, again from the
+    landing zone (its LOW is usually behind the reader by then)."""
+
+    def __init__(self, zone: LandingZone, include: Callable[[str, str], bool] | None, lookback: int) -> None:
+        self.zone = zone
+        self._include = include
+        self._lookback = lookback
+        self._scanned: int | None = None  # frontier of the last scan: HIGHs below it are taken in
+        self._queue: list[LandedChunk] = []
+        self._placed = (-1, 1)  # HIGH of the last chunk loaded, and the order its rows end before
+        self.superseded = 0
+
+    def scan(self, start: int, frontier: int) -> None:
+        since = start if self._scanned is None else max(start, self._scanned)
+        if since < frontier:
+            marks = Watermarks(self.zone, frontier)
+            for name in merge_tables(self.zone):
+                schema, _, table = name.partition(".")
+                if self._include is not None and not self._include(schema, table):
+                    continue
+                found, _stale = closed_chunks(self.zone, marks, schema, table, since)
+                self._queue += [c for c in found if c.meta.low_lsn is not None]
+            self._queue.sort(key=lambda c: c.high)  # stable: chunks sharing a HIGH keep their order
+        self._scanned = frontier if self._scanned is None else max(frontier, self._scanned)
+
+    def next_high(self) -> int | None:
+        return self._queue[0].high if self._queue else None
+
+    def due(self, before: int) -> list[LandedChunk]:
+        n = 0
+        while n < len(self._queue) and self._queue[n].high < before:
+            n += 1
+        taken, self._queue = self._queue[:n], self._queue[n:]
+        return taken
+
+    def load(
+        self, chunk: LandedChunk, frontier: int
+    ) -> tuple[ChunkMeta, list[dict[str, Any]], list[Event], int] | None:
+        """The chunk's meta and rows, its table's events (TRUNCATEs too) from its look-back up to HIGH,
+        and the order of its first row; None when its file now carries another HIGH (the chunk was read
+        again: that attempt has a HIGH of its own, at or above a frontier read after this one).
+
+        Chunks may share a HIGH (read-only HIGHs are log positions: on a source where nothing commits
+        between them, several chunks are read at the same binlog end), so each row's order is 1 + its
+        position after the rows of the chunks loaded before it at the same HIGH: (LSN, order) names one
+        message, as output message ids and acknowledged positions need. Chunks are loaded in `due`'s
+        order, which a replay from that HIGH repeats."""
+        try:
+            data = pq.read_table(chunk.path, memory_map=True)
+            meta = read_chunk_meta(chunk.path)
+        except FileNotFoundError:
+            meta = None
+        if meta is None or meta.high_id != chunk.meta.high_id:
+            self.superseded += 1
+            return None
+        schema, _, table = meta.table.partition(".")
+        reader = LandingReader(self.zone, lambda s, t: s == schema and t == table)
+        at = self._start(schema, table, chunk.low, frontier) if meta.read_view is not None else chunk.low
+        events: list[Event] = []
+        while at <= chunk.high and at < frontier:
+            read, at = reader.read(at, frontier, 5_000)
+            events += read
+        first = self._placed[1] if self._placed[0] == chunk.high else 1
+        rows = data.column("after").to_pylist()
+        self._placed = (chunk.high, first + len(rows))
+        wanted = [
+            e
+            for e in events
+            if e.lsn <= chunk.high and not (e.schema == WATERMARK_SCHEMA and e.table == WATERMARK_TABLE)
+        ]
+        return meta, rows, wanted, first
+
+    def _start(self, schema: str, table: str, low: int, frontier: int) -> int:
+        """PostgreSQL: where to read from for `lookback` of the table's events before LOW (whole files)
+        that the chunk's read view may hide (capture/sources/postgres/read_view.py)."""
+        before = [s for s in table_segments(self.zone, schema, table, frontier) if s.first < low]
+        counted = 0
+        for segment in reversed(before):
+            counted += pq.ParquetFile(segment.path).metadata.num_rows
+            if counted >= self._lookback:
+                return segment.first
+        return before[0].first if before else low
 
 
 def _repeated(column: pa.ChunkedArray) -> list[Any]:

@@ -29,7 +29,14 @@ from capture.landing.files import write_json_atomic
 from capture.log import get_logger
 from capture.output.formats import Encoder, Message
 from capture.output.interleave import Event, Interleaver
-from capture.output.landing import LandingReader, Position, position_path, read_position, write_position
+from capture.output.landing import (
+    LandingReader,
+    Position,
+    ReadonlyChunks,
+    position_path,
+    read_position,
+    write_position,
+)
 from capture.output.sinks import Output
 from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE
 
@@ -91,6 +98,7 @@ class Relay:
         output: Output,
         database: str | None = None,
         metrics: RelayMetrics | None = None,
+        readonly: bool = False,
     ) -> None:
         self.zone, self.kind, self.name, self.config, self.output = zone, kind, name, config, output
         self.metrics = metrics
@@ -105,6 +113,8 @@ class Relay:
         self.state_written = 0.0
         self._state_details: dict[str, object] = {}
         self.reader = LandingReader(zone, config.includes)
+        # `watermarks: readonly`: chunks found by their HIGH files, not by watermark rows in the log
+        self.readonly = readonly
         self.delivered = 0
         self.retries = 0
         self.position: Position | None = None
@@ -153,9 +163,12 @@ class Relay:
         read_at = position.replay_from
         pending = self._pending
         last_written = time.monotonic()
+        readonly = ReadonlyChunks(self.zone, self.config.includes, self.config.lookback) if self.readonly else None
         while not stop.is_set():
             frontier = self.reader.frontier()
             self.caught_up = read_at >= frontier
+            if readonly is not None and not self.caught_up:
+                readonly.scan(read_at, frontier)  # before any event below the frontier is read
             if time.monotonic() - self.state_written > STATE_EVERY_S:  # alive, for dumps and /health
                 self._state(self.state_name, **self._state_details)
             if self.caught_up:
@@ -169,6 +182,13 @@ class Relay:
                 continue
             events, read_at = self.reader.read(read_at, frontier, READ_ROWS)
             for event in events:
+                if (
+                    readonly is not None
+                    and (high := readonly.next_high()) is not None
+                    and high < event.lsn
+                    and not self._readonly_due(readonly, event.lsn, frontier, interleaver, acked, encode, stop)
+                ):
+                    return
                 replay = interleaver.replay_from(event.lsn)
                 for out in interleaver.push(event):
                     if out.position <= acked or not self._includes(out):
@@ -188,10 +208,51 @@ class Relay:
                     if mark is not None and mark["kind"] == "HIGH":  # after its rows are pending
                         key = high_key(mark["dump_id"], mark["table_name"])
                         self.undelivered_highs.append((event.lsn, key, int(mark["chunk"])))
+            if readonly is not None and not self._readonly_due(
+                readonly, read_at, frontier, interleaver, acked, encode, stop
+            ):
+                return
             if len(pending) > self._inflight:
                 self._send(pending, stop)  # pipelined, it goes out while the next files are read
             self._acked_highs(pending)
             last_written = time.monotonic()
+
+    def _readonly_due(
+        self,
+        readonly: ReadonlyChunks,
+        before: int,
+        frontier: int,
+        interleaver: Interleaver,
+        acked: tuple[int, int],
+        encode: Encoder,
+        stop: threading.Event,
+    ) -> bool:
+        """The surviving rows of the read-only chunks whose HIGH is below `before` (every log event up to
+        their HIGH is pending or delivered, none after it), pending in HIGH order; False on stop."""
+        pending = self._pending
+        for chunk in readonly.due(before):
+            loaded = readonly.load(chunk, frontier)
+            meta = chunk.meta
+            if loaded is None:
+                log.info("output.chunk_superseded", dump_id=meta.dump_id, table=meta.table, chunk=meta.chunk)
+                continue
+            meta, rows, events, first = loaded
+            replay = interleaver.replay_from(chunk.high)
+            for out in interleaver.readonly_chunk(meta, rows, chunk.low, chunk.high, chunk.high_ts, events, first):
+                if out.position <= acked or not self._includes(out):
+                    continue
+                if self.transforms:
+                    transformed = self._transform(out)
+                    if transformed is None:
+                        continue
+                    out = transformed
+                pending.append((encode(out), replay))
+                if len(pending) - self._inflight >= self.config.batch_size:
+                    self._send(pending, stop)
+                    if stop.is_set():
+                        return False
+            self.undelivered_highs.append((chunk.high, high_key(meta.dump_id, meta.table), meta.chunk))
+        return True
 
     @property
     def pending(self) -> int:

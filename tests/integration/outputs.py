@@ -21,7 +21,7 @@ from capture.dump.engine import DumpRequest
 from capture.landing import LandingZone
 from capture.output.formats import message_id
 from capture.output.interleave import Event, Interleaver
-from capture.output.landing import LandingReader
+from capture.output.landing import LandingReader, ReadonlyChunks
 from tests.integration.dumping import open_engine
 from tests.servers import free_port, wait_for
 
@@ -117,9 +117,24 @@ def expected_stream(zone: LandingZone, tables: set[str] | None = None) -> list[E
     """The whole landing zone through one interleaver, at once: what a relay started at the beginning
     must have delivered (in this order) once it caught up."""
     reader = LandingReader(zone)
-    events, _ = reader.read(0, reader.frontier(), max_rows=1 << 62)
+    frontier = reader.frontier()
+    events, _ = reader.read(0, frontier, max_rows=1 << 62)
     interleaver = Interleaver(reader.load_chunk)
-    out = [o for e in events for o in interleaver.push(e)]
+    readonly = ReadonlyChunks(zone, None, 10_000)  # `watermarks: readonly` chunks, by their HIGH files
+    readonly.scan(0, frontier)
+    out: list[Event] = []
+
+    def place(before: int) -> None:
+        for chunk in readonly.due(before):
+            loaded = readonly.load(chunk, frontier)
+            if loaded is not None:
+                meta, rows, window, first = loaded
+                out.extend(interleaver.readonly_chunk(meta, rows, chunk.low, chunk.high, chunk.high_ts, window, first))
+
+    for event in events:
+        place(event.lsn)
+        out.extend(interleaver.push(event))
+    place(frontier)
     return [o for o in out if tables is None or o.qualified_name in tables]
 
 

@@ -21,11 +21,13 @@ from capture.dump.engine import DumpEngine, DumpRequest
 from capture.errors import DumpCancelledError
 from capture.events import Change, ChangeBatch, Column, Lsn, Op, TableSchema, TransactionEnd
 from capture.landing import Checkpoint, LandingZone
+from capture.landing.chunks import ChunkMeta, read_chunk_meta, write_chunk, write_chunk_high
 from capture.landing.log_writer import LogWriter
 from capture.output.landing import Position, read_position
 from capture.output.relay import STATE_EVERY_S, Relay
 from capture.output.sinks import open_output
 from capture.sources import open_chunk_source
+from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE
 from capture.status import outputs_status
 from tests.integration.dumping import Workload, populate_ledger, reconciled_state, table_state, wait_until_landed
 from tests.integration.outputs import (
@@ -44,11 +46,14 @@ from tests.servers import NatsServer, wait_for
 pytestmark = pytest.mark.integration
 
 
+@pytest.mark.parametrize("watermarks", ["table", "readonly"])
 def test_jetstream_gets_the_log_and_dump_rows_interleaved_through_kills_of_capture_and_relay(
-    mariadb, database, make_capture, nats_server, tmp_path, make_relay, dump_in_thread
+    mariadb, database, make_capture, nats_server, tmp_path, make_relay, dump_in_thread, watermarks
 ):
+    """Both kinds of watermarks: rows of `logtide.watermarks` in the log, or (read-only) a chunk's LOW in
+    its file and its HIGH in its HIGH file, which the relay finds before the log passes it."""
     populate_ledger(mariadb, database, 3000)  # history before capture started: only the dump brings it
-    capture = make_capture([f"{database}.*"])
+    capture = make_capture([f"{database}.*"], watermarks=watermarks)
     stream, prefix = f"S{uuid.uuid4().hex[:8]}", f"p{uuid.uuid4().hex[:8]}"
     output = {"source": "src", "kind": "nats", "url": nats_server.url, "stream": stream, "subject_prefix": prefix}
     add_outputs(capture.config_path, {"js": {**output, "start": "beginning", "batch_size": 200}})
@@ -90,6 +95,8 @@ def test_jetstream_gets_the_log_and_dump_rows_interleaved_through_kills_of_captu
     # the merge's reference rebuilds the same table from the same landing zone
     assert {k[0]: row for k, row in reconciled_state(capture, database, "ledger")[0].items()} == source
     assert "output.resuming" in relay.log()
+    watermark_rows = capture.zone.read_table(WATERMARK_SCHEMA, WATERMARK_TABLE)
+    assert (watermark_rows is None) == (watermarks == "readonly")  # read-only: nothing written to the source
 
 
 class _Hook(BaseHTTPRequestHandler):
@@ -197,11 +204,14 @@ class _PauseAfterLow:
             self.release.wait(60)
 
 
+@pytest.mark.parametrize("watermarks", ["table", "readonly"])
 def test_an_output_added_inside_a_dump_window_starts_at_the_checkpoint_and_rebuilds_the_window(
-    mariadb, database, make_capture, nats_server, tmp_path, make_relay
+    mariadb, database, make_capture, nats_server, tmp_path, make_relay, watermarks
 ):
+    """Read-only: no LOW row tells the relay where chunk 4's window began; it finds the chunk by its HIGH
+    file after the checkpoint and reads its table's log again from the LOW in the chunk file."""
     populate_ledger(mariadb, database, 1000)
-    capture = make_capture([f"{database}.*"])
+    capture = make_capture([f"{database}.*"], watermarks=watermarks)
     capture.start().wait_running()
     source = open_chunk_source("src", capture.config.source("src"))
     pausing = _PauseAfterLow(source, chunk=4)
@@ -228,7 +238,11 @@ def test_an_output_added_inside_a_dump_window_starts_at_the_checkpoint_and_rebui
     started = re.search(r"output.first_start .*frontier=(\d+) replay_from=(\d+)", relay.log())
     assert started is not None, relay.log()
     frontier, replay_from = int(started.group(1)), int(started.group(2))
-    assert replay_from < frontier  # chunk 4's LOW was before the checkpoint: the relay read from there
+    if watermarks == "table":
+        assert replay_from < frontier  # chunk 4's LOW was before the checkpoint: the relay read from there
+    else:
+        low = next(m.low_lsn for m in _chunk_metas(capture.zone) if m.chunk == 4)
+        assert low < frontier == replay_from  # LOW was before the checkpoint; the relay reads it again per chunk
 
     expected = [e for e in expected_stream(capture.zone) if e.lsn >= frontier]
     wait_count(nats_server.url, stream, len(expected), relay)
@@ -239,6 +253,10 @@ def test_an_output_added_inside_a_dump_window_starts_at_the_checkpoint_and_rebui
     chunk4 = [m["key"]["id"] for m in got if m["op"] == "r" and m["dump"]["chunk"] == 4]
     assert chunk4 == [i for i in range(301, 401) if i != 350]  # the row changed inside its window is dropped
     assert {m["dump"]["chunk"] for m in got if m["op"] == "r"} == set(range(4, 11))
+
+
+def _chunk_metas(zone: LandingZone) -> list:
+    return [read_chunk_meta(p) for p in sorted((zone.root / "chunks").rglob("[0-9]*.parquet"))]
 
 
 def test_jetstream_down_for_a_while_delays_delivery_and_loses_nothing(
@@ -291,24 +309,47 @@ class _SlowHook(BaseHTTPRequestHandler):
         self.end_headers()
 
 
+class _Ticker:
+    """Commits to another table every 50 ms, so that MariaDB's landed frontier passes each read-only HIGH (a
+    binlog position) at the next commit, not after two heartbeat commits (about 0.5-1 s a chunk here)."""
+
+    def __init__(self, mariadb, database: str) -> None:
+        mariadb.execute("CREATE TABLE IF NOT EXISTS tick (id INT AUTO_INCREMENT PRIMARY KEY)", database=database)
+        self._stop = threading.Event()
+
+        def run() -> None:
+            while not self._stop.wait(0.05):
+                mariadb.execute("INSERT INTO tick () VALUES ()", database=database)
+
+        self._thread = threading.Thread(target=run, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+
+@pytest.mark.parametrize("watermarks", ["table", "readonly"])
 def test_a_slow_output_holds_a_dump_back_to_one_chunk_ahead_of_it(
-    mariadb, database, make_capture, tmp_path, make_relay, dump_in_thread
+    mariadb, database, make_capture, tmp_path, make_relay, dump_in_thread, watermarks
 ):
     populate_ledger(mariadb, database, 400)
     server = ThreadingHTTPServer(("127.0.0.1", 0), _SlowHook)
     server.received = []  # type: ignore[attr-defined]
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    capture = make_capture([f"{database}.*"])
+    capture = make_capture([f"{database}.*"], watermarks=watermarks)
     hook = {
         "source": "src",
         "kind": "webhook",
         "url": f"http://127.0.0.1:{server.server_port}/",
         "batch_size": 20,
         "backpressure_rows": 40,  # one chunk ahead
+        "tables": [f"{database}.ledger"],
     }
     add_outputs(capture.config_path, {"slow": hook})
     capture.start().wait_running()
     relay = make_relay(capture.config_path).start()
+    ticker = _Ticker(mariadb, database) if watermarks == "readonly" else None
     try:
         wait_for(lambda: read_state(capture.zone, "slow"), 30, what="the relay to start")
         dump, outcome = dump_in_thread(capture, f"{database}.ledger", chunk_size=40, delay_s=0)
@@ -318,7 +359,11 @@ def test_a_slow_output_holds_a_dump_back_to_one_chunk_ahead_of_it(
         assert outcome and not isinstance(outcome[0], BaseException), outcome
         assert max(delivered, default=0) >= 8  # chunk 10 done: the output had delivered chunk 9, or 8 at least
         wait_for(lambda: len(server.received) >= 400, 30, what="every row")  # type: ignore[attr-defined]
+        rows = [m for m in list(server.received) if m["op"] == "r"]  # type: ignore[attr-defined]
+        assert sorted(m["key"]["id"] for m in rows) == list(range(1, 401))
     finally:
+        if ticker is not None:
+            ticker.stop()
         relay.stop()
         server.shutdown()
 
@@ -432,6 +477,61 @@ def test_a_relay_backing_off_from_a_failing_output_still_counts_as_alive_for_the
         server.shutdown()
     gaps = [b - a for a, b in itertools.pairwise(written)]
     assert max(gaps) <= STATE_EVERY_S + 0.5, gaps  # the 3.2 s backoff did not silence it
+
+
+def test_a_relay_places_a_readonly_chunk_at_its_high_only_once_its_high_file_and_the_frontier_pass(tmp_path):
+    """`watermarks: readonly` without servers: a landing zone written by capture's own LogWriter, a chunk file
+    whose HIGH file comes later (as the dump writes them). The relay delivers the log up to the frontier and
+    no chunk row while the HIGH file is missing; once it exists and the frontier passes it, the surviving
+    rows come at HIGH, after the events before it (the one inside the window drops its key) and before the
+    events after it."""
+    zone = LandingZone(tmp_path, "src")
+    start = Checkpoint(Lsn(1), {"pos": 1})
+    zone.write_checkpoint(start)
+    writer = LogWriter(zone, start, flush_interval_s=60, max_buffer_rows=1000)
+    table = TableSchema("db", "t", (Column("id", pa.int64(), "bigint"), Column("v", pa.int64(), "bigint")), ("id",))
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+
+    def commit(lsn: int, *changes: tuple[Op, tuple | None, tuple | None]) -> None:
+        batch = [Change(Lsn(lsn, i), op, before, after) for i, (op, before, after) in enumerate(changes)]
+        writer.add(ChangeBatch(table, f"0-1-{lsn}", now, False, batch))
+        writer.end_transaction(TransactionEnd(Lsn(lsn + 1), {"pos": lsn + 1}, now))
+        writer.commit()
+
+    commit(10, (Op.CREATE, None, (1, 0)), (Op.CREATE, None, (2, 0)))  # before LOW: the chunk saw them
+    low, high = Lsn(15).encode(), Lsn(25).encode()
+    commit(20, (Op.UPDATE, (2, 0), (2, 5)))  # inside the window: chunk row 2 is older
+    meta = ChunkMeta("d1", "db.t", 1, "L", "H", ("id",), None, None, None, True, None, 3, None, low_lsn=low)
+    rows = pa.array([{"id": 1, "v": 0}, {"id": 2, "v": 0}, {"id": 3, "v": 0}], table.row_type)
+    path = write_chunk(zone, table, meta, rows)  # no HIGH file yet: the dump is between file and HIGH
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _DownHook)
+    server.received, server.up = [], threading.Event()  # type: ignore[attr-defined]
+    server.up.set()  # type: ignore[attr-defined]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    config = OutputConfig(
+        source="src", kind="webhook", url=f"http://127.0.0.1:{server.server_port}/", start="beginning"
+    )
+    relay = Relay(zone, "mariadb", "ro", config, open_output("ro", "src", config), readonly=True)
+    stop = threading.Event()
+    thread = threading.Thread(target=relay.run, args=(stop,))
+    thread.start()
+    received = server.received  # type: ignore[attr-defined]
+    try:
+        wait_for(lambda: len(received) >= 3, 10, what="the log below the frontier")
+        time.sleep(0.5)  # the relay polls on: still nothing of the chunk
+        assert [(m["op"], m["key"]["id"]) for m in received] == [("c", 1), ("c", 2), ("u", 2)]
+        write_chunk_high(path, meta, high)  # the frontier (21) is below HIGH, as the dump checks
+        commit(30, (Op.UPDATE, (1, 0), (1, 7)))  # after HIGH: the frontier passes it
+        wait_for(lambda: len(received) >= 6, 10, what="the chunk's rows and the event after HIGH")
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+        server.shutdown()
+    assert [(m["op"], m["key"]["id"]) for m in received] == [("c", 1), ("c", 2), ("u", 2), ("r", 1), ("r", 3), ("u", 1)]
+    assert [(int(m["lsn"]), m["order"]) for m in received if m["op"] == "r"] == [(high, 1), (high, 3)]
+    assert all(m["dump"] == {"id": "d1", "chunk": 1} for m in received if m["op"] == "r")
+    assert logtide_state(received) == {1: {"id": 1, "v": 7}, 2: {"id": 2, "v": 5}, 3: {"id": 3, "v": 0}}
+    assert read_state(zone, "ro")["highs"] == {"d1/db.t": 1}  # what the dump gate reads
 
 
 def test_a_background_dump_stops_at_its_next_chunk_when_its_test_ends(mariadb, database, make_capture):

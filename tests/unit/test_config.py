@@ -101,8 +101,9 @@ def test_watermarks_default_to_the_table_and_readonly_is_refused_where_it_is_not
     with pytest.raises(ConfigError, match="watermarks: readonly is not implemented for kind 'mysql'"):
         parse_config({"sources": {"shop": {**readonly, "kind": "mysql"}}})
     output = {"source": "shop", "kind": "webhook", "url": "http://127.0.0.1:9/"}
-    with pytest.raises(ConfigError, match="whose dumps use watermarks: readonly"):
-        parse_config({"sources": {"shop": readonly}, "outputs": {"hook": output}})
+    with_output = parse_config({"sources": {"shop": readonly, "pg": pg}, "outputs": {"hook": output}})
+    assert with_output.outputs["hook"].source == "shop"  # outputs follow read-only dumps too
+    assert parse_config({"sources": {"pg": pg}, "outputs": {"hook": {**output, "source": "pg"}}}).outputs
     with pytest.raises(ConfigError, match="Input should be 'table' or 'readonly'"):
         parse_config({"sources": {"shop": {**readonly, "watermarks": "none"}}})
 

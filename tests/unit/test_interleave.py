@@ -343,3 +343,154 @@ def test_a_truncate_before_low_leaves_the_chunk_alone_unless_the_snapshot_missed
     log.chunk("L", "H", rows(range(1, 3)), read_view=PgSnapshot.parse("95:100:", first.lsn))
     out = run(log, [first, log.mark("LOW", "L"), log.mark("HIGH", "H")], lookback=100)
     assert [e.op for e in out] == ["t"]
+
+
+# -- read-only chunks (`watermarks: readonly`): LOW in the chunk file, HIGH in its HIGH file -----------------
+
+
+def readonly_meta(rows_: list[dict[str, Any]], low: int, read_view=None, chunk: int = 1) -> ChunkMeta:
+    return ChunkMeta(
+        "d1", "db.t", chunk, "L", "H", ("id",), None, None, None, False, None, len(rows_), read_view, low_lsn=low
+    )
+
+
+def placed(log: Log, events: list[Event], meta: ChunkMeta, rows_, low: int, high: int) -> list[Event]:
+    """The relay's order: every log event up to HIGH, the chunk's survivors at HIGH, the events after it."""
+    interleaver = Interleaver(log.load)
+    out = [o for e in events if e.lsn <= high for o in interleaver.push(e)]
+    out += interleaver.readonly_chunk(meta, rows_, low, high, T0, events)
+    return out + [o for e in events if e.lsn > high for o in interleaver.push(e)]
+
+
+def test_a_readonly_chunk_drops_the_keys_its_window_touched_and_places_the_rest_at_high():
+    log = Log()
+    before = log.change("u", {"id": 1, "v": 5})  # the snapshot saw it: not a collision
+    low = log._next()  # LOW: the snapshot's position, no event of its own
+    inside = log.change("u", {"id": 2, "v": 9})
+    other = log.change("u", {"id": 3, "v": 7}, table="db.other")  # another table's: no effect
+    deleted = log.change("d", {"id": 4, "v": 0})
+    high = log._next()
+    after = log.change("u", {"id": 1, "v": 6})  # after HIGH: applied after the chunk's rows
+    chunk_rows = rows(range(1, 6))
+    meta = readonly_meta(chunk_rows, low)
+    out = placed(log, [before, inside, other, deleted, after], meta, chunk_rows, low, high)
+    assert [(e.op, e.qualified_name, e.key_values()["id"]) for e in out] == [
+        ("u", "db.t", 1),
+        ("u", "db.t", 2),
+        ("u", "db.other", 3),
+        ("d", "db.t", 4),
+        ("r", "db.t", 1),
+        ("r", "db.t", 3),
+        ("r", "db.t", 5),
+        ("u", "db.t", 1),
+    ]
+    assert [e.position for e in out if e.op == "r"] == [(high, 1), (high, 3), (high, 5)]
+    assert all(e.dump_id == "d1" and e.chunk == 1 and e.commit_ts == T0 for e in out if e.op == "r")
+    assert replay([e for e in out if e.qualified_name == "db.t"]) == {1: 6, 2: 9, 3: 0, 5: 0}
+
+
+def test_a_readonly_chunk_ignores_events_after_its_high_even_when_given():
+    log = Log()
+    low = log._next()
+    high = log._next()
+    later = log.change("d", {"id": 1, "v": 0})
+    chunk_rows = rows(range(1, 3))
+    interleaver = Interleaver(log.load)
+    out = interleaver.readonly_chunk(readonly_meta(chunk_rows, low), chunk_rows, low, high, T0, [later])
+    assert brief(out) == [("r", 1), ("r", 2)]
+
+
+def test_a_readonly_chunk_with_every_row_colliding_or_empty_emits_nothing():
+    log = Log()
+    low = log._next()
+    events = [log.change("u", {"id": i, "v": 1}) for i in (1, 2)]
+    high = log._next()
+    chunk_rows = rows(range(1, 3))
+    interleaver = Interleaver(log.load)
+    assert interleaver.readonly_chunk(readonly_meta(chunk_rows, low), chunk_rows, low, high, T0, events) == []
+    assert interleaver.rows_dropped == 2
+    assert interleaver.readonly_chunk(readonly_meta([], low), [], low, high, T0, events) == []
+
+
+def test_a_truncate_inside_a_readonly_window_drops_every_row_and_one_before_low_none():
+    log = Log()
+    low = log._next()
+    inside = truncate(log)
+    refill = log.change("c", {"id": 2, "v": 3})
+    high = log._next()
+    chunk_rows = rows(range(1, 4))
+    out = placed(log, [inside, refill], readonly_meta(chunk_rows, low), chunk_rows, low, high)
+    assert [e.op for e in out] == ["t", "c"]
+    assert replay(out) == {2: 3}
+    log = Log()
+    first = truncate(log, txid="7")
+    low = log._next()
+    high = log._next()
+    out = placed(log, [first], readonly_meta(chunk_rows, low), chunk_rows, low, high)
+    assert [e.op for e in out] == ["t", "r", "r", "r"]
+
+
+def test_postgresql_a_readonly_chunks_snapshot_hides_xids_at_or_past_xmax_and_in_xip_whatever_their_lsn():
+    log = Log()
+    far_back = log.change("u", {"id": 1, "v": 8}, txid="105")  # xid >= xmax, long before LOW
+    in_progress = log.change("u", {"id": 2, "v": 8}, txid="97")  # in xip: not seen by the snapshot
+    seen = log.change("u", {"id": 3, "v": 8}, txid="90")  # completed before the snapshot: seen
+    low = log._next()
+    high = log._next()
+    view = PgSnapshot.parse("95:100:97", low, readonly=True)
+    chunk_rows = [{"id": 1, "v": 0}, {"id": 2, "v": 0}, {"id": 3, "v": 8}, {"id": 4, "v": 0}]  # what it saw
+    out = placed(log, [far_back, in_progress, seen], readonly_meta(chunk_rows, low, view), chunk_rows, low, high)
+    assert brief(out) == [("u", 1), ("u", 2), ("u", 3), ("r", 3), ("r", 4)]
+    assert replay(out) == {1: 8, 2: 8, 3: 8, 4: 0}
+    # a truncate the snapshot did not see, before LOW: no row survives
+    log = Log()
+    hidden_truncate = truncate(log, txid="101")
+    low = log._next()
+    high = log._next()
+    out = placed(log, [hidden_truncate], readonly_meta(chunk_rows, low, view), chunk_rows, low, high)
+    assert [e.op for e in out] == ["t"]
+
+
+def test_readonly_chunks_of_a_dump_under_writes_replay_to_the_source():
+    """A key-range dump in 3 read-only chunks under random writes: per key, the stream equals the table."""
+    import random
+
+    rng = random.Random(5)
+    log = Log()
+    table = {i: 0 for i in range(1, 31)}
+    stream: list[Event] = []
+
+    def write() -> None:
+        key = rng.randint(1, 35)
+        if key in table and rng.random() < 0.3:
+            stream.append(log.change("d", {"id": key, "v": table.pop(key)}))
+        else:
+            op = "u" if key in table else "c"
+            table[key] = rng.randint(1, 99)
+            stream.append(log.change(op, {"id": key, "v": table[key]}))
+
+    base = dict(table)  # the history before the log: only the dump brings it
+    chunks = []
+    for n, keys in enumerate((range(1, 13), range(13, 25), range(25, 36)), start=1):
+        for _ in range(rng.randint(0, 4)):
+            write()
+        low = log._next()
+        snapshot = [{"id": k, "v": table[k]} for k in keys if k in table]
+        for _ in range(rng.randint(0, 6)):
+            write()
+        high = log._next()
+        chunks.append((readonly_meta(snapshot, low, chunk=n), snapshot, low, high))
+    for _ in range(5):
+        write()
+    interleaver = Interleaver(log.load)
+    out: list[Event] = []
+    pending = list(chunks)
+    for event in stream:
+        while pending and pending[0][3] < event.lsn:
+            meta, rows_, low, high = pending.pop(0)
+            out += interleaver.readonly_chunk(meta, rows_, low, high, T0, stream)
+        out += interleaver.push(event)
+    for meta, rows_, low, high in pending:
+        out += interleaver.readonly_chunk(meta, rows_, low, high, T0, stream)
+    assert base and replay(out) == table
+    assert [e.position for e in out] == sorted(e.position for e in out)

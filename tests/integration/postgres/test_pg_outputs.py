@@ -23,15 +23,20 @@ from tests.servers import wait_for
 pytestmark = pytest.mark.integration
 
 
+@pytest.mark.parametrize("watermarks", ["table", "readonly"])
 def test_jetstream_stream_of_a_postgresql_dump_under_load_rebuilds_the_table(
-    postgres, pg_database, make_pg_capture, nats_server, tmp_path, make_relay, dump_in_thread
+    postgres, pg_database, make_pg_capture, nats_server, tmp_path, make_relay, dump_in_thread, watermarks
 ):
+    """Both kinds of watermarks; read-only: the relay places each chunk at its HIGH file's position, and
+    drops the rows the chunk's snapshot rule says (an xid in xip or at/after xmax, whatever its LSN)."""
     postgres.execute(
         "CREATE TABLE ledger (id int PRIMARY KEY, v int, note text)",
         "INSERT INTO ledger SELECT i, i % 100, 'row' || i FROM generate_series(1, 3000) i",
         database=pg_database,
     )
-    capture = make_pg_capture()
+    if watermarks == "readonly":  # Logtide creates nothing: the administrator's publication
+        postgres.execute("CREATE PUBLICATION logtide_src FOR TABLE public.ledger", database=pg_database)
+    capture = make_pg_capture(watermarks=watermarks)
     stream, prefix = f"S{uuid.uuid4().hex[:8]}", f"p{uuid.uuid4().hex[:8]}"
     output = {"source": "src", "kind": "nats", "url": nats_server.url, "stream": stream, "subject_prefix": prefix}
     # Debezium's envelope, and only the ledger (not the test's marker table)
