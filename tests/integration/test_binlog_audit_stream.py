@@ -623,3 +623,54 @@ def test_load_data_logged_as_its_statement(mariadb, database, kept_not_skipped, 
             _read(mariadb, database, start, **kept_not_skipped)
         return
     assert sorted(_landed(_read(mariadb, database, start, **kept_not_skipped), "kept")) == [4]
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "TRUNCATE TABLE c /* a trailing comment */",
+        "TRUNCATE TABLE c -- a trailing comment",
+        "TRUNCATE/**/c",
+        "TRUNCATE /*!TABLE */ c",
+        "truncate table c # why",
+    ],
+)
+def test_truncate_with_comments_empties_the_landed_table(mariadb, database, statement):
+    """The binlog keeps a TRUNCATE's text as the session sent it, comments included: wherever a
+    comment stands, the truncate lands (else the target keeps the rows the source no longer has)."""
+    mariadb.execute("CREATE TABLE c (id INT PRIMARY KEY)", database=database)
+    start = binlog_position(mariadb)
+    mariadb.execute("INSERT INTO c VALUES (1), (2)", statement, "INSERT INTO c VALUES (3)", database=database)
+    items = _read(mariadb, database, start)
+    _assert_landed_ids(mariadb, database, items, "c")
+
+
+@pytest.mark.parametrize(
+    ("sql_mode", "statement"),
+    [
+        # `--` then a control character other than a space or tab starts a comment on the server
+        ("", "UPDATE skipped s --\r'\nJOIN kept k ON k.id = s.id -- '\nSET k.v = 8"),
+        # under NO_BACKSLASH_ESCAPES '\' is a whole string: the next quote opens one, not closes it
+        (
+            "NO_BACKSLASH_ESCAPES",
+            "UPDATE skipped s JOIN skipped s2 ON s2.id = s.id AND '\\' <> 'x' "
+            "JOIN kept k ON k.id = s.id AND 'q' = 'q' SET k.v = 8",
+        ),
+        # under ANSI_QUOTES "a\" is an identifier, the backslash its last character
+        (
+            "ANSI_QUOTES",
+            'UPDATE skipped s JOIN skipped AS "s2\\" ON "s2\\".id = s.id '
+            'JOIN kept k ON k.id = s.id AND "s2\\".v IS NOT NULL SET k.v = 8',
+        ),
+    ],
+)
+def test_a_statement_hiding_a_captured_table_from_the_parser_stops_capture(
+    mariadb, database, kept_not_skipped, sql_mode, statement
+):
+    """A statement-logged UPDATE that writes the captured table `kept`, spelled so that a reader
+    tokenizing it otherwise than the server does sees only `skipped`: capture must stop, not pass it over."""
+    start = binlog_position(mariadb)
+    _statement_session(mariadb, database, "STATEMENT", f"SET SESSION sql_mode = '{sql_mode}'", statement)
+    assert _select(mariadb, database, "SELECT v FROM kept WHERE id = 1") == [(8,)]
+    with pytest.raises(BinlogDecodeError, match="logged as its statement"):
+        _read(mariadb, database, start, **kept_not_skipped)
