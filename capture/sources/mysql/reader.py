@@ -49,7 +49,7 @@ from capture.sources.mysql.foreign_keys import (
     check_cascades,
 )
 from capture.sources.mysql.rows import OLD_TEMPORAL, RowDecoder
-from capture.sources.mysql.statements import called_functions, hidden_writes, written_tables
+from capture.sources.mysql.statements import called_functions, hidden_writes, truncated_table, written_tables
 from capture.sources.mysql.table_maps import BinlogColumn, TableMap, TableMapCache
 from capture.sources.mysql.types import table_schema
 from capture.sources.table_keys import log_key
@@ -57,28 +57,6 @@ from capture.sources.table_keys import log_key
 MARIADB_FL_STANDALONE = 0x01
 MARIADB_FL_DDL = 0x20  # the GTID's event group holds DDL (CREATE TABLE ... SELECT carries rows as well)
 _FILE_NUMBER = re.compile(r"\.(\d+)$")
-_IDENT = r"(?:`((?:[^`]|``)+)`|([\w$]+))"
-# TRUNCATE [TABLE] [db.]t [WAIT n | NOWAIT], as logged: the session's text, after any comments
-_TRUNCATE = re.compile(
-    rf"^\s*(?:/\*.*?\*/\s*|--[^\n]*\n\s*|#[^\n]*\n\s*)*truncate\s+(?:table\s+)?{_IDENT}(?:\s*\.\s*{_IDENT})?"
-    r"\s*(?:(?:wait\s+\d+|nowait)\s*)?;?\s*$",
-    re.IGNORECASE | re.DOTALL,
-)
-
-
-def truncated_table(schema: str, statement: str) -> tuple[str, str] | None:
-    """(db, table) a logged TRUNCATE statement empties, `schema` (the QUERY event's default
-    database) for an unqualified name; None for any other statement."""
-    if "truncate" not in statement[:4096].lower():  # the common case, cheaply
-        return None
-    match = _TRUNCATE.match(statement)
-    if match is None:
-        return None
-    quoted1, plain1, quoted2, plain2 = match.groups()
-    first = quoted1.replace("``", "`") if quoted1 is not None else plain1
-    if quoted2 is None and plain2 is None:
-        return schema, first
-    return first, quoted2.replace("``", "`") if quoted2 is not None else plain2
 
 
 def read_timeout_s(heartbeat_s: float) -> float:

@@ -18,15 +18,19 @@ import pymysql
 
 from capture.sources.mysql.connection import query
 
-_TOKEN = re.compile(
-    r"""(?P<skip>\s+|--(?:[ \t][^\n]*)?(?:\n|$)|\#[^\n]*(?:\n|$)|/\*M?!\d*|\*/|/\*.*?\*/)
-    |(?P<quoted>`(?:[^`]|``)*`)
-    |(?P<string>'(?:[^'\\]|\\.|'')*')
-    |(?P<dquoted>"(?:[^"\\]|\\.|"")*")
-    |(?P<word>[A-Za-z0-9_$\u0080-\U0010FFFF]+)
-    |(?P<other>.)""",
-    re.VERBOSE | re.DOTALL,
-)
+# `--` starts a comment when a space or a control character follows (a carriage return too)
+_SKIP = r"(?P<skip>\s+|--(?:[\x00-\x09\x0b-\x20\x7f][^\n]*)?(?:\n|$)|\#[^\n]*(?:\n|$)|/\*M?!\d*|\*/|/\*.*?\*/)"
+_QUOTED = r"(?P<quoted>`(?:[^`]|``)*`)"
+_WORD = r"(?P<word>[A-Za-z0-9_$\u0080-\U0010FFFF]+)|(?P<other>.)"
+_SINGLE = {True: r"(?P<string>'(?:[^'\\]|\\.|'')*')", False: r"(?P<string>'(?:[^']|'')*')"}
+_DOUBLE = {True: r'(?P<dquoted>"(?:[^"\\]|\\.|"")*")', False: r'(?P<dquoted>"(?:[^"]|"")*")'}
+# how quotes read: a backslash escapes in both ('' and ""), in neither (sql_mode NO_BACKSLASH_ESCAPES),
+# in '' only (ANSI_QUOTES: "" quote an identifier); the event's sql_mode is not read, so a statement
+# with a backslash is read every way and the tables any reading names are taken
+_TOKENS = {
+    (single, double): re.compile("|".join((_SKIP, _QUOTED, _SINGLE[single], _DOUBLE[double], _WORD)), re.DOTALL)
+    for single, double in ((True, True), (False, False), (True, False))
+}
 # words after which a table name follows (in an UPDATE's or DELETE's table references)
 _TABLE_BEFORE = {"FROM", "USING", "JOIN", "STRAIGHT_JOIN"}
 _NOT_A_TABLE = {"SELECT", "WITH", "VALUES", "LATERAL", "TABLE", "ONLY"}
@@ -41,9 +45,9 @@ class _Token(str):
     name: bool
 
 
-def _tokens(statement: str) -> list[_Token]:
+def _tokens(statement: str, escapes: tuple[bool, bool] = (True, True)) -> list[_Token]:
     tokens: list[_Token] = []
-    for match in _TOKEN.finditer(statement):
+    for match in _TOKENS[escapes].finditer(statement):
         kind = match.lastgroup
         text = match.group()
         if kind == "skip":
@@ -172,7 +176,18 @@ def _delete(tokens: list[_Token], i: int, schema: str) -> set[Table] | None:
 def written_tables(statement: str, schema: str) -> set[Table] | None:
     """The tables a DML statement may write ((schema, table); `schema`: the event's default
     database), or None when it cannot tell."""
-    tokens = _tokens(statement)
+    if "\\" not in statement:
+        return _written(_tokens(statement), schema)
+    found: set[Table] = set()
+    for escapes in _TOKENS:
+        tables = _written(_tokens(statement, escapes), schema)
+        if tables is None:
+            return None
+        found |= tables
+    return found
+
+
+def _written(tokens: list[_Token], schema: str) -> set[Table] | None:
     if not tokens:
         return None
     verb, i = _upper(tokens[0]), 1
@@ -199,10 +214,31 @@ def written_tables(statement: str, schema: str) -> set[Table] | None:
     return tables
 
 
+def truncated_table(schema: str, statement: str) -> Table | None:
+    """(db, table) a logged TRUNCATE statement empties (`schema` for an unqualified name): TRUNCATE
+    [TABLE] [db.]t [WAIT n | NOWAIT] [;], comments anywhere; None for any other statement."""
+    tokens = _tokens(statement)
+    if not tokens or _upper(tokens[0]) != "TRUNCATE":
+        return None
+    i = 1 + (len(tokens) > 2 and _upper(tokens[1]) == "TABLE" and tokens[2].name)
+    table, i = _name(tokens, i, schema)
+    if table is None:
+        return None
+    rest = [_upper(t) for t in tokens[i:]]
+    if rest and rest[-1] == ";":
+        rest.pop()
+    if rest in ([], ["NOWAIT"]) or (len(rest) == 2 and rest[0] == "WAIT" and rest[1].isdigit()):
+        return table
+    return None
+
+
 def called_functions(statement: str) -> set[str]:
     """Names the statement calls as functions (`name(`): built-ins among them."""
-    tokens = _tokens(statement)
-    return {str(tokens[n]).lower() for n in range(len(tokens) - 1) if tokens[n].name and tokens[n + 1] == "("}
+    names: set[str] = set()
+    for escapes in _TOKENS if "\\" in statement else [(True, True)]:
+        tokens = _tokens(statement, escapes)
+        names |= {str(tokens[n]).lower() for n in range(len(tokens) - 1) if tokens[n].name and tokens[n + 1] == "("}
+    return names
 
 
 HIDDEN_SQL = (
