@@ -674,3 +674,30 @@ def test_a_statement_hiding_a_captured_table_from_the_parser_stops_capture(
     assert _select(mariadb, database, "SELECT v FROM kept WHERE id = 1") == [(8,)]
     with pytest.raises(BinlogDecodeError, match="logged as its statement"):
         _read(mariadb, database, start, **kept_not_skipped)
+
+
+def test_system_versioned_rows_changed_several_times_in_one_transaction(mariadb, database):
+    """Key changes there and back, repeated updates of one row, REPLACE and INSERT ... ON DUPLICATE
+    KEY UPDATE in one transaction of a system-versioned table: the current rows land as SELECT reads them."""
+    mariadb.execute(
+        "CREATE TABLE vt (id INT PRIMARY KEY, v INT, u INT UNIQUE) WITH SYSTEM VERSIONING",
+        "INSERT INTO vt VALUES (1, 1, 1), (2, 2, 2), (3, 3, 3)",
+        database=database,
+    )
+    start = binlog_position(mariadb)
+    _run(
+        mariadb,
+        database,
+        "UPDATE vt SET id = id + 10 WHERE id = 1",
+        "UPDATE vt SET id = 1, v = 7 WHERE id = 11",
+        "UPDATE vt SET v = v + 1 WHERE id = 1",
+        "UPDATE vt SET v = v + 1 WHERE id = 1",
+        "REPLACE INTO vt VALUES (2, 20, 3)",
+        "INSERT INTO vt VALUES (4, 4, 1) ON DUPLICATE KEY UPDATE v = 40",
+        "DELETE FROM vt WHERE id = 1",
+        "INSERT INTO vt VALUES (1, 100, 100)",
+        "UPDATE vt SET id = 5 WHERE id = 2",
+    )
+    items = _read(mariadb, database, start)
+    landed = {k: (row["id"], row["v"], row["u"]) for k, row in _landed(items, "vt").items()}
+    assert landed == {r[0]: r for r in _select(mariadb, database, "SELECT id, v, u FROM vt")}
