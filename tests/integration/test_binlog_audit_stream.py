@@ -701,3 +701,15 @@ def test_system_versioned_rows_changed_several_times_in_one_transaction(mariadb,
     items = _read(mariadb, database, start)
     landed = {k: (row["id"], row["v"], row["u"]) for k, row in _landed(items, "vt").items()}
     assert landed == {r[0]: r for r in _select(mariadb, database, "SELECT id, v, u FROM vt")}
+
+
+def test_create_table_select_logged_as_its_statement_is_refused_or_lands_its_rows(mariadb, database):
+    """CREATE TABLE ... SELECT in a session logging statements writes the new (captured) table's
+    rows without row events: capture must land them or stop, never land an empty table."""
+    mariadb.execute("CREATE TABLE src (id INT PRIMARY KEY)", "INSERT INTO src VALUES (1), (2)", database=database)
+    start = binlog_position(mariadb)
+    _statement_session(mariadb, database, "STATEMENT", "CREATE TABLE made (id INT PRIMARY KEY) SELECT id FROM src")
+    mariadb.execute("INSERT INTO src VALUES (3)", database=database)
+    items, refused = _read_unless_refused(mariadb, database, start, "statement")
+    if not refused:
+        _assert_landed_ids(mariadb, database, items, "made")
