@@ -49,7 +49,13 @@ from capture.sources.mysql.foreign_keys import (
     check_cascades,
 )
 from capture.sources.mysql.rows import OLD_TEMPORAL, RowDecoder
-from capture.sources.mysql.statements import called_functions, hidden_writes, truncated_table, written_tables
+from capture.sources.mysql.statements import (
+    called_functions,
+    created_by_select,
+    hidden_writes,
+    truncated_table,
+    written_tables,
+)
 from capture.sources.mysql.table_maps import BinlogColumn, TableMap, TableMapCache
 from capture.sources.mysql.types import table_schema
 from capture.sources.table_keys import log_key
@@ -311,6 +317,13 @@ class BinlogReader:
                 if not self.mariadb and not in_transaction:
                     txid = f"{self.file}:{log_pos}"
                     commit_ts = self._commit_time(timestamp)
+                made = created_by_select(schema, statement)
+                if made is not None and self.captured(*made):
+                    raise BinlogDecodeError(
+                        f"{statement[:60]!r} at {self.file}:{log_pos} creates {made[0]}.{made[1]} from a SELECT logged "
+                        "as its statement (a session with binlog_format STATEMENT or MIXED): its rows are not in the "
+                        "log, and capture reads row events only"
+                    )
                 if MAY_ADD.search(statement):
                     self._check_cascades(schema, statement, log_pos)
                 self._hidden.clear()  # DDL may have created or dropped a trigger, view or function

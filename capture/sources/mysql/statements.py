@@ -43,6 +43,7 @@ class _Token(str):
     """A token: its text (unquoted for an identifier) and whether it can name something."""
 
     name: bool
+    quoted: bool
 
 
 def _tokens(statement: str, escapes: tuple[bool, bool] = (True, True)) -> list[_Token]:
@@ -58,6 +59,7 @@ def _tokens(statement: str, escapes: tuple[bool, bool] = (True, True)) -> list[_
             text = text[1:-1].replace('""', '"')
         token = _Token(text)
         token.name = kind in ("quoted", "dquoted", "word")
+        token.quoted = kind != "word"
         tokens.append(token)
     return tokens
 
@@ -230,6 +232,21 @@ def truncated_table(schema: str, statement: str) -> Table | None:
     if rest in ([], ["NOWAIT"]) or (len(rest) == 2 and rest[0] == "WAIT" and rest[1].isdigit()):
         return table
     return None
+
+
+def created_by_select(schema: str, statement: str) -> Table | None:
+    """The table a CREATE TABLE ... SELECT (as logged in a session with binlog_format STATEMENT or
+    MIXED: in row format the log holds a plain CREATE TABLE and the rows) creates and fills;
+    None for any other statement (a temporary table's too)."""
+    tokens = _tokens(statement)
+    words = [_upper(t) if not t.quoted else "" for t in tokens]
+    if not words or words[0] != "CREATE" or "SELECT" not in words:
+        return None
+    i = _skip(tokens, 1, {"OR", "REPLACE"})
+    if i >= len(tokens) or words[i] != "TABLE":
+        return None
+    table, _ = _name(tokens, _skip(tokens, i + 1, {"IF", "NOT", "EXISTS"}), schema)
+    return table
 
 
 def called_functions(statement: str) -> set[str]:
