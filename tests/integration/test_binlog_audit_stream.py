@@ -713,3 +713,23 @@ def test_create_table_select_logged_as_its_statement_is_refused_or_lands_its_row
     items, refused = _read_unless_refused(mariadb, database, start, "statement")
     if not refused:
         _assert_landed_ids(mariadb, database, items, "made")
+
+
+@pytest.mark.parametrize("binlog_format", ["STATEMENT", "MIXED"])
+def test_truncate_of_a_temporary_table_shadowing_a_captured_one_lands_no_truncate(mariadb, database, binlog_format):
+    """A session logging statements logs its temporary tables' DDL too: a TRUNCATE of a temporary
+    table named like a captured table empties the temporary table only, and must not land as a
+    truncate of the captured one (its target would lose every row the source still has)."""
+    mariadb.execute("CREATE TABLE kept (id INT PRIMARY KEY)", "INSERT INTO kept VALUES (1), (2)", database=database)
+    start = binlog_position(mariadb)
+    _statement_session(
+        mariadb,
+        database,
+        binlog_format,
+        "CREATE TEMPORARY TABLE kept (id INT PRIMARY KEY)",
+        "TRUNCATE TABLE kept",
+        "DROP TEMPORARY TABLE kept",
+    )
+    mariadb.execute("INSERT INTO kept VALUES (3)", database=database)
+    items = _read(mariadb, database, start)
+    assert [i for i in items if isinstance(i, Truncate)] == []
