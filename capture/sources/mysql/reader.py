@@ -60,6 +60,7 @@ from capture.sources.mysql.table_maps import BinlogColumn, TableMap, TableMapCac
 from capture.sources.mysql.types import table_schema
 from capture.sources.table_keys import log_key
 
+THREAD_SPECIFIC = 0x04  # an event header's flag: the statement used a temporary table (or the pseudo thread id)
 MARIADB_FL_STANDALONE = 0x01
 MARIADB_FL_DDL = 0x20  # the GTID's event group holds DDL (CREATE TABLE ... SELECT carries rows as well)
 _FILE_NUMBER = re.compile(r"\.(\d+)$")
@@ -328,7 +329,9 @@ class BinlogReader:
                     self._check_cascades(schema, statement, log_pos)
                 self._hidden.clear()  # DDL may have created or dropped a trigger, view or function
                 yield SchemaChange(lsn, txid, commit_ts, schema, statement)
-                truncated = truncated_table(schema, statement)
+                # a statement that used a temporary table (LOG_EVENT_THREAD_SPECIFIC_F): a TRUNCATE
+                # then emptied the session's temporary table of that name, not the captured table
+                truncated = None if data[ev.BODY - 2] & THREAD_SPECIFIC else truncated_table(schema, statement)
                 if truncated is not None and truncated[0] != WATERMARK_SCHEMA and self.captured(*truncated):
                     yield Truncate(lsn, txid, commit_ts, *truncated)
                 if standalone or not in_transaction:
