@@ -733,3 +733,27 @@ def test_truncate_of_a_temporary_table_shadowing_a_captured_one_lands_no_truncat
     mariadb.execute("INSERT INTO kept VALUES (3)", database=database)
     items = _read(mariadb, database, start)
     assert [i for i in items if isinstance(i, Truncate)] == []
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "UPDATE skipped AS `SET` JOIN kept k ON k.id = `SET`.id SET k.v = 8",
+        "DELETE `where` FROM skipped s JOIN kept AS `where` ON `where`.id = s.id",
+        "UPDATE skipped s JOIN `values` x ON x.id = s.id SET x.v = 8",
+        "INSERT INTO `delayed` VALUES (5, 5)",
+    ],
+)
+def test_a_quoted_name_spelled_like_a_keyword_is_a_name(mariadb, database, kept_not_skipped, statement):
+    """Backquotes make a keyword a name (an alias `SET`, `where`; captured tables `values`,
+    `delayed`): a statement-logged write through one to a captured table stops capture."""
+    mariadb.execute(
+        "CREATE TABLE `values` (id INT PRIMARY KEY, v INT)",
+        "CREATE TABLE `delayed` (id INT PRIMARY KEY, v INT)",
+        "INSERT INTO `values` VALUES (1, 1)",
+        database=database,
+    )
+    start = binlog_position(mariadb)
+    _statement_session(mariadb, database, "STATEMENT", statement)
+    with pytest.raises(BinlogDecodeError, match="logged as its statement.* writing"):
+        _read(mariadb, database, start, **kept_not_skipped)
