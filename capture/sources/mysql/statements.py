@@ -65,7 +65,10 @@ def _tokens(statement: str, escapes: tuple[bool, bool] = (True, True)) -> list[_
 
 
 def _upper(token: _Token) -> str:
-    return token.upper() if token.name else token
+    """A word as a keyword to compare; a quoted name is never one (`SET`, `values`: "")."""
+    if token.name:
+        return "" if token.quoted else token.upper()
+    return token
 
 
 def _name(tokens: list[_Token], i: int, schema: str) -> tuple[Table | None, int]:
@@ -239,7 +242,7 @@ def created_by_select(schema: str, statement: str) -> Table | None:
     MIXED: in row format the log holds a plain CREATE TABLE and the rows) creates and fills;
     None for any other statement (a temporary table's too)."""
     tokens = _tokens(statement)
-    words = [_upper(t) if not t.quoted else "" for t in tokens]
+    words = [_upper(t) for t in tokens]
     if not words or words[0] != "CREATE" or "SELECT" not in words:
         return None
     i = _skip(tokens, 1, {"OR", "REPLACE"})
