@@ -715,7 +715,7 @@ def test_create_table_select_logged_as_its_statement_is_refused_or_lands_its_row
         _assert_landed_ids(mariadb, database, items, "made")
 
 
-@pytest.mark.parametrize("binlog_format", ["STATEMENT", "MIXED"])
+@pytest.mark.parametrize("binlog_format", ["STATEMENT", "MIXED", "ROW"])
 def test_truncate_of_a_temporary_table_shadowing_a_captured_one_lands_no_truncate(mariadb, database, binlog_format):
     """A session logging statements logs its temporary tables' DDL too: a TRUNCATE of a temporary
     table named like a captured table empties the temporary table only, and must not land as a
