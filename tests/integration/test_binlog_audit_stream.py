@@ -757,3 +757,52 @@ def test_a_quoted_name_spelled_like_a_keyword_is_a_name(mariadb, database, kept_
     _statement_session(mariadb, database, "STATEMENT", statement)
     with pytest.raises(BinlogDecodeError, match="logged as its statement.* writing"):
         _read(mariadb, database, start, **kept_not_skipped)
+
+
+@pytest.fixture(scope="module")
+def folding(tmp_path_factory: pytest.TempPathFactory):
+    """A private MariaDB with lower_case_table_names=1 (names stored in lowercase, compared without
+    case) and a database `folded` with tables `kept` and `skipped`."""
+    from tests.servers import MariaDB
+
+    server = MariaDB(tmp_path_factory.mktemp("folding"), extra_options=["--lower-case-table-names=1"])
+    try:
+        server.start()
+        server.execute("CREATE DATABASE folded")
+        yield server
+    finally:
+        server.destroy()
+
+
+@pytest.fixture
+def folded(folding):
+    folding.execute(
+        "DROP TABLE IF EXISTS kept, skipped",
+        "CREATE TABLE kept (id INT PRIMARY KEY, v INT)",
+        "CREATE TABLE skipped (id INT PRIMARY KEY, v INT)",
+        "INSERT INTO kept VALUES (1, 1)",
+        "INSERT INTO skipped VALUES (1, 1)",
+        database="folded",
+    )
+    return folding
+
+
+def test_a_truncate_spelled_in_other_case_under_lower_case_table_names_lands(folded):
+    """With lower_case_table_names=1 `TRUNCATE FOLDED.KEPT` empties `folded`.`kept`: the truncate lands
+    for the table the row events name (else the target keeps the rows)."""
+    start = binlog_position(folded)
+    folded.execute("INSERT INTO kept VALUES (2, 2)", "TRUNCATE TABLE FOLDED.KEPT", "INSERT INTO kept VALUES (3, 3)",
+                   database="folded")  # fmt: skip
+    items = _read(folded, "folded", start)
+    assert [(t.schema, t.table) for t in items if isinstance(t, Truncate)] == [("folded", "kept")]
+    _assert_landed_ids(folded, "folded", items, "kept")
+
+
+def test_a_statement_naming_a_captured_table_in_other_case_stops_capture(folded):
+    """With lower_case_table_names=1 a statement-logged UPDATE of `FOLDED.KEPT` writes the captured
+    `folded`.`kept`: capture must stop, not pass it over as a table of another database."""
+    start = binlog_position(folded)
+    _statement_session(folded, "folded", "STATEMENT", "UPDATE skipped s JOIN FOLDED.KEPT k USING (id) SET k.v = 8")
+    assert _select(folded, "folded", "SELECT v FROM kept") == [(8,)]
+    with pytest.raises(BinlogDecodeError, match="logged as its statement.* writing folded.kept"):
+        _read(folded, "folded", start, exclude=["folded.skipped"])
