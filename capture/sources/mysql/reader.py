@@ -183,6 +183,7 @@ class BinlogReader:
         # statement-logged writes of tables capture leaves out: what the catalog says they hide (`_statement_logged`)
         self._hidden: dict[tuple[frozenset[tuple[str, str]], frozenset[str]], list[str]] = {}
         self._catalog: pymysql.connections.Connection | None = None  # key lookups (`_key`), opened once needed
+        self._fold: bool | None = None  # lower_case_table_names=1 (`_named`), asked once needed
         self._last_timestamp: int | None = None
         self._last_commit_ts = datetime.now(UTC)
         # read-only watermarks: heartbeats carry the binlog end, which moves the frontier (`_heartbeat`)
@@ -319,7 +320,7 @@ class BinlogReader:
                     txid = f"{self.file}:{log_pos}"
                     commit_ts = self._commit_time(timestamp)
                 made = created_by_select(schema, statement)
-                if made is not None and self.captured(*made):
+                if made is not None and self.captured(*self._named(made)):
                     raise BinlogDecodeError(
                         f"{statement[:60]!r} at {self.file}:{log_pos} creates {made[0]}.{made[1]} from a SELECT logged "
                         "as its statement (a session with binlog_format STATEMENT or MIXED): its rows are not in the "
@@ -332,6 +333,7 @@ class BinlogReader:
                 # a statement that used a temporary table (LOG_EVENT_THREAD_SPECIFIC_F): a TRUNCATE
                 # then emptied the session's temporary table of that name, not the captured table
                 truncated = None if data[ev.BODY - 2] & THREAD_SPECIFIC else truncated_table(schema, statement)
+                truncated = None if truncated is None else self._named(truncated)
                 if truncated is not None and truncated[0] != WATERMARK_SCHEMA and self.captured(*truncated):
                     yield Truncate(lsn, txid, commit_ts, *truncated)
                 if standalone or not in_transaction:
@@ -386,6 +388,7 @@ class BinlogReader:
             raise BinlogDecodeError(
                 f"{where} in database {schema!r}: capture cannot tell which tables it writes, and reads row events only"
             )
+        tables = {self._named(table) for table in tables}
         captured = sorted(f"{s}.{t}" for s, t in tables if self.captured(s, t))
         if captured:
             raise BinlogDecodeError(f"{where} writing {', '.join(captured)}: capture reads row events only")
@@ -515,6 +518,15 @@ class BinlogReader:
                     f"{table_map.schema}.{table_map.table}: column {col.name!r} is {kind.upper()}, which the binlog "
                     "carries as raw bytes where SELECT shows text: capture cannot land it as the source shows it"
                 )
+
+    def _named(self, table: tuple[str, str]) -> tuple[str, str]:
+        """(db, table) as a statement's text names it, as row events and the catalog name it: with
+        lower_case_table_names=1 the server stores names in lowercase and compares them so."""
+        if self._fold is None:
+            with self._catalog_connection().cursor() as cursor:
+                cursor.execute("SELECT @@lower_case_table_names")
+                self._fold = int(cursor.fetchone()[0]) == 1
+        return (table[0].lower(), table[1].lower()) if self._fold else table
 
     def _catalog_connection(self) -> pymysql.connections.Connection:
         if self._catalog is None:
