@@ -64,6 +64,15 @@ def _tokens(statement: str, escapes: tuple[bool, bool] = (True, True)) -> list[_
     return tokens
 
 
+def without_comments(statement: str) -> str:
+    """The statement with each comment a space (an executable comment's text kept), the rest as written."""
+    parts = []
+    for match in _TOKENS[True, True].finditer(statement):
+        text = match.group()
+        parts.append(" " if match.lastgroup == "skip" and not text.isspace() else text)
+    return "".join(parts)
+
+
 def _upper(token: _Token) -> str:
     """A word as a keyword to compare; a quoted name is never one (`SET`, `values`: "")."""
     if token.name:
