@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from capture.config import SourceConfig
-from capture.errors import PreflightError
 from capture.dump.reconcile import apply, reconcile_table
+from capture.errors import PreflightError
 from capture.events import ChangeBatch, TransactionEnd
 from capture.sources.mysql.reader import BinlogReader
 from tests.integration.binlog_check import binlog_end, binlog_position
@@ -207,9 +207,7 @@ def test_a_cascade_added_and_dropped_while_capture_was_stopped_stops_it_at_the_d
         " ON DELETE /* why */ CASCADE",
     ],
 )
-def test_a_cascade_added_and_dropped_while_the_reader_was_behind_stops_it_whatever_the_comments(
-    mariadb, database, ddl
-):
+def test_a_cascade_added_and_dropped_while_the_reader_was_behind_stops_it_whatever_the_comments(mariadb, database, ddl):
     """The text check (the catalog no longer shows the key when the reader reaches the DDL) reads
     the DDL as the server does: comments before it or inside its rule hide nothing."""
     mariadb.execute(PARENT, "CREATE TABLE child (id INT PRIMARY KEY, parent_id INT)", database=database)
