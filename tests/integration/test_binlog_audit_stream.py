@@ -811,5 +811,5 @@ def test_a_statement_naming_a_captured_table_in_other_case_stops_capture(folded,
     start = binlog_position(folded)
     _statement_session(folded, "folded", "STATEMENT", statement)
     assert _select(folded, "folded", "SELECT id, v FROM kept") == after
-    with pytest.raises(BinlogDecodeError, match=r"logged as its statement.* writing folded\.kept"):
+    with pytest.raises(BinlogDecodeError, match=r"logged as its statement.* writing (.*, )?folded\.kept"):
         _read(folded, "folded", start, exclude=["folded.skipped"])

@@ -183,8 +183,21 @@ def _delete(tokens: list[_Token], i: int, schema: str) -> set[Table] | None:
     if word != ("USING" if after_from else "FROM"):
         return None
     aliases = _references(tokens[i + 1 :], schema, _DELETE_END)[1]
-    # a target is an alias the references give, else a table of that name (which they name too)
-    return {t if isinstance(t, tuple) else aliases.get(t, (schema, t)) for t in targets}
+    # a target is an alias the references give, else a table of that name (which they name too);
+    # or an alias in other case, where the server compares them without case (lower_case_table_names=1):
+    # both taken, as capture does not know the setting here
+    folded = {alias.lower(): table for alias, table in aliases.items()}
+    tables: set[Table] = set()
+    for t in targets:
+        if isinstance(t, tuple):
+            tables.add(t)
+        elif t in aliases:
+            tables.add(aliases[t])
+        else:
+            tables.add((schema, t))
+            if t.lower() in folded:
+                tables.add(folded[t.lower()])
+    return tables
 
 
 def written_tables(statement: str, schema: str) -> set[Table] | None:
