@@ -63,6 +63,12 @@ class CoordinationError(LogtideError):
     """The coordination service (ZooKeeper) is unusable as configured."""
 
 
+class ChunkReadAgain(LogtideError):
+    """A chunk's SELECT the source could not answer from the chunk's snapshot (MariaDB: a TRUNCATE
+    or ALTER after the snapshot began, "Table definition has changed"): the chunk is read again
+    under the same number, from a new LOW."""
+
+
 class DumpClaimedError(LogtideError):
     """Another dump holds a table this dump asks for (or this dump lost its claim on it); two
     dumps of one table never run at once. Nothing was written."""

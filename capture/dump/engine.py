@@ -49,7 +49,13 @@ from capture.dump.gate import wait_for_outputs
 from capture.dump.keys import coerce_key
 from capture.dump.progress import ProgressStore, TableProgress
 from capture.dump.record import DumpRecord
-from capture.errors import DumpCancelledError, DumpInputError, SourceConnectionError, UnusableTableError
+from capture.errors import (
+    ChunkReadAgain,
+    DumpCancelledError,
+    DumpInputError,
+    SourceConnectionError,
+    UnusableTableError,
+)
 from capture.events import Row, TableSchema
 from capture.landing import LandingZone
 from capture.landing.chunks import ChunkMeta, write_chunk, write_chunk_high
@@ -364,6 +370,10 @@ class DumpEngine:
                 read = self._read(plan, table, progress, settings.chunk_size)
             except (SourceConnectionError, DumpCancelledError):
                 raise
+            except ChunkReadAgain as exc:
+                log.warning("dump.chunk_read_again", dump_id=dump_id, table=table.qualified_name, chunk=number,
+                            reason=str(exc), action="chunk read again from a new LOW")  # fmt: skip
+                continue
             except Exception:  # a column the SELECT names may have been dropped under it
                 current = self.source.describe(table.schema, table.table)
                 if current.fingerprint == table.fingerprint:

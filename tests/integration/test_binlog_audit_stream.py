@@ -623,3 +623,193 @@ def test_load_data_logged_as_its_statement(mariadb, database, kept_not_skipped, 
             _read(mariadb, database, start, **kept_not_skipped)
         return
     assert sorted(_landed(_read(mariadb, database, start, **kept_not_skipped), "kept")) == [4]
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "TRUNCATE TABLE c /* a trailing comment */",
+        "TRUNCATE TABLE c -- a trailing comment",
+        "TRUNCATE/**/c",
+        "TRUNCATE /*!TABLE */ c",
+        "truncate table c # why",
+    ],
+)
+def test_truncate_with_comments_empties_the_landed_table(mariadb, database, statement):
+    """The binlog keeps a TRUNCATE's text as the session sent it, comments included: wherever a
+    comment stands, the truncate lands (else the target keeps the rows the source no longer has)."""
+    mariadb.execute("CREATE TABLE c (id INT PRIMARY KEY)", database=database)
+    start = binlog_position(mariadb)
+    mariadb.execute("INSERT INTO c VALUES (1), (2)", statement, "INSERT INTO c VALUES (3)", database=database)
+    items = _read(mariadb, database, start)
+    _assert_landed_ids(mariadb, database, items, "c")
+
+
+@pytest.mark.parametrize(
+    ("sql_mode", "statement"),
+    [
+        # `--` then a control character other than a space or tab starts a comment on the server
+        ("", "UPDATE skipped s --\r'\nJOIN kept k ON k.id = s.id -- '\nSET k.v = 8"),
+        # under NO_BACKSLASH_ESCAPES '\' is a whole string: the next quote opens one, not closes it
+        (
+            "NO_BACKSLASH_ESCAPES",
+            "UPDATE skipped s JOIN skipped s2 ON s2.id = s.id AND '\\' <> 'x' "
+            "JOIN kept k ON k.id = s.id AND 'q' = 'q' SET k.v = 8",
+        ),
+        # under ANSI_QUOTES "a\" is an identifier, the backslash its last character
+        (
+            "ANSI_QUOTES",
+            'UPDATE skipped s JOIN skipped AS "s2\\" ON "s2\\".id = s.id '
+            'JOIN kept k ON k.id = s.id AND "s2\\".v IS NOT NULL SET k.v = 8',
+        ),
+    ],
+)
+def test_a_statement_hiding_a_captured_table_from_the_parser_stops_capture(
+    mariadb, database, kept_not_skipped, sql_mode, statement
+):
+    """A statement-logged UPDATE that writes the captured table `kept`, spelled so that a reader
+    tokenizing it otherwise than the server does sees only `skipped`: capture must stop, not pass it over."""
+    start = binlog_position(mariadb)
+    _statement_session(mariadb, database, "STATEMENT", f"SET SESSION sql_mode = '{sql_mode}'", statement)
+    assert _select(mariadb, database, "SELECT v FROM kept WHERE id = 1") == [(8,)]
+    with pytest.raises(BinlogDecodeError, match="logged as its statement"):
+        _read(mariadb, database, start, **kept_not_skipped)
+
+
+def test_system_versioned_rows_changed_several_times_in_one_transaction(mariadb, database):
+    """Key changes there and back, repeated updates of one row, REPLACE and INSERT ... ON DUPLICATE
+    KEY UPDATE in one transaction of a system-versioned table: the current rows land as SELECT reads them."""
+    mariadb.execute(
+        "CREATE TABLE vt (id INT PRIMARY KEY, v INT, u INT UNIQUE) WITH SYSTEM VERSIONING",
+        "INSERT INTO vt VALUES (1, 1, 1), (2, 2, 2), (3, 3, 3)",
+        database=database,
+    )
+    start = binlog_position(mariadb)
+    _run(
+        mariadb,
+        database,
+        "UPDATE vt SET id = id + 10 WHERE id = 1",
+        "UPDATE vt SET id = 1, v = 7 WHERE id = 11",
+        "UPDATE vt SET v = v + 1 WHERE id = 1",
+        "UPDATE vt SET v = v + 1 WHERE id = 1",
+        "REPLACE INTO vt VALUES (2, 20, 3)",
+        "INSERT INTO vt VALUES (4, 4, 1) ON DUPLICATE KEY UPDATE v = 40",
+        "DELETE FROM vt WHERE id = 1",
+        "INSERT INTO vt VALUES (1, 100, 100)",
+        "UPDATE vt SET id = 5 WHERE id = 2",
+    )
+    items = _read(mariadb, database, start)
+    landed = {k: (row["id"], row["v"], row["u"]) for k, row in _landed(items, "vt").items()}
+    assert landed == {r[0]: r for r in _select(mariadb, database, "SELECT id, v, u FROM vt")}
+
+
+def test_create_table_select_logged_as_its_statement_is_refused_or_lands_its_rows(mariadb, database):
+    """CREATE TABLE ... SELECT in a session logging statements writes the new (captured) table's
+    rows without row events: capture must land them or stop, never land an empty table."""
+    mariadb.execute("CREATE TABLE src (id INT PRIMARY KEY)", "INSERT INTO src VALUES (1), (2)", database=database)
+    start = binlog_position(mariadb)
+    _statement_session(mariadb, database, "STATEMENT", "CREATE TABLE made (id INT PRIMARY KEY) SELECT id FROM src")
+    mariadb.execute("INSERT INTO src VALUES (3)", database=database)
+    items, refused = _read_unless_refused(mariadb, database, start, "statement")
+    if not refused:
+        _assert_landed_ids(mariadb, database, items, "made")
+
+
+@pytest.mark.parametrize("binlog_format", ["STATEMENT", "MIXED", "ROW"])
+def test_truncate_of_a_temporary_table_shadowing_a_captured_one_lands_no_truncate(mariadb, database, binlog_format):
+    """A session logging statements logs its temporary tables' DDL too: a TRUNCATE of a temporary
+    table named like a captured table empties the temporary table only, and must not land as a
+    truncate of the captured one (its target would lose every row the source still has)."""
+    mariadb.execute("CREATE TABLE kept (id INT PRIMARY KEY)", "INSERT INTO kept VALUES (1), (2)", database=database)
+    start = binlog_position(mariadb)
+    _statement_session(
+        mariadb,
+        database,
+        binlog_format,
+        "CREATE TEMPORARY TABLE kept (id INT PRIMARY KEY)",
+        "TRUNCATE TABLE kept",
+        "DROP TEMPORARY TABLE kept",
+    )
+    mariadb.execute("INSERT INTO kept VALUES (3)", database=database)
+    items = _read(mariadb, database, start)
+    assert [i for i in items if isinstance(i, Truncate)] == []
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "UPDATE skipped AS `SET` JOIN kept k ON k.id = `SET`.id SET k.v = 8",
+        "DELETE `where` FROM skipped s JOIN kept AS `where` ON `where`.id = s.id",
+        "UPDATE skipped s JOIN `values` x ON x.id = s.id SET x.v = 8",
+        "INSERT INTO `delayed` VALUES (5, 5)",
+    ],
+)
+def test_a_quoted_name_spelled_like_a_keyword_is_a_name(mariadb, database, kept_not_skipped, statement):
+    """Backquotes make a keyword a name (an alias `SET`, `where`; captured tables `values`,
+    `delayed`): a statement-logged write through one to a captured table stops capture."""
+    mariadb.execute(
+        "CREATE TABLE `values` (id INT PRIMARY KEY, v INT)",
+        "CREATE TABLE `delayed` (id INT PRIMARY KEY, v INT)",
+        "INSERT INTO `values` VALUES (1, 1)",
+        database=database,
+    )
+    start = binlog_position(mariadb)
+    _statement_session(mariadb, database, "STATEMENT", statement)
+    with pytest.raises(BinlogDecodeError, match=r"logged as its statement.* writing"):
+        _read(mariadb, database, start, **kept_not_skipped)
+
+
+@pytest.fixture(scope="module")
+def folding(tmp_path_factory: pytest.TempPathFactory):
+    """A private MariaDB with lower_case_table_names=1 (names stored in lowercase, compared without
+    case) and a database `folded` with tables `kept` and `skipped`."""
+    from tests.servers import MariaDB
+
+    server = MariaDB(tmp_path_factory.mktemp("folding"), extra_options=["--lower-case-table-names=1"])
+    try:
+        server.start()
+        server.execute("CREATE DATABASE folded")
+        yield server
+    finally:
+        server.destroy()
+
+
+@pytest.fixture
+def folded(folding):
+    folding.execute(
+        "DROP TABLE IF EXISTS kept, skipped",
+        "CREATE TABLE kept (id INT PRIMARY KEY, v INT)",
+        "CREATE TABLE skipped (id INT PRIMARY KEY, v INT)",
+        "INSERT INTO kept VALUES (1, 1)",
+        "INSERT INTO skipped VALUES (1, 1)",
+        database="folded",
+    )
+    return folding
+
+
+def test_a_truncate_spelled_in_other_case_under_lower_case_table_names_lands(folded):
+    """With lower_case_table_names=1 `TRUNCATE FOLDED.KEPT` empties `folded`.`kept`: the truncate lands
+    for the table the row events name (else the target keeps the rows)."""
+    start = binlog_position(folded)
+    folded.execute("INSERT INTO kept VALUES (2, 2)", "TRUNCATE TABLE FOLDED.KEPT", "INSERT INTO kept VALUES (3, 3)",
+                   database="folded")  # fmt: skip
+    items = _read(folded, "folded", start)
+    assert [(t.schema, t.table) for t in items if isinstance(t, Truncate)] == [("folded", "kept")]
+    _assert_landed_ids(folded, "folded", items, "kept")
+
+
+@pytest.mark.parametrize(
+    ("statement", "after"),
+    [
+        ("UPDATE skipped s JOIN FOLDED.KEPT k USING (id) SET k.v = 8", [(1, 8)]),
+        ("DELETE K FROM skipped s JOIN kept AS k USING (id)", []),  # an alias named in other case
+    ],
+)
+def test_a_statement_naming_a_captured_table_in_other_case_stops_capture(folded, statement, after):
+    """With lower_case_table_names=1 a statement-logged write of `FOLDED.KEPT` (or through an alias
+    named in other case) writes the captured `folded`.`kept`: capture must stop, not pass it over."""
+    start = binlog_position(folded)
+    _statement_session(folded, "folded", "STATEMENT", statement)
+    assert _select(folded, "folded", "SELECT id, v FROM kept") == after
+    with pytest.raises(BinlogDecodeError, match=r"logged as its statement.* writing (.*, )?folded\.kept"):
+        _read(folded, "folded", start, exclude=["folded.skipped"])

@@ -16,6 +16,7 @@ import pytest
 
 from capture.config import SourceConfig
 from capture.dump.reconcile import apply, reconcile_table
+from capture.errors import PreflightError
 from capture.events import ChangeBatch, TransactionEnd
 from capture.sources.mysql.reader import BinlogReader
 from tests.integration.binlog_check import binlog_end, binlog_position
@@ -192,3 +193,35 @@ def test_a_cascade_added_and_dropped_while_capture_was_stopped_stops_it_at_the_d
     log = capture.log()
     assert f"{database}.child (constraint (not in the catalog now: dropped since): ON DELETE CASCADE" in log
     assert len(capture.events(database, "parent")) == 1  # the insert; stopped before the delete
+
+
+@pytest.mark.parametrize(
+    "ddl",
+    [
+        "ALTER TABLE child ADD CONSTRAINT brief FOREIGN KEY (parent_id) REFERENCES parent (id) ON DELETE CASCADE",
+        "-- a comment first\nALTER TABLE child ADD CONSTRAINT brief FOREIGN KEY (parent_id) REFERENCES parent (id)"
+        " ON DELETE CASCADE",
+        "# a comment first\nALTER TABLE child ADD CONSTRAINT brief FOREIGN KEY (parent_id) REFERENCES parent (id)"
+        " ON DELETE CASCADE",
+        "ALTER TABLE child ADD CONSTRAINT brief FOREIGN KEY (parent_id) REFERENCES parent (id)"
+        " ON DELETE /* why */ CASCADE",
+    ],
+)
+def test_a_cascade_added_and_dropped_while_the_reader_was_behind_stops_it_whatever_the_comments(mariadb, database, ddl):
+    """The text check (the catalog no longer shows the key when the reader reaches the DDL) reads
+    the DDL as the server does: comments before it or inside its rule hide nothing."""
+    mariadb.execute(PARENT, "CREATE TABLE child (id INT PRIMARY KEY, parent_id INT)", database=database)
+    mariadb.execute("INSERT INTO parent VALUES (1, 1)", "INSERT INTO child VALUES (10, 1)", database=database)
+    start = binlog_position(mariadb)
+    mariadb.execute(
+        ddl,
+        "DELETE FROM parent WHERE id = 1",  # deletes child 10: no row event
+        "ALTER TABLE child DROP FOREIGN KEY brief",
+        database=database,
+    )
+    end = binlog_end(mariadb)
+    config = SourceConfig(kind="mariadb", port=mariadb.port, user="root", server_id=4252, include=[f"{database}.*"])
+    with pytest.raises(PreflightError, match="cascad"):
+        for item in BinlogReader("src", config, start, threading.Event()):
+            if isinstance(item, TransactionEnd) and item.frontier >= end:
+                break

@@ -505,3 +505,52 @@ def test_the_airflow_merge_waits_for_read_only_highs(mariadb, database, make_cap
     landed = wait_for_high_watermarks(capture.zone, "af", [table], timeout_s=5, poll_s=0.1)[table]  # no commit
     (meta,) = [read_chunk_meta(p) for p in chunk_files(capture.zone, database, "ledger")]
     assert landed["chunk"] == 1 and meta.low_lsn <= int(landed["high_lsn"]) < int(landed["frontier"])
+
+
+def test_a_readonly_dump_of_an_idle_server_closes_across_rotations_inside_windows(mariadb, database, make_capture):
+    """FLUSH BINARY LOGS inside read-only windows of an idle server (right after LOW of one chunk,
+    right before HIGH of another: the window spans two files), and a TRUNCATE with a refill inside a
+    third: every chunk closes on heartbeats alone (nothing commits after the dump), and the
+    reconciled landing zone equals the table."""
+    populate_ledger(mariadb, database, 80)
+    capture = make_capture([f"{database}.*"], watermarks="readonly").start()
+    capture.wait_running()
+    wait_until_landed(mariadb, capture, nudge_first=False)
+    refill = ("TRUNCATE TABLE ledger", "INSERT INTO ledger (id, v, note) SELECT seq, seq, 'refill' FROM seq_30_to_50")
+    source = open_chunk_source("src", capture.config.source("src"))
+    flush = AlterAt(source, lambda sql: mariadb.execute(*sql, database=database))
+    flush.at(1, "LOW", ("FLUSH BINARY LOGS",)).at(2, "HIGH", ("FLUSH BINARY LOGS",)).at(3, "HIGH", refill)
+    try:
+        DumpEngine(flush, capture.zone).run(
+            DumpRequest(tables=[f"{database}.ledger"], settings=DumpSettings(chunk_size=20))
+        )
+    finally:
+        source.close()
+    gtid = _gtid(mariadb)
+    wait_for(lambda: reconciled_state(capture, database, "ledger")[1].chunks_pending == 0, 10, what="chunks closed")
+    state, stats = reconciled_state(capture, database, "ledger")
+    assert state == table_state(mariadb, database, "ledger") and len(state) == 21, stats
+    _no_commit_since(mariadb, gtid)
+
+
+@pytest.mark.parametrize("watermarks", ["readonly", "table"])
+def test_a_truncate_right_after_a_chunks_low_reconciles_to_the_table(mariadb, database, make_capture, watermarks):
+    """A TRUNCATE and a refill right after a chunk's LOW, before its SELECT (read-only: after its
+    consistent snapshot began): the dump finishes and the reconciled landing zone equals the table."""
+    populate_ledger(mariadb, database, 80)
+    capture = make_capture([f"{database}.*"], watermarks=watermarks).start()
+    capture.wait_running()
+    wait_until_landed(mariadb, capture, nudge_first=False)
+    refill = ("TRUNCATE TABLE ledger", "INSERT INTO ledger (id, v, note) SELECT seq, seq, 'refill' FROM seq_30_to_50")
+    source = open_chunk_source("src", capture.config.source("src"))
+    truncating = AlterAt(source, lambda sql: mariadb.execute(*sql, database=database)).at(2, "LOW", refill)
+    try:
+        DumpEngine(truncating, capture.zone).run(
+            DumpRequest(tables=[f"{database}.ledger"], settings=DumpSettings(chunk_size=20))
+        )
+    finally:
+        source.close()
+    wait_until_landed(mariadb, capture)
+    wait_for(lambda: reconciled_state(capture, database, "ledger")[1].chunks_pending == 0, 10, what="chunks closed")
+    state, stats = reconciled_state(capture, database, "ledger")
+    assert state == table_state(mariadb, database, "ledger") and len(state) == 21, stats

@@ -11,9 +11,10 @@ import json
 import pytest
 
 from capture.errors import BinlogDecodeError
+from tests.integration.binlog_check import binlog_position
 from tests.integration.dumping import reconciled_state, table_state, wait_until_landed
 from tests.integration.keyless import cli
-from tests.integration.test_binlog_audit import _position, committed_end, decode, replay
+from tests.integration.test_binlog_audit import committed_end, decode, replay
 
 pytestmark = pytest.mark.integration
 
@@ -93,7 +94,7 @@ def test_add_and_drop_system_versioning_in_the_log(mariadb, database):
         "CREATE TABLE flop (id INT PRIMARY KEY, v INT) WITH SYSTEM VERSIONING",
         database=database,
     )
-    start = _position(mariadb)
+    start = binlog_position(mariadb)
 
     def phase(table: str, base: int) -> list[str]:
         return [
@@ -139,7 +140,7 @@ def test_transaction_precise_versioning_is_refused_by_name(mariadb, database, ma
     capture = make_capture([f"{database}.*"]).start()
     capture.wait_running()
     assert "capture.statement_logged_tables" in capture.log() and f"tables={database}.trx " in capture.log()
-    start = _position(mariadb)
+    start = binlog_position(mariadb)
     mariadb.execute("INSERT INTO trx VALUES (1, 1)", database=database)
     with pytest.raises(BinlogDecodeError, match="transaction-precise system versioning"):
         _reader_changes(mariadb, database, start, "trx")

@@ -86,3 +86,65 @@ def test_a_truncate_inside_a_chunk_window_converges(source, catalogs, spark):
     assert changelog_replay(spark, target[:-1] + "__changelog`") == {}
     again = run_merge(spark, config, "src", [name])["tables"][0]
     assert again.get("skipped") in ("up to date", "nothing new"), again
+
+
+@pytest.mark.parametrize("source", ["postgres"], indirect=True)
+def test_a_merge_failing_between_its_truncate_delete_and_its_merge_converges_on_rerun(
+    source, catalogs, spark, monkeypatch
+):
+    """A merge run whose truncate DELETE committed (the target emptied) and whose MERGE then failed,
+    the source changed again (keys from before the truncate reinserted, updated, deleted; a second
+    truncate inside a transaction with writes before and after it), and the merge run again: the
+    target equals the source, and the changelog holds every event once."""
+    from capture.merge import table as merge_table
+
+    server, db = source.server, source.database
+    server.execute(DDL["postgres"], database=db)
+    capture = source.capture(flush_interval_s=0.3).start()
+    capture.wait_running()
+    config = source.merge_config(capture.config, catalogs["hadoop"], "trunc_crash")
+    name = f"{source.schema}.tr"
+    server.execute(_insert(range(1, 41), 0, "first"), database=db)
+    source.wait_until_landed(capture)
+    run_merge(spark, config, "src", [name])
+
+    server.execute(
+        "UPDATE tr SET v = -v WHERE id <= 5",
+        "TRUNCATE TABLE tr",
+        _insert(range(10, 21), 100, "refill"),
+        "UPDATE tr SET note = 'changed' WHERE id = 12",
+        database=db,
+    )
+    source.wait_until_landed(capture)
+    real = merge_table.TableMerge._merge
+    failed: list[int] = []
+
+    def fail_once(self, stream, props):
+        if not failed:
+            failed.append(1)
+            raise RuntimeError("killed between the truncate's DELETE and the MERGE")
+        return real(self, stream, props)
+
+    monkeypatch.setattr(merge_table.TableMerge, "_merge", fail_once)
+    report = run_merge(spark, config, "src", [name])
+    assert failed and "killed between" in report["failed"][0]["failed"], report
+    target = f"`{config.merge.catalog_name}`.`{config.merge.namespace}`.`{source.schema}__tr`"
+    assert iceberg_state(spark, target) == {}  # the DELETE committed
+
+    server.execute(
+        "BEGIN; INSERT INTO tr VALUES (30, 1, 'before'); UPDATE tr SET v = 7 WHERE id = 11; TRUNCATE tr;"
+        " INSERT INTO tr VALUES (11, 2, 'after'), (2, 3, 'after'); UPDATE tr SET v = 9 WHERE id = 2; COMMIT",
+        "INSERT INTO tr VALUES (3, 4, 'later')",
+        "DELETE FROM tr WHERE id = 11",
+        database=db,
+    )
+    source.wait_until_landed(capture)
+    run_merge(spark, config, "src", [name])
+    table = Table("tr", ("id",), TYPES)
+    state, want = typed(iceberg_state(spark, target)), typed(source.state(table))
+    assert set(k[0] for k in want) == {2, 3}
+    assert state == want, differences(state, want)
+    changelog = target[:-1] + "__changelog`"
+    assert typed(changelog_replay(spark, changelog)) == want
+    twice = spark.sql(f"SELECT _lsn, _order FROM {changelog} GROUP BY ALL HAVING count(*) > 1").count()
+    assert twice == 0

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pymysql
 
 from capture.config import SourceConfig
-from capture.errors import DumpInputError
+from capture.errors import ChunkReadAgain, DumpInputError
 from capture.events import MINOR_BITS, Lsn, Row, TableSchema
 from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE, Watermark, check_watermark_columns
 from capture.sources.mysql import snapshot
@@ -30,6 +30,7 @@ from capture.sources.mysql.types import ColumnBuilder, select_conversions
 from capture.sources.table_keys import check_named_keys, duplicate_key_error
 
 ER_DBACCESS_DENIED, ER_TABLEACCESS_DENIED = 1044, 1142
+ER_TABLE_DEF_CHANGED = 1412  # a consistent snapshot reading a table re-created after it began
 WATERMARK_DDL = f"""CREATE TABLE IF NOT EXISTS {qualified(WATERMARK_SCHEMA, WATERMARK_TABLE)} (
   slot VARCHAR(255) NOT NULL PRIMARY KEY COMMENT 'dump id / table: one row per dump and table',
   dump_id VARCHAR(64) NOT NULL,
@@ -150,7 +151,12 @@ class MySqlChunkSource:
             raise
 
     def _rows(self, table: TableSchema, sql: str, params: list[Any]) -> pa.StructArray:
-        rows = self._run(sql, params)
+        try:
+            rows = self._run(sql, params)
+        except pymysql.err.OperationalError as exc:
+            if exc.args and exc.args[0] == ER_TABLE_DEF_CHANGED:  # read-only: a TRUNCATE after the snapshot
+                raise ChunkReadAgain(f"{table.qualified_name}: {exc.args[1]}") from exc
+            raise
         arrays = [build(list(map(itemgetter(i), rows))) for i, build in enumerate(self._builders[table.fingerprint])]
         return pa.StructArray.from_arrays(arrays, fields=list(table.row_type))
 

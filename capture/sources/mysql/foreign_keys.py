@@ -22,6 +22,7 @@ from capture.errors import PreflightError
 from capture.log import get_logger
 from capture.sources.base import WATERMARK_SCHEMA
 from capture.sources.mysql.connection import query
+from capture.sources.mysql.statements import without_comments
 
 log = get_logger(__name__)
 
@@ -92,6 +93,7 @@ def ddl_table(schema: str, statement: str) -> tuple[str, str] | None:
 def added_by_text(schema: str, statement: str) -> CascadingKey | None:
     """The cascading key a CREATE TABLE or ALTER TABLE statement's text adds, as far as the text says
     (the table, its first cascading rule), for a key the catalog no longer shows."""
+    statement = without_comments(statement)
     rule = CASCADE_RULE.search(statement)
     table = ddl_table(schema, statement) if rule is not None else None
     if rule is None or table is None:

@@ -55,36 +55,21 @@ from capture.sources.mysql.partitions import (
     system_time_partitioned,
 )
 from capture.sources.mysql.rows import OLD_TEMPORAL, RowDecoder
-from capture.sources.mysql.statements import called_functions, hidden_writes, written_tables
+from capture.sources.mysql.statements import (
+    called_functions,
+    created_by_select,
+    hidden_writes,
+    truncated_table,
+    written_tables,
+)
 from capture.sources.mysql.table_maps import BinlogColumn, TableMap, TableMapCache
 from capture.sources.mysql.types import table_schema
 from capture.sources.table_keys import log_key
 
+THREAD_SPECIFIC = 0x04  # an event header's flag: the statement used a temporary table (or the pseudo thread id)
 MARIADB_FL_STANDALONE = 0x01
 MARIADB_FL_DDL = 0x20  # the GTID's event group holds DDL (CREATE TABLE ... SELECT carries rows as well)
 _FILE_NUMBER = re.compile(r"\.(\d+)$")
-_IDENT = r"(?:`((?:[^`]|``)+)`|([\w$]+))"
-# TRUNCATE [TABLE] [db.]t [WAIT n | NOWAIT], as logged: the session's text, after any comments
-_TRUNCATE = re.compile(
-    rf"^\s*(?:/\*.*?\*/\s*|--[^\n]*\n\s*|#[^\n]*\n\s*)*truncate\s+(?:table\s+)?{_IDENT}(?:\s*\.\s*{_IDENT})?"
-    r"\s*(?:(?:wait\s+\d+|nowait)\s*)?;?\s*$",
-    re.IGNORECASE | re.DOTALL,
-)
-
-
-def truncated_table(schema: str, statement: str) -> tuple[str, str] | None:
-    """(db, table) a logged TRUNCATE statement empties, `schema` (the QUERY event's default
-    database) for an unqualified name; None for any other statement."""
-    if "truncate" not in statement[:4096].lower():  # the common case, cheaply
-        return None
-    match = _TRUNCATE.match(statement)
-    if match is None:
-        return None
-    quoted1, plain1, quoted2, plain2 = match.groups()
-    first = quoted1.replace("``", "`") if quoted1 is not None else plain1
-    if quoted2 is None and plain2 is None:
-        return schema, first
-    return first, quoted2.replace("``", "`") if quoted2 is not None else plain2
 
 
 def read_timeout_s(heartbeat_s: float) -> float:
@@ -204,6 +189,7 @@ class BinlogReader:
         # statement-logged writes of tables capture leaves out: what the catalog says they hide (`_statement_logged`)
         self._hidden: dict[tuple[frozenset[tuple[str, str]], frozenset[str]], list[str]] = {}
         self._catalog: pymysql.connections.Connection | None = None  # key lookups (`_key`), opened once needed
+        self._fold: bool | None = None  # lower_case_table_names=1 (`_named`), asked once needed
         self._last_timestamp: int | None = None
         self._last_commit_ts = datetime.now(UTC)
         # read-only watermarks: heartbeats carry the binlog end, which moves the frontier (`_heartbeat`)
@@ -339,6 +325,13 @@ class BinlogReader:
                 if not self.mariadb and not in_transaction:
                     txid = f"{self.file}:{log_pos}"
                     commit_ts = self._commit_time(timestamp)
+                made = created_by_select(schema, statement)
+                if made is not None and self.captured(*self._named(made)):
+                    raise BinlogDecodeError(
+                        f"{statement[:60]!r} at {self.file}:{log_pos} creates {made[0]}.{made[1]} from a SELECT logged "
+                        "as its statement (a session with binlog_format STATEMENT or MIXED): its rows are not in the "
+                        "log, and capture reads row events only"
+                    )
                 if MAY_ADD.search(statement):
                     self._check_cascades(schema, statement, log_pos)
                 partitioned = partition_change(statement, schema)
@@ -346,9 +339,12 @@ class BinlogReader:
                     partitioned = self._partition_change(partitioned, statement, log_pos)
                 self._hidden.clear()  # DDL may have created or dropped a trigger, view or function
                 yield SchemaChange(lsn, txid, commit_ts, schema, statement)
-                truncated = truncated_table(schema, statement)
+                # a statement that used a temporary table (LOG_EVENT_THREAD_SPECIFIC_F): a TRUNCATE
+                # then emptied the session's temporary table of that name, not the captured table
+                truncated = None if data[ev.BODY - 2] & THREAD_SPECIFIC else truncated_table(schema, statement)
                 if truncated is None and partitioned is not None and partitioned.whole:
                     truncated = partitioned.table  # TRUNCATE PARTITION ALL: the whole table emptied
+                truncated = None if truncated is None else self._named(truncated)
                 if truncated is not None and truncated[0] != WATERMARK_SCHEMA and self.captured(*truncated):
                     yield Truncate(lsn, txid, commit_ts, *truncated)
                 if standalone or not in_transaction:
@@ -403,6 +399,7 @@ class BinlogReader:
             raise BinlogDecodeError(
                 f"{where} in database {schema!r}: capture cannot tell which tables it writes, and reads row events only"
             )
+        tables = {self._named(table) for table in tables}
         captured = sorted(f"{s}.{t}" for s, t in tables if self.captured(s, t))
         if captured:
             raise BinlogDecodeError(f"{where} writing {', '.join(captured)}: capture reads row events only")
@@ -441,12 +438,13 @@ class BinlogReader:
         """A partition statement that drops or moves rows (`partitions`): None when it changes no
         captured table's landed rows; the change when it is reproduced (TRUNCATE PARTITION ALL of a
         captured table); else capture stops here (`partition_changes: refuse`) or warns (accept)."""
-        captured = [t for t in change.tables if t[0] != WATERMARK_SCHEMA and self.captured(*t)]
+        tables = [self._named(t) for t in change.tables]
+        captured = [t for t in tables if t[0] != WATERMARK_SCHEMA and self.captured(*t)]
         if not captured:
             return None
         if change.whole:
             return change
-        if change.other is None and system_time_partitioned(self._catalog_connection(), *change.table):
+        if change.other is None and system_time_partitioned(self._catalog_connection(), *self._named(change.table)):
             return None  # history partitions only: the current rows stay, and capture lands current rows only
         check_partition_change(self.name, self.config, change, captured, statement, f"{self.file}:{log_pos}")
         return None
@@ -546,6 +544,15 @@ class BinlogReader:
                     f"{table_map.schema}.{table_map.table}: column {col.name!r} is {kind.upper()}, which the binlog "
                     "carries as raw bytes where SELECT shows text: capture cannot land it as the source shows it"
                 )
+
+    def _named(self, table: tuple[str, str]) -> tuple[str, str]:
+        """(db, table) as a statement's text names it, as row events and the catalog name it: with
+        lower_case_table_names=1 the server stores names in lowercase and compares them so."""
+        if self._fold is None:
+            with self._catalog_connection().cursor() as cursor:
+                cursor.execute("SELECT @@lower_case_table_names")
+                self._fold = int(cursor.fetchone()[0]) == 1
+        return (table[0].lower(), table[1].lower()) if self._fold else table
 
     def _catalog_connection(self) -> pymysql.connections.Connection:
         if self._catalog is None:

@@ -18,15 +18,19 @@ import pymysql
 
 from capture.sources.mysql.connection import query
 
-_TOKEN = re.compile(
-    r"""(?P<skip>\s+|--(?:[ \t][^\n]*)?(?:\n|$)|\#[^\n]*(?:\n|$)|/\*M?!\d*|\*/|/\*.*?\*/)
-    |(?P<quoted>`(?:[^`]|``)*`)
-    |(?P<string>'(?:[^'\\]|\\.|'')*')
-    |(?P<dquoted>"(?:[^"\\]|\\.|"")*")
-    |(?P<word>[A-Za-z0-9_$\u0080-\U0010FFFF]+)
-    |(?P<other>.)""",
-    re.VERBOSE | re.DOTALL,
-)
+# `--` starts a comment when a space or a control character follows (a carriage return too)
+_SKIP = r"(?P<skip>\s+|--(?:[\x00-\x09\x0b-\x20\x7f][^\n]*)?(?:\n|$)|\#[^\n]*(?:\n|$)|/\*M?!\d*|\*/|/\*.*?\*/)"
+_QUOTED = r"(?P<quoted>`(?:[^`]|``)*`)"
+_WORD = r"(?P<word>[A-Za-z0-9_$\u0080-\U0010FFFF]+)|(?P<other>.)"
+_SINGLE = {True: r"(?P<string>'(?:[^'\\]|\\.|'')*')", False: r"(?P<string>'(?:[^']|'')*')"}
+_DOUBLE = {True: r'(?P<dquoted>"(?:[^"\\]|\\.|"")*")', False: r'(?P<dquoted>"(?:[^"]|"")*")'}
+# how quotes read: a backslash escapes in both ('' and ""), in neither (sql_mode NO_BACKSLASH_ESCAPES),
+# in '' only (ANSI_QUOTES: "" quote an identifier); the event's sql_mode is not read, so a statement
+# with a backslash is read every way and the tables any reading names are taken
+_TOKENS = {
+    (single, double): re.compile("|".join((_SKIP, _QUOTED, _SINGLE[single], _DOUBLE[double], _WORD)), re.DOTALL)
+    for single, double in ((True, True), (False, False), (True, False))
+}
 # words after which a table name follows (in an UPDATE's or DELETE's table references)
 _TABLE_BEFORE = {"FROM", "USING", "JOIN", "STRAIGHT_JOIN"}
 _NOT_A_TABLE = {"SELECT", "WITH", "VALUES", "LATERAL", "TABLE", "ONLY"}
@@ -39,11 +43,12 @@ class _Token(str):
     """A token: its text (unquoted for an identifier) and whether it can name something."""
 
     name: bool
+    quoted: bool
 
 
-def _tokens(statement: str) -> list[_Token]:
+def _tokens(statement: str, escapes: tuple[bool, bool] = (True, True)) -> list[_Token]:
     tokens: list[_Token] = []
-    for match in _TOKEN.finditer(statement):
+    for match in _TOKENS[escapes].finditer(statement):
         kind = match.lastgroup
         text = match.group()
         if kind == "skip":
@@ -54,12 +59,25 @@ def _tokens(statement: str) -> list[_Token]:
             text = text[1:-1].replace('""', '"')
         token = _Token(text)
         token.name = kind in ("quoted", "dquoted", "word")
+        token.quoted = kind != "word"
         tokens.append(token)
     return tokens
 
 
+def without_comments(statement: str) -> str:
+    """The statement with each comment a space (an executable comment's text kept), the rest as written."""
+    parts = []
+    for match in _TOKENS[True, True].finditer(statement):
+        text = match.group()
+        parts.append(" " if match.lastgroup == "skip" and not text.isspace() else text)
+    return "".join(parts)
+
+
 def _upper(token: _Token) -> str:
-    return token.upper() if token.name else token
+    """A word as a keyword to compare; a quoted name is never one (`SET`, `values`: "")."""
+    if token.name:
+        return "" if token.quoted else token.upper()
+    return token
 
 
 def _name(tokens: list[_Token], i: int, schema: str) -> tuple[Table | None, int]:
@@ -165,14 +183,38 @@ def _delete(tokens: list[_Token], i: int, schema: str) -> set[Table] | None:
     if word != ("USING" if after_from else "FROM"):
         return None
     aliases = _references(tokens[i + 1 :], schema, _DELETE_END)[1]
-    # a target is an alias the references give, else a table of that name (which they name too)
-    return {t if isinstance(t, tuple) else aliases.get(t, (schema, t)) for t in targets}
+    # a target is an alias the references give, else a table of that name (which they name too);
+    # or an alias in other case, where the server compares them without case (lower_case_table_names=1):
+    # both taken, as capture does not know the setting here
+    folded = {alias.lower(): table for alias, table in aliases.items()}
+    tables: set[Table] = set()
+    for t in targets:
+        if isinstance(t, tuple):
+            tables.add(t)
+        elif t in aliases:
+            tables.add(aliases[t])
+        else:
+            tables.add((schema, t))
+            if t.lower() in folded:
+                tables.add(folded[t.lower()])
+    return tables
 
 
 def written_tables(statement: str, schema: str) -> set[Table] | None:
     """The tables a DML statement may write ((schema, table); `schema`: the event's default
     database), or None when it cannot tell."""
-    tokens = _tokens(statement)
+    if "\\" not in statement:
+        return _written(_tokens(statement), schema)
+    found: set[Table] = set()
+    for escapes in _TOKENS:
+        tables = _written(_tokens(statement, escapes), schema)
+        if tables is None:
+            return None
+        found |= tables
+    return found
+
+
+def _written(tokens: list[_Token], schema: str) -> set[Table] | None:
     if not tokens:
         return None
     verb, i = _upper(tokens[0]), 1
@@ -199,10 +241,46 @@ def written_tables(statement: str, schema: str) -> set[Table] | None:
     return tables
 
 
+def truncated_table(schema: str, statement: str) -> Table | None:
+    """(db, table) a logged TRUNCATE statement empties (`schema` for an unqualified name): TRUNCATE
+    [TABLE] [db.]t [WAIT n | NOWAIT] [;], comments anywhere; None for any other statement."""
+    tokens = _tokens(statement)
+    if not tokens or _upper(tokens[0]) != "TRUNCATE":
+        return None
+    i = 1 + (len(tokens) > 2 and _upper(tokens[1]) == "TABLE" and tokens[2].name)
+    table, i = _name(tokens, i, schema)
+    if table is None:
+        return None
+    rest = [_upper(t) for t in tokens[i:]]
+    if rest and rest[-1] == ";":
+        rest.pop()
+    if rest in ([], ["NOWAIT"]) or (len(rest) == 2 and rest[0] == "WAIT" and rest[1].isdigit()):
+        return table
+    return None
+
+
+def created_by_select(schema: str, statement: str) -> Table | None:
+    """The table a CREATE TABLE ... SELECT (as logged in a session with binlog_format STATEMENT or
+    MIXED: in row format the log holds a plain CREATE TABLE and the rows) creates and fills;
+    None for any other statement (a temporary table's too)."""
+    tokens = _tokens(statement)
+    words = [_upper(t) for t in tokens]
+    if not words or words[0] != "CREATE" or "SELECT" not in words:
+        return None
+    i = _skip(tokens, 1, {"OR", "REPLACE"})
+    if i >= len(tokens) or words[i] != "TABLE":
+        return None
+    table, _ = _name(tokens, _skip(tokens, i + 1, {"IF", "NOT", "EXISTS"}), schema)
+    return table
+
+
 def called_functions(statement: str) -> set[str]:
     """Names the statement calls as functions (`name(`): built-ins among them."""
-    tokens = _tokens(statement)
-    return {str(tokens[n]).lower() for n in range(len(tokens) - 1) if tokens[n].name and tokens[n + 1] == "("}
+    names: set[str] = set()
+    for escapes in _TOKENS if "\\" in statement else [(True, True)]:
+        tokens = _tokens(statement, escapes)
+        names |= {str(tokens[n]).lower() for n in range(len(tokens) - 1) if tokens[n].name and tokens[n + 1] == "("}
+    return names
 
 
 HIDDEN_SQL = (

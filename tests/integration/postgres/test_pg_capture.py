@@ -325,3 +325,28 @@ def test_foreign_key_cascades_are_in_the_log(postgres, pg_database, make_pg_capt
         assert sorted(tuple(r.values()) for r in state.values()) == sorted(rows), table
     assert postgres.query("SELECT * FROM child", database=pg_database) == [(21, None)]
     assert capture.stop(signal.SIGINT) == 0
+
+
+def test_a_truncate_undone_by_a_rollback_lands_nothing(postgres, pg_database, make_pg_capture):
+    """A TRUNCATE rolled back to a savepoint, or with its whole transaction, is not in the landed
+    log; one in a released savepoint is. Replayed, the landing zone gives SELECT's rows."""
+    postgres.execute("CREATE TABLE t (id int PRIMARY KEY, v int)", database=pg_database)
+    capture = make_pg_capture(["public.*"]).start()
+    capture.wait_running()
+    postgres.execute(
+        "INSERT INTO t VALUES (1, 1), (2, 2)",
+        "BEGIN; INSERT INTO t VALUES (3, 3); SAVEPOINT s; TRUNCATE t; INSERT INTO t VALUES (9, 9);"
+        " ROLLBACK TO SAVEPOINT s; INSERT INTO t VALUES (4, 4); COMMIT",
+        "BEGIN; TRUNCATE t; INSERT INTO t VALUES (8, 8); ROLLBACK",
+        "BEGIN; UPDATE t SET v = 5 WHERE id = 1; SAVEPOINT s; TRUNCATE t; INSERT INTO t VALUES (6, 6);"
+        " RELEASE SAVEPOINT s; INSERT INTO t VALUES (7, 7); COMMIT",
+        "INSERT INTO t VALUES (10, 10)",
+        database=pg_database,
+    )
+    capture.wait_events("public", "t", 7)
+    frontier = capture.zone.checkpoint().frontier.encode()
+    assert len(landed_truncates(capture.zone, frontier)) == 1
+    state = apply(reconcile_table(capture.zone, "public", "t")[0])
+    rows = postgres.query("SELECT * FROM t", database=pg_database)
+    assert sorted(tuple(r.values()) for r in state.values()) == sorted(rows) == [(6, 6), (7, 7), (10, 10)]
+    assert capture.stop(signal.SIGINT) == 0

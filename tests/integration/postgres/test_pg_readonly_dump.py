@@ -23,6 +23,7 @@ from capture.landing.reader import chunk_files, committed_frontier
 from capture.sources import open_chunk_source
 from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE
 from capture.sources.postgres.read_view import widen
+from tests.integration.dumping import AlterAt
 from tests.integration.postgres.dumping import Workload, reconciled_state, table_state, wait_until_landed
 from tests.servers import PostgreSQL, start_pg_standby, wait_for
 
@@ -210,3 +211,38 @@ def test_a_hot_standby_is_refused_before_anything_is_read(postgres, pg_database,
         assert not list(chunk_files(probe.zone, "public", "ledger"))
     finally:
         standby.destroy()
+
+
+def test_a_truncate_waiting_on_a_chunks_copy_reconciles_to_the_table(postgres, pg_database, make_pg_capture):
+    """A transaction that TRUNCATEs and refills the table, begun right after a read-only chunk's
+    LOW and committed while the chunk's COPY waits for its lock: the COPY then reads the new, empty
+    relation with its older snapshot (TRUNCATE is not MVCC-safe) and the dump ends there. The
+    truncate is inside that chunk's window, and the reconciled landing zone equals the table."""
+    postgres.execute(
+        "CREATE TABLE ledger (id int PRIMARY KEY, v int, note text)",
+        "INSERT INTO ledger SELECT i, i, 'row' || i FROM generate_series(1, 100) i",
+        database=pg_database,
+    )
+    capture = _readonly_capture(make_pg_capture, postgres, pg_database, "public.ledger")
+    truncater = postgres.connect(pg_database, autocommit=False)
+
+    def truncate(_sql: str) -> None:
+        with truncater.cursor() as cur:
+            cur.execute("TRUNCATE ledger")
+            cur.execute("INSERT INTO ledger SELECT i, -i, 'refill' FROM generate_series(30, 50) i")
+        threading.Timer(1.5, truncater.commit).start()
+
+    config = capture.config.source("src").model_copy(update={"user": DUMPER})
+    source = open_chunk_source("src", config)
+    try:
+        summary = DumpEngine(AlterAt(source, truncate).at(2, "LOW", "truncate"), capture.zone).run(
+            DumpRequest(tables=["public.ledger"], settings=DumpSettings(chunk_size=20))
+        )
+    finally:
+        source.close()
+        wait_for(lambda: truncater.info.transaction_status == 0, 10, what="the truncate's commit")
+        truncater.close()
+    wait_until_landed(postgres, pg_database, capture)
+    wait_for(lambda: reconciled_state(capture, "public", "ledger")[1].chunks_pending == 0, 30, what="chunks closed")
+    state, stats = reconciled_state(capture, "public", "ledger")
+    assert state == table_state(postgres, pg_database, "ledger") and len(state) == 21, (stats, summary)
