@@ -95,7 +95,7 @@ from capture.landing.reader import (
 )
 from capture.log import get_logger
 from capture.merge.key_changes import KeyChanges, created_lsns, misses_columns
-from capture.merge.target import FRONTIER, UNKNOWN_SAMPLE, UNKNOWN_VALUES, frontier_value, target_of
+from capture.merge.target import FRONTIER, UNKNOWN_SAMPLE, UNKNOWN_VALUES, Target, frontier_value, target_of
 from capture.merge.target import namespace as target_namespace
 from capture.merge.target import recorded as target_recorded
 from capture.sources.postgres.read_view import PgSnapshot
@@ -387,21 +387,59 @@ def _columns_ddl(columns: Iterable[tuple[str, str]]) -> str:
     return ", ".join(f"{quote(c)} {t}" for c, t in columns)
 
 
+def _create_table(spark: Any, target: Target, ddl: str, props: dict[str, str], clustered_by: list[str] | None) -> bool:
+    """Create the table in ONE metadata write, through Iceberg's catalog: its schema, properties
+    and (`clustered_by`) the write order with range distribution, what `CREATE TABLE ...
+    TBLPROPERTIES` and `ALTER TABLE ... WRITE ORDERED BY` write in two (Spark's CREATE TABLE has no
+    write order). False when the table exists already."""
+    from py4j.protocol import Py4JJavaError
+
+    jvm = spark._jvm
+    iceberg = jvm.org.apache.iceberg
+    catalog = spark._jsparkSession.sessionState().catalogManager().catalog(target.catalog).icebergCatalog()
+    schema = iceberg.spark.SparkSchemaUtil.convert(jvm.org.apache.spark.sql.types.StructType.fromDDL(ddl))
+    properties = jvm.java.util.HashMap()
+    for key, value in props.items():
+        properties.put(key, value)
+    levels = spark.sparkContext._gateway.new_array(jvm.java.lang.String, 1)  # Namespace.of(String...)
+    levels[0] = target.namespace
+    builder = catalog.buildTable(
+        iceberg.catalog.TableIdentifier.of(iceberg.catalog.Namespace.of(levels), target.name), schema
+    )
+    if clustered_by:
+        order = iceberg.SortOrder.builderFor(schema)
+        for column in clustered_by:
+            order = order.asc(column)  # as WRITE ORDERED BY: ascending, nulls first
+        builder = builder.withSortOrder(order.build())
+        properties.put("write.distribution-mode", "range")
+    try:
+        builder.withProperties(properties).create()
+    except Py4JJavaError as exc:
+        if "AlreadyExistsException" in str(exc.java_exception.getClass().getName()):
+            return False
+        raise
+    return True
+
+
 def ensure_table(
     spark: Any,
-    name: str,
+    target: Target,
     columns: list[tuple[str, Any]],
     meta: tuple[tuple[str, str], ...],
     properties: dict[str, str],
     clustered_by: list[str] | None = None,
     exists: bool | None = None,
-) -> None:
-    """Create the table, or add the columns it lacks (Iceberg schema evolution). `clustered_by`
-    (targets: the key): rows range-distributed by it before every write and files of at most
-    TARGET_FILE_SIZE, so that files hold narrow key ranges a MERGE can skip; a table created
-    before without that layout gets it for its future writes. `exists`: whether the table exists,
-    when the caller knows (None: ask the catalog). Without it (changelogs) rows are
-    written as computed: every run appends its own LSN range, and readers order by `_lsn`."""
+) -> bool:
+    """Create the table, or add the columns it lacks (Iceberg schema evolution); True when this
+    call created it. `clustered_by` (targets: the key): rows range-distributed by it before every
+    write and files of at most TARGET_FILE_SIZE, so that files hold narrow key ranges a MERGE can
+    skip; a table created before without that layout gets it for its future writes. `exists`:
+    whether the table exists, when the caller knows (None: ask the catalog). Without it
+    (changelogs) rows are written as computed: every run appends its own LSN range, and readers
+    order by `_lsn`. `properties` of a new table may include `logtide.frontier`: it counts only
+    once a snapshot exists (target.py `recorded`), and every snapshot the merge writes carries its
+    own frontier."""
+    name = target.spark
     clustered = clustered_by is not None
     layout = {"write.target-file-size-bytes": str(TARGET_FILE_SIZE), "logtide.layout": LAYOUT} if clustered else {}
     ordered = f"WRITE ORDERED BY {', '.join(quote(c) for c in clustered_by or ())}"
@@ -417,12 +455,9 @@ def ensure_table(
             **properties,
         }
         ddl = _columns_ddl([(c, t.simpleString()) for c, t in columns] + list(meta))
-        tblprops = ", ".join(f"'{k}' = '{v}'" for k, v in props.items())
-        spark.sql(f"CREATE TABLE IF NOT EXISTS {name} ({ddl}) USING iceberg TBLPROPERTIES ({tblprops})")
-        if clustered:
-            spark.sql(f"ALTER TABLE {name} {ordered}")
-        log.info("merge.table_created", table=name, columns=len(columns))
-        return
+        if _create_table(spark, target, ddl, props, clustered_by):
+            log.info("merge.table_created", table=name, columns=len(columns))
+            return True
     if clustered and _iceberg_table(spark, name).properties().get("logtide.layout") != LAYOUT:
         # metadata only: files written from now on are range-clustered; older ones keep their key
         # spread until rewritten (README, Merge: rewrite_data_files with strategy => 'sort')
@@ -440,6 +475,7 @@ def ensure_table(
     if missing:
         spark.sql(f"ALTER TABLE {name} ADD COLUMNS ({_columns_ddl(missing)})")
         log.info("merge.columns_added", table=name, columns=",".join(c for c, _ in missing))
+    return False
 
 
 def _evolve_type(spark: Any, name: str, column: str, have: Any, want: Any) -> None:
@@ -618,6 +654,9 @@ class Context:
     def target_name(self, schema: str, table: str, changelog: bool = False) -> str:
         return target_of(self.config.merge, self.source, schema, table, changelog).spark
 
+    def target_of(self, schema: str, table: str, changelog: bool = False) -> Target:
+        return target_of(self.config.merge, self.source, schema, table, changelog)
+
 
 class TableMerge:
     def __init__(self, ctx: Context, schema: str, table: str) -> None:
@@ -633,6 +672,7 @@ class TableMerge:
         self.unknown_record: dict[str, str] = {}  # UNKNOWN_VALUES, UNKNOWN_SAMPLE after this run
         self.truncates: list[TruncateMark] = []  # truncates at or after the applied frontier (step 4a)
         self.exists: dict[str, bool] = {}  # target and changelog: whether they existed when the run began
+        self.created: set[str] = set()  # target and changelog this run created (with the run's frontier)
         self.reads_log = True  # the run reads log files (else its event frame is empty by plan)
 
     @contextmanager
@@ -807,7 +847,7 @@ class TableMerge:
                     self._merge(merged, {**props, **self.unknown_record})
             with self._step("properties"):  # the fallback of applied_frontier, after the commits
                 for name, applied in ((self.changelog, a_changelog), (self.target, a_target)):
-                    if applied < F:
+                    if applied < F and name not in self.created:  # a table created by this run holds F
                         spark.sql(f"ALTER TABLE {name} SET TBLPROPERTIES ('{FRONTIER}' = '{F}')")
                 if self.unknown_record and a_target < F:
                     update = _iceberg_table(spark, self.target).updateProperties()
@@ -851,6 +891,8 @@ class TableMerge:
         if not pending:
             return None
         last = max(pending)
+        if _iceberg_table(self.ctx.spark, self.target).currentSnapshot() is None:
+            return last  # no rows to delete; and no snapshot without a frontier beside a created table's property
         sql = f"DELETE FROM {self.target} WHERE _lsn < CAST({last} AS DECIMAL(38,0))"
         commit_with(self.ctx.spark, props or {}, lambda: self.ctx.spark.sql(sql))
         log.info("merge.truncated", table=self.name, lsn=last)
@@ -923,13 +965,19 @@ class TableMerge:
         raise no_key(self.ctx.source, self.name)
 
     def _ensure_tables(self) -> None:
-        spark = self.ctx.spark
-        self.ctx.ensure_namespace()
+        """Create the target and changelog (one metadata write each, holding the run's frontier as
+        property already: no ALTER after the run's commits), or evolve their columns."""
+        spark, ctx = self.ctx.spark, self.ctx
+        ctx.ensure_namespace()
         columns = [(c, self.types[c]) for c in self.columns]
-        props = {"logtide.source": self.ctx.source, "logtide.table": self.name, "logtide.key": ",".join(self.keys)}
+        props = {"logtide.source": ctx.source, "logtide.table": self.name, "logtide.key": ",".join(self.keys)}
+        props[FRONTIER] = str(ctx.frontier)
         exists = self.exists
-        ensure_table(spark, self.target, columns, TARGET_META, props, self.keys, exists[self.target])
-        ensure_table(spark, self.changelog, columns, CHANGELOG_META, props, exists=exists[self.changelog])
+        target, changelog = ctx.target_of(self.schema, self.table), ctx.target_of(self.schema, self.table, True)
+        if ensure_table(spark, target, columns, TARGET_META, props, self.keys, exists[self.target]):
+            self.created.add(self.target)
+        if ensure_table(spark, changelog, columns, CHANGELOG_META, props, exists=exists[self.changelog]):
+            self.created.add(self.changelog)
 
     # -- building the stream -----------------------------------------------------------------
 

@@ -5,7 +5,8 @@ For the landed table `db.t` of source S, the merge writes `<catalog_name>.<names
 target) and `...db__t__changelog` (the stream it applied), `namespace` being `merge.namespace` or
 S. Each merge commit carries `logtide.frontier` in its snapshot summary: the landing zone's
 frontier whose events the table now holds. After its commits the merge also sets it as a table
-property, which stays when snapshot expiry removed the summaries. The applied frontier is the
+property, which stays when snapshot expiry removed the summaries (a table the merge creates holds
+it from its creation: a property counts only once the table has a snapshot). The applied frontier is the
 summary's value of the newest snapshot in the current ancestry that has it, else that property,
 else 0 (a table no merge wrote). Values PostgreSQL key changes left out that nothing held are
 counted in `logtide.unknown-values` (with the newest few in `logtide.unknown-sample`), the same way.

@@ -178,3 +178,51 @@ def test_the_key_filter_keeps_every_key_of_every_type_it_handles(spark):
         assert {_hashable(r[0]) for r in run.collect()} <= kept, column
         if type_name not in ("boolean", "date"):
             assert len(kept) < len(set(values)), column  # and the ranges exclude something
+
+
+def _metadata_versions(spark, name: str) -> int:
+    """Metadata files the table has been written as (its current one and the ones before it)."""
+    table = merge_table._iceberg_table(spark, name)
+    table.refresh()
+    return table.operations().current().previousFiles().size() + 1
+
+
+def test_a_first_load_writes_each_table_twice_and_a_failed_one_reruns_to_the_same_rows(
+    spark, catalogs, tmp_path, monkeypatch
+):
+    zone = LandingZone(tmp_path / "landing", "src")
+    config = _config(catalogs, tmp_path, "layout_created")
+    log = Log(zone)
+    c, u, d = Op.CREATE, Op.UPDATE, Op.DELETE
+    log.transaction(TAGS, [(c, None, (f"k{i}", i % 3, "a")) for i in range(30)])
+    name, changelog = "logtide.layout_created.db__tags", "logtide.layout_created.db__tags__changelog"
+
+    def failing(self, stream, props):
+        raise RuntimeError("killed before the target's write")
+
+    with monkeypatch.context() as patch:  # the changelog commits, the target is created and never written
+        patch.setattr(merge_table.TableMerge, "_merge", failing)
+        assert run_merge(spark, config, "src")["failed"]
+    assert merge_table.applied_frontier(spark, name) == 0 < merge_table.applied_frontier(spark, changelog)
+    log.transaction(TAGS, [(u, ("k1", 1, "a"), ("k1", 1, "b")), (d, ("k2", 2, "a"), None)])
+    run_merge(spark, config, "src")
+    assert iceberg_state(spark, name, key=("name", "n")) == _reference(zone, "tags")
+    assert len(_reference(zone, "tags")) == 29
+
+    fresh = _config(catalogs, tmp_path, "layout_fresh")  # a first load without failure
+    report = run_merge(spark, fresh, "src")["tables"][0]
+    target, frontier = "logtide.layout_fresh.db__tags", int(report["frontier"])
+    # created with its layout, then written: two metadata files each (no ALTER, no property update)
+    assert _metadata_versions(spark, target) == 2 and _metadata_versions(spark, target + "__changelog") == 2
+    table = merge_table._iceberg_table(spark, target)
+    order = [
+        (str(f.direction()), str(f.nullOrder()), table.schema().findColumnName(f.sourceId()))
+        for f in table.sortOrder().fields()
+    ]
+    assert order == [("ASC", "NULLS FIRST", "name"), ("ASC", "NULLS FIRST", "n")]
+    properties = table.properties()
+    assert properties.get("write.distribution-mode") == "range" and properties.get("logtide.layout") == "2"
+    assert (
+        properties.get("logtide.frontier") == str(frontier) == table.currentSnapshot().summary().get("logtide.frontier")
+    )
+    assert iceberg_state(spark, target, key=("name", "n")) == _reference(zone, "tags")
