@@ -311,7 +311,7 @@ class Harness:
                 control.update(state="running")
 
         def merges() -> None:
-            self._merge("during-dump", kill_after=kill_after, started=resume)
+            self._merge("during-dump", kill_after=kill_after, started=resume, after_table=split.name)
             while dump.poll() is None:
                 time.sleep(self.rng.uniform(0.5, 3.0))
                 if dump.poll() is None:
@@ -332,14 +332,20 @@ class Harness:
     def _merge_tables(self) -> list[str]:
         return [t for t in merge_tables(self._zone()) if t not in self.broken]
 
-    def _merge(self, label: str, kill_after: int | None = None, started: Callable[[], None] | None = None) -> None:
-        """`logtide merge --source S` (SIGKILLed after `kill_after` changelog commits); after a failure the
-        harness names the tables left (`--table`)."""
+    def _merge(
+        self,
+        label: str,
+        kill_after: int | None = None,
+        started: Callable[[], None] | None = None,
+        after_table: str | None = None,
+    ) -> None:
+        """`logtide merge --source S` (SIGKILLed after `kill_after` changelog commits, and not before table
+        `after_table` finished); after a failure the harness names the tables left (`--table`)."""
         names: list[str] | None = None if not self.broken else self._merge_tables()
         while True:
             args = ["merge", "--source", self.source, *(a for n in names or [] for a in ("--table", n))]
-            code, output = self._merge_once(label, args, started, kill_after)
-            started, kill_after = None, None
+            code, output = self._merge_once(label, args, started, kill_after, after_table)
+            started, kill_after, after_table = None, None, None
             self.merges.append(_table_reports(output))
             if code == -signal.SIGKILL:
                 return  # the next merge reruns it
@@ -359,10 +365,18 @@ class Harness:
                 return
 
     def _merge_once(
-        self, label: str, args: list[str], started: Callable[[], None] | None, kill_after_commits: int | None
+        self,
+        label: str,
+        args: list[str],
+        started: Callable[[], None] | None,
+        kill_after_commits: int | None,
+        after_table: str | None = None,
     ) -> tuple[int, str]:
         """One `logtide merge`: `started` is called once it has read its frontier; with `kill_after_commits`
-        it is SIGKILLed (spark-submit and all) a moment after that many changelog commits."""
+        it is SIGKILLed (spark-submit and all) a moment after that many changelog commits and, with
+        `after_table`, once that table finished (tables merge in parallel, in no fixed order: the count
+        alone can fall between its changelog commit and its target's)."""
+        finished = None if after_table is None else re.compile(rf"event=merge\.table_finished table=\S+\.{re.escape(after_table)} ")
         process, log = self._start(f"merge-{label}", *args)
         deadline = time.monotonic() + 900
         while process.poll() is None and time.monotonic() < deadline:
@@ -370,7 +384,8 @@ class Harness:
             if started is not None and ("event=merge.started" in text or "event=merge.failed" in text):
                 started()
                 started = None
-            if kill_after_commits and text.count("event=merge.changelog_committed") >= kill_after_commits:
+            done = finished is None or finished.search(text) is not None
+            if kill_after_commits and done and text.count("event=merge.changelog_committed") >= kill_after_commits:
                 time.sleep(self.rng.uniform(0.0, 1.0))
                 if process.poll() is None:
                     os.killpg(process.pid, signal.SIGKILL)
