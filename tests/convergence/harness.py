@@ -376,7 +376,11 @@ class Harness:
         it is SIGKILLed (spark-submit and all) a moment after that many changelog commits and, with
         `after_table`, once that table finished (tables merge in parallel, in no fixed order: the count
         alone can fall between its changelog commit and its target's)."""
-        finished = None if after_table is None else re.compile(rf"event=merge\.table_finished table=\S+\.{re.escape(after_table)} ")
+        finished = (
+            None
+            if after_table is None
+            else re.compile(rf"event=merge\.table_finished table=\S+\.{re.escape(after_table)} ")
+        )
         process, log = self._start(f"merge-{label}", *args)
         deadline = time.monotonic() + 900
         while process.poll() is None and time.monotonic() < deadline:
