@@ -3,13 +3,22 @@ and the table state to compare the reconciled stream with."""
 
 from __future__ import annotations
 
+import tempfile
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from capture.landing.chunks import META_KEY, ChunkMeta
 from capture.sources.postgres.connection import parse_lsn
 from tests.integration.dumping import Workload as SharedWorkload
 from tests.integration.dumping import reconciled_state  # noqa: F401 - the same for both sources
-from tests.servers import wait_for
+from tests.servers import PostgreSQL, wait_for
 
 
 class Workload(SharedWorkload):
@@ -59,3 +68,54 @@ def table_state(postgres, database: str, table: str, key: tuple[str, ...] = ("id
     finally:
         conn.close()
     return {tuple(r[k] for k in key): r for r in rows}
+
+
+@contextmanager
+def standby_that_never_answers() -> Iterator[tuple[PostgreSQL, Any]]:
+    """A private server whose synchronous standby never answers, and a connection whose commits
+    wait for it (`commit_stuck`): such a commit is in the WAL, so capture lands it, yet stays
+    invisible to every snapshot until `release_stuck` cancels the wait."""
+    server = PostgreSQL(
+        Path(tempfile.mkdtemp(prefix="logtide-pg-")),
+        options={"synchronous_standby_names": "nobody", "synchronous_commit": "local"},
+    )
+    server.start()
+    stuck = None
+    try:
+        stuck = server.connect(autocommit=False)
+        with stuck.cursor() as cur:
+            cur.execute("SET synchronous_commit = on")
+        stuck.commit()  # no xid: nothing to wait for
+        yield server, stuck
+    finally:
+        if stuck is not None:  # end the wait first: closing a connection busy in COMMIT would block
+            server.execute("SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE wait_event = 'SyncRep'")
+            stuck.close()
+        server.destroy()
+
+
+def commit_stuck(server: PostgreSQL, stuck) -> threading.Thread:
+    """Commit `stuck`'s transaction in a thread and return once the commit record is flushed and
+    the commit waits for the standby that never comes: the rows are not visible meanwhile."""
+    pid = stuck.info.backend_pid
+    committer = threading.Thread(target=stuck.commit)
+    committer.start()
+    wait_for(
+        lambda: server.query(f"SELECT wait_event FROM pg_stat_activity WHERE pid = {pid}")[0][0] == "SyncRep",
+        10,
+        what="the commit to wait for the standby",
+    )
+    return committer
+
+
+def release_stuck(server: PostgreSQL, stuck, committer: threading.Thread) -> None:
+    """End the wait: the commit becomes visible."""
+    server.execute(f"SELECT pg_cancel_backend({stuck.info.backend_pid})")
+    committer.join(10)
+
+
+def rewrite_chunk_meta(chunk: pa.Table, path: Path, meta: ChunkMeta) -> None:
+    """Write `chunk` back to `path` with `meta` in place of its metadata: what reconciliation
+    would do had the chunk been read with other knowledge (say, without its snapshot)."""
+    schema = chunk.schema.with_metadata({**chunk.schema.metadata, META_KEY: meta.to_json()})
+    pq.write_table(chunk.cast(schema), path)

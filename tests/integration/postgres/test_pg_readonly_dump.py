@@ -18,13 +18,22 @@ import pytest
 from capture.dump.control import DumpSettings
 from capture.dump.engine import DumpEngine, DumpRequest
 from capture.errors import DumpInputError
-from capture.landing.chunks import META_KEY, read_chunk_meta
+from capture.landing.chunks import read_chunk_meta
 from capture.landing.reader import chunk_files, committed_frontier
 from capture.sources import open_chunk_source
 from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE
 from capture.sources.postgres.read_view import widen
 from tests.integration.dumping import AlterAt
-from tests.integration.postgres.dumping import Workload, reconciled_state, table_state, wait_until_landed
+from tests.integration.postgres.dumping import (
+    Workload,
+    commit_stuck,
+    reconciled_state,
+    release_stuck,
+    rewrite_chunk_meta,
+    standby_that_never_answers,
+    table_state,
+    wait_until_landed,
+)
 from tests.servers import PostgreSQL, start_pg_standby, wait_for
 
 pytestmark = pytest.mark.integration
@@ -143,33 +152,19 @@ def test_a_commit_in_the_wal_but_invisible_with_an_xid_past_xmax_never_leaves_a_
     list it in xip: only the read-only rule (every xid >= xmax before LOW is hidden, whatever its
     LSN) drops the stale chunk row; the table-watermark rule (xid >= xmax only after the position read
     before LOW) would keep it, since its commit record is long before LOW."""
-    server = PostgreSQL(
-        Path(tempfile.mkdtemp(prefix="logtide-pg-")),
-        options={"synchronous_standby_names": "nobody", "synchronous_commit": "local"},
-    )
-    server.start()
-    stuck = None
-    try:
+    with standby_that_never_answers() as (server, stuck):
         server.execute(
             "CREATE TABLE hot (id int PRIMARY KEY, v int, body text)",
             "INSERT INTO hot SELECT i, 0, 'b' || i FROM generate_series(1, 20) i",
         )
         capture = _readonly_capture(make_pg_capture, server, "postgres", "public.hot", port=server.port,
                                     database="postgres")  # fmt: skip
-        stuck = server.connect(autocommit=False)
         with stuck.cursor() as cur:
-            cur.execute("SET synchronous_commit = on")
-            cur.execute("SELECT pg_backend_pid(), txid_current()")  # the top-level xid
-            pid, xid = cur.fetchone()
+            cur.execute("SELECT txid_current()")  # the top-level xid
+            (xid,) = cur.fetchone()
             # the update in a subtransaction: its row carries the subxid, the log the top-level xid
             cur.execute("SAVEPOINT s; UPDATE hot SET v = 100 WHERE id = 5; RELEASE SAVEPOINT s")
-        committer = threading.Thread(target=stuck.commit)  # waits for the standby that never comes
-        committer.start()
-        wait_for(
-            lambda: server.query(f"SELECT wait_event FROM pg_stat_activity WHERE pid = {pid}")[0][0] == "SyncRep",
-            10,
-            what="the commit to wait for the standby",
-        )
+        committer = commit_stuck(server, stuck)  # waits for the standby that never comes
         assert server.query("SELECT v FROM hot WHERE id = 5")[0][0] == 0
         events = capture.wait_events("public", "hot", 1)  # in the WAL, and landed
         assert events[0]["after"]["v"] == 100 and events[0]["_txid"] == str(xid & 0xFFFFFFFF)
@@ -181,8 +176,7 @@ def test_a_commit_in_the_wal_but_invisible_with_an_xid_past_xmax_never_leaves_a_
         view = meta.read_view
         assert widen(xid & 0xFFFFFFFF, view.xmax) >= view.xmax and xid not in view.xip  # past xmax, not listed
         assert int(events[0]["_lsn"]) < view.before_low
-        server.execute(f"SELECT pg_cancel_backend({pid})")  # the wait ends: the commit becomes visible
-        committer.join(10)
+        release_stuck(server, stuck, committer)  # the wait ends: the commit becomes visible
         wait_until_landed(server, "postgres", capture)
         chunk = pq.read_table(path)
         assert {"id": 5, "v": 0, "body": "b5"} in chunk.column("after").to_pylist()  # the stale row
@@ -192,16 +186,9 @@ def test_a_commit_in_the_wal_but_invisible_with_an_xid_past_xmax_never_leaves_a_
         assert stats.dropped_by_visibility == 1
 
         # the table-watermark rule would keep the stale row: its commit is before before_low
-        blind = replace(meta, read_view=replace(view, readonly=False))
-        schema = chunk.schema.with_metadata({**chunk.schema.metadata, META_KEY: blind.to_json()})
-        pq.write_table(chunk.cast(schema), path)
+        rewrite_chunk_meta(chunk, path, replace(meta, read_view=replace(view, readonly=False)))
         state, stats = reconciled_state(capture, "public", "hot")
         assert state[(5,)]["v"] == 0 and stats.dropped_by_visibility == 0
-    finally:
-        if stuck is not None:  # end the wait first: closing a connection busy in COMMIT would block
-            server.execute("SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE wait_event = 'SyncRep'")
-            stuck.close()
-        server.destroy()
 
 
 def test_a_hot_standby_is_refused_before_anything_is_read(postgres, pg_database, make_pg_capture):

@@ -7,10 +7,8 @@ reconciliation drops chunk rows such a transaction touched (the log has the newe
 from __future__ import annotations
 
 import random
-import tempfile
 import threading
 from dataclasses import replace
-from pathlib import Path
 
 import psycopg2.errors
 import pyarrow.parquet as pq
@@ -18,11 +16,18 @@ import pytest
 
 from capture.dump.control import DumpSettings
 from capture.dump.engine import DumpEngine, DumpRequest
-from capture.landing.chunks import META_KEY, read_chunk_meta
+from capture.landing.chunks import read_chunk_meta
 from capture.landing.reader import chunk_files
 from capture.sources import open_chunk_source
-from tests.integration.postgres.dumping import reconciled_state, table_state, wait_until_landed
-from tests.servers import PostgreSQL, wait_for
+from tests.integration.postgres.dumping import (
+    commit_stuck,
+    reconciled_state,
+    release_stuck,
+    rewrite_chunk_meta,
+    standby_that_never_answers,
+    table_state,
+    wait_until_landed,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -89,13 +94,7 @@ def test_a_commit_in_the_wal_but_not_yet_visible_never_leaves_a_stale_row(make_p
     to every snapshot until its wait is cancelled. The chunk reads the old row. The update leaves
     a TOASTed column unchanged, so its event does not carry it: the stale chunk row is dropped,
     yet its copy of that column must survive (nothing else holds it)."""
-    server = PostgreSQL(
-        Path(tempfile.mkdtemp(prefix="logtide-pg-")),
-        options={"synchronous_standby_names": "nobody", "synchronous_commit": "local"},
-    )
-    server.start()
-    stuck = None
-    try:
+    with standby_that_never_answers() as (server, stuck):
         server.execute(
             "CREATE TABLE hot (id int PRIMARY KEY, v int, body text)",
             "ALTER TABLE hot ALTER COLUMN body SET STORAGE EXTERNAL",  # out of line from ~2 kB, uncompressed
@@ -104,19 +103,9 @@ def test_a_commit_in_the_wal_but_not_yet_visible_never_leaves_a_stale_row(make_p
         body = server.query("SELECT body FROM hot WHERE id = 5")[0][0]
         capture = make_pg_capture(port=server.port, database="postgres").start()
         capture.wait_running()
-        stuck = server.connect(autocommit=False)
         with stuck.cursor() as cur:
-            cur.execute("SET synchronous_commit = on")
-            cur.execute("UPDATE hot SET v = 100 WHERE id = 5 RETURNING pg_backend_pid()")
-            (pid,) = cur.fetchone()
-        committer = threading.Thread(target=stuck.commit)  # waits for the standby that never comes
-        committer.start()
-        # commit record flushed, then the wait for the standby; the row is not visible meanwhile
-        wait_for(
-            lambda: server.query(f"SELECT wait_event FROM pg_stat_activity WHERE pid = {pid}")[0][0] == "SyncRep",
-            10,
-            what="the commit to wait for the standby",
-        )
+            cur.execute("UPDATE hot SET v = 100 WHERE id = 5")
+        committer = commit_stuck(server, stuck)  # commit record flushed; the row is not visible meanwhile
         assert server.query("SELECT v FROM hot WHERE id = 5")[0][0] == 0
         events = capture.wait_events("public", "hot", 1)  # ... but in the WAL, and landed
         assert events[0]["after"] == {"id": 5, "v": 100, "body": None} and events[0]["_missing"] == ["body"]
@@ -128,8 +117,7 @@ def test_a_commit_in_the_wal_but_not_yet_visible_never_leaves_a_stale_row(make_p
             )
         finally:
             source.close()
-        server.execute(f"SELECT pg_cancel_backend({pid})")  # the wait ends: the commit becomes visible
-        committer.join(10)
+        release_stuck(server, stuck, committer)  # the wait ends: the commit becomes visible
         wait_until_landed(server, "postgres", capture)
         (path,) = chunk_files(capture.zone, "public", "hot")
         chunk = pq.read_table(path)
@@ -142,13 +130,6 @@ def test_a_commit_in_the_wal_but_not_yet_visible_never_leaves_a_stale_row(make_p
         # without the snapshot the chunk's stale row would win: the log event is before LOW
         meta = read_chunk_meta(path)
         assert meta.read_view is not None
-        blind = replace(meta, read_view=None)
-        schema = chunk.schema.with_metadata({**chunk.schema.metadata, META_KEY: blind.to_json()})
-        pq.write_table(chunk.cast(schema), path)
+        rewrite_chunk_meta(chunk, path, replace(meta, read_view=None))
         state, stats = reconciled_state(capture, "public", "hot")
         assert state[(5,)]["v"] == 0 and stats.dropped_by_visibility == 0
-    finally:
-        if stuck is not None:  # end the wait first: closing a connection busy in COMMIT would block
-            server.execute("SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE wait_event = 'SyncRep'")
-            stuck.close()
-        server.destroy()
