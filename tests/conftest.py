@@ -67,6 +67,14 @@ def database(mariadb: MariaDB, request: pytest.FixtureRequest) -> str:
     return name
 
 
+@pytest.fixture
+def drop_database_afterwards(mariadb: MariaDB, database: str) -> Iterator[None]:
+    """For tests whose leftovers would disturb later ones on the session's shared MariaDB
+    (a cascading foreign key, say, refuses later captures of `*.*`)."""
+    yield
+    mariadb.execute(f"DROP DATABASE IF EXISTS `{database}`")
+
+
 class CaptureProcess:
     """`logtide capture` as a child process, the way an operator runs it."""
 
@@ -121,6 +129,12 @@ class CaptureProcess:
         self.process.send_signal(sig)
         code = self.process.wait(timeout=timeout)
         return code
+
+    def wait_exit(self, timeout: float = 30) -> int:
+        """Wait for capture to stop on its own; its exit code."""
+        assert self.process is not None
+        wait_for(lambda: self.process.poll() is not None, timeout, what="capture to stop")
+        return self.process.returncode
 
     def kill(self) -> None:
         if self.process is not None and self.process.poll() is None:

@@ -138,6 +138,42 @@ def reconciled_state(capture, schema: str, table: str):
     return apply(stream), stats
 
 
+def table_rows(mariadb, database: str, table: str) -> list[tuple]:
+    """The table's rows as tuples, in key order."""
+    with mariadb.connect(database) as conn, conn.cursor() as cursor:
+        cursor.execute(f"SELECT * FROM {table} ORDER BY id")
+        return [tuple(row) for row in cursor.fetchall()]
+
+
+def landed_rows(capture, schema: str, table: str) -> list[tuple]:
+    """The reconciled landed table's rows as sorted tuples, to compare with `table_rows`."""
+    return sorted(tuple(row.values()) for row in reconciled_state(capture, schema, table)[0].values())
+
+
+def wait_chunks_closed(capture, schema: str, table: str, timeout: float) -> None:
+    """Until the capture's frontier passed every chunk's HIGH: none is pending in reconciliation."""
+    wait_for(lambda: reconciled_state(capture, schema, table)[1].chunks_pending == 0, timeout, what="chunks closed")
+
+
+def run_dump(
+    capture,
+    request: DumpRequest | str,
+    chunk_size: int = 1000,
+    *,
+    wrap: Callable[[Any], Any] | None = None,
+    config=None,
+) -> dict:
+    """One dump (a table name: all of it in chunks of `chunk_size`) on a chunk source of the capture's
+    source `src` (or `config`), wrapped by `wrap` (a test's stand-in such as `AlterAt`), closed after."""
+    if isinstance(request, str):
+        request = DumpRequest(tables=[request], settings=DumpSettings(chunk_size=chunk_size))
+    source = open_chunk_source("src", config or capture.config.source("src"))
+    try:
+        return DumpEngine(wrap(source) if wrap else source, capture.zone).run(request)
+    finally:
+        source.close()
+
+
 def open_engine(capture, control=None) -> tuple[DumpEngine, Any]:
     """A dump engine on a chunk source of the capture's source `src` (close the source after)."""
     source = open_chunk_source("src", capture.config.source("src"))

@@ -15,40 +15,21 @@ from pathlib import Path
 import pytest
 
 from capture.config import SourceConfig
-from capture.dump.reconcile import apply, reconcile_table
 from capture.errors import PreflightError
 from capture.events import ChangeBatch, TransactionEnd
 from capture.sources.mysql.reader import BinlogReader
 from tests.integration.binlog_check import binlog_end, binlog_position
-from tests.servers import wait_for
+from tests.integration.dumping import landed_rows, table_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("drop_database_afterwards")]
 
 PARENT = "CREATE TABLE parent (id INT PRIMARY KEY, v INT)"
 CHILD = (
     "CREATE TABLE child (id INT PRIMARY KEY, parent_id INT, CONSTRAINT child_parent FOREIGN KEY (parent_id)"
     " REFERENCES parent (id) ON DELETE {delete} ON UPDATE {update})"
 )
-
-
-@pytest.fixture(autouse=True)
-def _drop_afterwards(mariadb, database):
-    """The session's MariaDB is shared: a cascading key left behind would refuse later tests' captures of `*.*`."""
-    yield
-    mariadb.execute(f"DROP DATABASE IF EXISTS `{database}`")
-
-
-def _select(mariadb, database: str, table: str) -> list[tuple]:
-    with mariadb.connect(database) as conn, conn.cursor() as cursor:
-        cursor.execute(f"SELECT * FROM {table} ORDER BY id")
-        return [tuple(row) for row in cursor.fetchall()]
-
-
-def _landed(capture, schema: str, table: str) -> list[tuple]:
-    state = apply(reconcile_table(capture.zone, schema, table)[0])
-    return sorted(tuple(row.values()) for row in state.values())
 
 
 def test_binlog_has_no_row_events_for_cascaded_child_changes(mariadb, database):
@@ -64,7 +45,7 @@ def test_binlog_has_no_row_events_for_cascaded_child_changes(mariadb, database):
     start = binlog_position(mariadb)
     mariadb.execute("DELETE FROM parent WHERE id = 1", "UPDATE parent SET id = 3 WHERE id = 2", database=database)
     end = binlog_end(mariadb)
-    assert _select(mariadb, database, "child") == [(20, None)]  # the cascades ran
+    assert table_rows(mariadb, database, "child") == [(20, None)]  # the cascades ran
 
     config = SourceConfig(kind="mariadb", port=mariadb.port, user="root", server_id=4251, include=[f"{database}.*"])
     changes = []
@@ -121,8 +102,8 @@ def test_accepted_cascades_warn_and_capture_runs(mariadb, database, make_capture
     capture.wait_events(database, "child", 1)
     assert capture.stop() == 0
     # the divergence accepted: the child's landed state keeps the row the cascade deleted
-    assert _select(mariadb, database, "child") == []
-    assert _landed(capture, database, "child") == [(10, 1)]
+    assert table_rows(mariadb, database, "child") == []
+    assert landed_rows(capture, database, "child") == [(10, 1)]
     # `logtide status` shows the option
     status = [sys.executable, "-m", "capture.cli", "--config", str(capture.config_path), "status"]
     report = json.loads(subprocess.run([*status, "--json"], cwd=ROOT, capture_output=True, text=True).stdout)
@@ -147,13 +128,11 @@ def test_ddl_adding_a_cascade_stops_capture_and_restrict_keys_are_fine(mariadb, 
         " ON DELETE CASCADE",
         database=database,
     )
-    assert capture.process is not None
-    wait_for(lambda: capture.process.poll() is not None, 30, what="capture to stop")
-    assert capture.process.returncode == 2
+    assert capture.wait_exit() == 2
     log = capture.log()
     assert f"{database}.other (constraint other_cascade: ON DELETE CASCADE, parent {database}.parent)" in log
     assert "foreign_key_cascades: accept" in log
-    assert _landed(capture, database, "child") == [(10, 1)]  # what came before the DDL landed
+    assert landed_rows(capture, database, "child") == [(10, 1)]  # what came before the DDL landed
     # started again, it refuses at startup with the same message
     assert capture.run_to_exit() == 2
     assert capture.log().count("other_cascade: ON DELETE CASCADE") >= 2

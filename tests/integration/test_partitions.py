@@ -13,42 +13,18 @@ from pathlib import Path
 
 import pytest
 
-from capture.dump.reconcile import apply, reconcile_table
 from capture.sources.mysql.partitions import partition_change
-from tests.servers import wait_for
+from tests.integration.dumping import landed_rows, table_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("drop_database_afterwards")]
 
 RANGED = (
     "CREATE TABLE t (id INT PRIMARY KEY, v INT) PARTITION BY RANGE (id)"
     " (PARTITION p0 VALUES LESS THAN (10), PARTITION p1 VALUES LESS THAN (20), PARTITION p2 VALUES LESS THAN (30))"
 )
 ROWS = "INSERT INTO t VALUES (1, 1), (11, 11), (21, 21)"
-
-
-@pytest.fixture(autouse=True)
-def _drop_afterwards(mariadb, database):
-    yield
-    mariadb.execute(f"DROP DATABASE IF EXISTS `{database}`")
-
-
-def _select(mariadb, database: str, table: str) -> list[tuple]:
-    with mariadb.connect(database) as conn, conn.cursor() as cursor:
-        cursor.execute(f"SELECT * FROM {table} ORDER BY id")
-        return [tuple(row) for row in cursor.fetchall()]
-
-
-def _landed(capture, schema: str, table: str) -> list[tuple]:
-    state = apply(reconcile_table(capture.zone, schema, table)[0])
-    return sorted(tuple(row.values()) for row in state.values())
-
-
-def _stopped(capture) -> int:
-    assert capture.process is not None
-    wait_for(lambda: capture.process.poll() is not None, 30, what="capture to stop")
-    return capture.process.returncode
 
 
 def test_partition_statements_parsed():
@@ -85,8 +61,8 @@ def test_drop_partition_stops_capture_before_it_lands(mariadb, database, make_ca
     mariadb.execute("INSERT INTO t VALUES (2, 2), (12, 12)", database=database)
     capture.wait_events(database, "t", 2)
     mariadb.execute("ALTER TABLE t DROP PARTITION p1", "INSERT INTO t VALUES (3, 3)", database=database)
-    assert _select(mariadb, database, "t") == [(1, 1), (2, 2), (3, 3), (21, 21)]
-    assert _stopped(capture) == 2
+    assert table_rows(mariadb, database, "t") == [(1, 1), (2, 2), (3, 3), (21, 21)]
+    assert capture.wait_exit() == 2
     log = capture.log()
     assert "PartitionChangeError" in log and "DROP PARTITION" in log and f"{database}.t" in log
     for way_out in ("partition_changes: accept", "dump"):
@@ -111,7 +87,7 @@ def test_drop_partition_stops_capture_before_it_lands(mariadb, database, make_ca
     assert "partition changes accepted" in subprocess.run(status, cwd=ROOT, capture_output=True, text=True).stdout
     assert capture.stop() == 0
     # the divergence accepted: the target keeps (12, 12), which the DROP PARTITION removed (a dump repairs it)
-    assert _landed(capture, database, "t") == [(2, 2), (3, 3), (12, 12)]
+    assert landed_rows(capture, database, "t") == [(2, 2), (3, 3), (12, 12)]
 
 
 def test_exchange_and_truncate_partition_stop_capture(mariadb, database, make_capture):
@@ -123,8 +99,8 @@ def test_exchange_and_truncate_partition_stop_capture(mariadb, database, make_ca
     capture = make_capture([f"{database}.t"]).start()
     capture.wait_running()
     mariadb.execute("ALTER TABLE t EXCHANGE PARTITION p0 WITH TABLE other", database=database)
-    assert _select(mariadb, database, "other") == [(1, 1)] and (5, 5) in _select(mariadb, database, "t")
-    assert _stopped(capture) == 2 and _stopped(only_other) == 2
+    assert table_rows(mariadb, database, "other") == [(1, 1)] and (5, 5) in table_rows(mariadb, database, "t")
+    assert capture.wait_exit() == 2 and only_other.wait_exit() == 2
     assert "EXCHANGE PARTITION" in capture.log() and f"{database}.other" in only_other.log()
 
     mariadb.execute("ALTER TABLE t TRUNCATE PARTITION p2", database=database)
@@ -132,48 +108,52 @@ def test_exchange_and_truncate_partition_stop_capture(mariadb, database, make_ca
     assert "EXCHANGE PARTITION" in capture.log()
 
 
-def test_truncate_partition_all_lands_as_a_truncate_and_reorganize_passes(mariadb, database, make_capture):
-    mariadb.execute(RANGED, ROWS, database=database)
+@pytest.mark.parametrize(
+    ("create", "statements", "table", "landed"),
+    [
+        pytest.param(
+            [RANGED, ROWS],
+            [
+                "ALTER TABLE t REORGANIZE PARTITION p0, p1 INTO (PARTITION p01 VALUES LESS THAN (20))",
+                "INSERT INTO t VALUES (2, 2)",
+                "ALTER TABLE t REMOVE PARTITIONING",
+                "ALTER TABLE t PARTITION BY HASH (id) PARTITIONS 3",
+                "INSERT INTO t VALUES (3, 3)",
+                "ALTER TABLE t TRUNCATE PARTITION ALL",
+                "INSERT INTO t VALUES (4, 4)",
+            ],
+            "t",
+            # the dump seeded nothing here: the landed state is the log's: (1), (11), (21) predate capture
+            [(4, 4)],
+            id="truncate_partition_all_lands_as_a_truncate_and_reorganize_passes",
+        ),
+        pytest.param(
+            [
+                "CREATE TABLE h (id INT PRIMARY KEY, v INT) WITH SYSTEM VERSIONING PARTITION BY SYSTEM_TIME LIMIT 1"
+                " (PARTITION hist1 HISTORY, PARTITION hist2 HISTORY, PARTITION cur CURRENT)"
+            ],
+            [
+                "INSERT INTO h VALUES (1, 1)",
+                "UPDATE h SET v = 2",
+                "ALTER TABLE h DROP PARTITION hist1",
+                "ALTER TABLE h TRUNCATE PARTITION hist2",
+                "INSERT INTO h VALUES (2, 2)",
+            ],
+            "h",
+            [(1, 2), (2, 2)],
+            id="system_time_history_partitions_pass",
+        ),
+    ],
+)
+def test_statements_that_keep_every_row_pass(mariadb, database, make_capture, create, statements, table, landed):
+    mariadb.execute(*create, database=database)
     capture = make_capture([f"{database}.*"]).start()
     capture.wait_running()
-    mariadb.execute(
-        "ALTER TABLE t REORGANIZE PARTITION p0, p1 INTO (PARTITION p01 VALUES LESS THAN (20))",
-        "INSERT INTO t VALUES (2, 2)",
-        "ALTER TABLE t REMOVE PARTITIONING",
-        "ALTER TABLE t PARTITION BY HASH (id) PARTITIONS 3",
-        "INSERT INTO t VALUES (3, 3)",
-        "ALTER TABLE t TRUNCATE PARTITION ALL",
-        "INSERT INTO t VALUES (4, 4)",
-        database=database,
-    )
-    capture.wait_events(database, "t", 3)
+    mariadb.execute(*statements, database=database)
+    capture.wait_events(database, table, 3)
     assert capture.process is not None and capture.process.poll() is None
     assert capture.stop() == 0
-    assert _select(mariadb, database, "t") == [(4, 4)]
-    # the dump seeded nothing here: the landed state is the log's: (1), (11), (21) predate capture
-    assert _landed(capture, database, "t") == [(4, 4)]
-
-
-def test_system_time_history_partitions_pass(mariadb, database, make_capture):
-    mariadb.execute(
-        "CREATE TABLE h (id INT PRIMARY KEY, v INT) WITH SYSTEM VERSIONING"
-        " PARTITION BY SYSTEM_TIME LIMIT 1 (PARTITION hist1 HISTORY, PARTITION hist2 HISTORY, PARTITION cur CURRENT)",
-        database=database,
-    )
-    capture = make_capture([f"{database}.*"]).start()
-    capture.wait_running()
-    mariadb.execute(
-        "INSERT INTO h VALUES (1, 1)",
-        "UPDATE h SET v = 2",
-        "ALTER TABLE h DROP PARTITION hist1",
-        "ALTER TABLE h TRUNCATE PARTITION hist2",
-        "INSERT INTO h VALUES (2, 2)",
-        database=database,
-    )
-    capture.wait_events(database, "h", 3)
-    assert capture.process is not None and capture.process.poll() is None
-    assert capture.stop() == 0
-    assert _landed(capture, database, "h") == [(1, 2), (2, 2)] == _select(mariadb, database, "h")
+    assert landed_rows(capture, database, table) == landed == table_rows(mariadb, database, table)
 
 
 def test_convert_partition_to_table_and_back_stop_capture(mariadb, database, make_capture):
@@ -183,12 +163,12 @@ def test_convert_partition_to_table_and_back_stop_capture(mariadb, database, mak
     capture = make_capture([f"{database}.t"]).start()
     capture.wait_running()
     mariadb.execute("ALTER TABLE t CONVERT PARTITION p2 TO TABLE t2", database=database)
-    assert _select(mariadb, database, "t2") == [(21, 21)]
-    assert _stopped(capture) == 2
+    assert table_rows(mariadb, database, "t2") == [(21, 21)]
+    assert capture.wait_exit() == 2
     assert "CONVERT PARTITION" in capture.log() and f"{database}.t " in capture.log()
     # only the converted table captured: it gains rows without row events as well
     t2_only = make_capture([f"{database}.t2"], source="t2only").start()
     t2_only.wait_running()
     mariadb.execute("ALTER TABLE t CONVERT TABLE t2 TO PARTITION p2 VALUES LESS THAN (30)", database=database)
-    assert _stopped(t2_only) == 2
+    assert t2_only.wait_exit() == 2
     assert "CONVERT TABLE ... TO PARTITION" in t2_only.log()
