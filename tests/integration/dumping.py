@@ -162,14 +162,16 @@ def run_dump(
     *,
     wrap: Callable[[Any], Any] | None = None,
     config=None,
+    control=None,
 ) -> dict:
     """One dump (a table name: all of it in chunks of `chunk_size`) on a chunk source of the capture's
-    source `src` (or `config`), wrapped by `wrap` (a test's stand-in such as `AlterAt`), closed after."""
+    source `src` (or `config`), wrapped by `wrap` (a test's stand-in such as `AlterAt`), closed after;
+    `control`: the engine's ControlStore (pause, resume)."""
     if isinstance(request, str):
         request = DumpRequest(tables=[request], settings=DumpSettings(chunk_size=chunk_size))
     source = open_chunk_source("src", config or capture.config.source("src"))
     try:
-        return DumpEngine(wrap(source) if wrap else source, capture.zone).run(request)
+        return DumpEngine(wrap(source) if wrap else source, capture.zone, control).run(request)
     finally:
         source.close()
 

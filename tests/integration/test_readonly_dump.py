@@ -30,7 +30,9 @@ from tests.integration.dumping import (
     nudge,
     populate_ledger,
     reconciled_state,
+    run_dump,
     table_state,
+    wait_chunks_closed,
     wait_until_landed,
 )
 from tests.servers import MariaDB, free_port, start_replica, wait_for, wait_replicated
@@ -95,6 +97,29 @@ def _database(primary: MariaDB, name: str) -> str:
     return name
 
 
+def _replica_capture_under_workload(
+    replication, replica_capture, name: str, rows: int, seed: int
+) -> tuple[str, CaptureProcess, Workload]:
+    """A ledger of `rows` replicated, the replica's capture running, and a random workload writing the primary."""
+    primary, replica = replication
+    database = _database(primary, name)
+    populate_ledger(primary, database, rows)
+    wait_replicated(primary, replica)
+    capture = replica_capture(database).start()
+    capture.wait_running()
+    workload = Workload(primary, database, "ledger", 100_000, seed=seed)
+    workload.start()
+    return database, capture, workload
+
+
+def _readonly_capture(mariadb: MariaDB, database: str, make_capture, rows: int, **overrides) -> CaptureProcess:
+    """A ledger of `rows`, and capture of it running with read-only watermarks."""
+    populate_ledger(mariadb, database, rows)
+    capture = make_capture([f"{database}.*"], **{"watermarks": "readonly", **overrides}).start()
+    capture.wait_running()
+    return capture
+
+
 def _landed(primary: MariaDB, replica: MariaDB, capture: CaptureProcess, timeout: float = 60) -> None:
     """Until the replica's capture has landed all the primary wrote, and a commit after the dump
     (made on the primary: the replica must not write) has moved its log past the last chunk's HIGH."""
@@ -148,29 +173,21 @@ def test_a_readonly_dump_of_a_lagging_replica_under_a_primary_workload_equals_th
     with replica.connect() as conn, conn.cursor() as cur:
         cur.execute("SELECT @@slave_parallel_threads, @@slave_parallel_mode")
         assert cur.fetchone() == (4, "optimistic")
-    database = _database(primary, "ro_lag")
-    populate_ledger(primary, database, 3000)
-    wait_replicated(primary, replica)
-    capture = replica_capture(database).start()
-    capture.wait_running()
-    workload = Workload(primary, database, "ledger", 100_000, seed=3)
-    workload.start()
+    database, capture, workload = _replica_capture_under_workload(replication, replica_capture, "ro_lag", 3000, 3)
     behind: list[bool] = []
 
     def lagging() -> None:  # the replica is behind the primary while chunks 6-19 are read
         behind.append(_gtid(replica) != _gtid(primary))
 
-    source = open_chunk_source("src", capture.config.source("src"))
-    lag = ReplicaAt(source)
-    lag.at(6, "LOW", lambda: replica.execute("STOP SLAVE SQL_THREAD"))
-    lag.at(12, "LOW", lagging)
-    lag.at(20, "LOW", lambda: replica.execute("START SLAVE SQL_THREAD"))
+    def lag(source) -> ReplicaAt:
+        lag = ReplicaAt(source)
+        lag.at(6, "LOW", lambda: replica.execute("STOP SLAVE SQL_THREAD"))
+        lag.at(12, "LOW", lagging)
+        return lag.at(20, "LOW", lambda: replica.execute("START SLAVE SQL_THREAD"))
+
     try:
-        summary = DumpEngine(lag, capture.zone).run(
-            DumpRequest(tables=[f"{database}.ledger"], settings=DumpSettings(chunk_size=37))
-        )
+        summary = run_dump(capture, f"{database}.ledger", 37, wrap=lag)
     finally:
-        source.close()
         workload.stop()
     _landed(primary, replica, capture)
 
@@ -187,13 +204,7 @@ def test_a_readonly_dump_of_a_lagging_replica_under_a_primary_workload_equals_th
 
 def test_a_readonly_dump_resumes_after_the_replica_restarts(replication, replica_capture):
     primary, replica = replication
-    database = _database(primary, "ro_restart")
-    populate_ledger(primary, database, 1000)
-    wait_replicated(primary, replica)
-    capture = replica_capture(database).start()
-    capture.wait_running()
-    workload = Workload(primary, database, "ledger", 100_000, seed=4)
-    workload.start()
+    database, capture, workload = _replica_capture_under_workload(replication, replica_capture, "ro_restart", 1000, 4)
 
     def restart() -> None:
         replica.stop()
@@ -201,17 +212,9 @@ def test_a_readonly_dump_resumes_after_the_replica_restarts(replication, replica
 
     request = DumpRequest(dump_id="restart", tables=[f"{database}.ledger"], settings=DumpSettings(chunk_size=50))
     try:
-        source = open_chunk_source("src", capture.config.source("src"))
-        try:
-            with pytest.raises(SourceConnectionError):
-                DumpEngine(ReplicaAt(source).at(8, "HIGH", restart), capture.zone).run(request)
-        finally:
-            source.close()
-        source = open_chunk_source("src", capture.config.source("src"))  # the rerun resumes after chunk 7
-        try:
-            summary = DumpEngine(source, capture.zone).run(request)
-        finally:
-            source.close()
+        with pytest.raises(SourceConnectionError):
+            run_dump(capture, request, wrap=lambda source: ReplicaAt(source).at(8, "HIGH", restart))
+        summary = run_dump(capture, request)  # the rerun resumes after chunk 7
     finally:
         workload.stop()
     _landed(primary, replica, capture, timeout=90)
@@ -266,19 +269,15 @@ def test_readonly_refuses_a_dump_of_another_server_than_capture_reads(replicatio
         config = SourceConfig(
             kind="mariadb", port=server.port, user=READER[0], password=READER[1], server_id=78, watermarks="readonly"
         )
-        source = open_chunk_source("src", config)
-        try:
-            if refused:
-                with pytest.raises(
-                    DumpInputError, match=rf"this dump reads .*:{replica.port} .*read from .*:{primary.port}"
-                ):
-                    DumpEngine(source, capture.zone).run(DumpRequest(tables=[f"{database}.ledger"]))
-                assert not chunk_files(capture.zone, database, "ledger")
-            else:
-                DumpEngine(source, capture.zone).run(DumpRequest(tables=[f"{database}.ledger"]))
-        finally:
-            source.close()
-    wait_for(lambda: reconciled_state(capture, database, "ledger")[1].chunks_pending == 0, 10, what="chunks closed")
+        if refused:
+            with pytest.raises(
+                DumpInputError, match=rf"this dump reads .*:{replica.port} .*read from .*:{primary.port}"
+            ):
+                run_dump(capture, DumpRequest(tables=[f"{database}.ledger"]), config=config)
+            assert not chunk_files(capture.zone, database, "ledger")
+        else:
+            run_dump(capture, DumpRequest(tables=[f"{database}.ledger"]), config=config)
+    wait_chunks_closed(capture, database, "ledger", 10)
     assert reconciled_state(capture, database, "ledger")[0] == table_state(primary, database, "ledger")
 
 
@@ -291,12 +290,8 @@ def test_readonly_refuses_a_server_without_gtid_strict_mode(mariadb, database, m
     try:
         capture = make_capture([f"{database}.*"], watermarks="readonly")
         config = capture.config.source("src")
-        source = open_chunk_source("src", config)
-        try:
-            with pytest.raises(DumpInputError, match=r"gtid_strict_mode is OFF: .* SET GLOBAL gtid_strict_mode=ON"):
-                DumpEngine(source, capture.zone).run(DumpRequest(tables=[f"{database}.ledger"]))
-        finally:
-            source.close()
+        with pytest.raises(DumpInputError, match=r"gtid_strict_mode is OFF: .* SET GLOBAL gtid_strict_mode=ON"):
+            run_dump(capture, DumpRequest(tables=[f"{database}.ledger"]))
         with pytest.raises(PreflightError, match="cannot place read-only watermarks:\n  - gtid_strict_mode is OFF"):
             MySqlSource("src", config).preflight()
         assert capture.run_to_exit(timeout=60) != 0
@@ -334,20 +329,12 @@ def test_a_readonly_dump_of_an_idle_server_closes_on_heartbeats(mariadb, databas
     """On a server where nothing commits, the binlog heartbeat (0.2 s here) names the binlog end that
     capture has read to, and the frontier moves there: every read-only chunk, the last one included,
     closes within about a heartbeat and a flush, with no commit after the dump."""
-    populate_ledger(mariadb, database, 50)
-    capture = make_capture([f"{database}.*"], watermarks="readonly").start()
-    capture.wait_running()
+    capture = _readonly_capture(mariadb, database, make_capture, 50)
     wait_until_landed(mariadb, capture, nudge_first=False)
     end, gtid = _binlog_end(mariadb), _gtid(mariadb)
-    source = open_chunk_source("src", capture.config.source("src"))
-    try:
-        DumpEngine(source, capture.zone).run(
-            DumpRequest(tables=[f"{database}.ledger"], settings=DumpSettings(chunk_size=20))
-        )
-    finally:
-        source.close()
+    run_dump(capture, f"{database}.ledger", 20)
     dumped = time.monotonic()
-    wait_for(lambda: reconciled_state(capture, database, "ledger")[1].chunks_pending == 0, 5, what="chunks closed")
+    wait_chunks_closed(capture, database, "ledger", 5)
     closed_s = time.monotonic() - dumped
     state, stats = reconciled_state(capture, database, "ledger")
     assert stats.chunks == 3 and state == table_state(mariadb, database, "ledger")
@@ -359,14 +346,8 @@ def test_a_readonly_dump_of_an_idle_server_closes_on_heartbeats(mariadb, databas
     # chunks close there
     mariadb.execute("FLUSH BINARY LOGS")
     assert _binlog_end(mariadb)[0] != end[0]
-    source = open_chunk_source("src", capture.config.source("src"))
-    try:
-        again = DumpEngine(source, capture.zone).run(
-            DumpRequest(tables=[f"{database}.ledger"], settings=DumpSettings(chunk_size=20))
-        )
-    finally:
-        source.close()
-    wait_for(lambda: reconciled_state(capture, database, "ledger")[1].chunks_pending == 0, 5, what="chunks closed")
+    again = run_dump(capture, f"{database}.ledger", 20)
+    wait_chunks_closed(capture, database, "ledger", 5)
     state, stats = reconciled_state(capture, database, "ledger")
     assert stats.chunks == 6 and state == table_state(mariadb, database, "ledger") and again["rows"] == 50
     _no_commit_since(mariadb, gtid)
@@ -385,22 +366,20 @@ def test_a_readonly_dump_of_an_idle_server_closes_across_a_capture_restart(maria
     """Capture killed during a read-only dump of an idle server and started again: it resumes from a
     checkpoint a heartbeat placed (at the binlog end, minor > 0), lands nothing twice, and its own
     heartbeats close the chunks, the ones whose HIGH was read while it was down included."""
-    populate_ledger(mariadb, database, 60)
-    capture = make_capture([f"{database}.*"], watermarks="readonly").start()
-    capture.wait_running()
+    capture = _readonly_capture(mariadb, database, make_capture, 60)
     mariadb.execute("UPDATE ledger SET v = v + 1 WHERE id <= 3", database=database)
     wait_until_landed(mariadb, capture, nudge_first=False)
     gtid = _gtid(mariadb)
     _heartbeat_frontier(mariadb, capture)
-    source = open_chunk_source("src", capture.config.source("src"))
-    killed = ReplicaAt(source).at(2, "HIGH", capture.kill).at(4, "LOW", lambda: capture.start().wait_running())
-    try:
-        DumpEngine(killed, capture.zone).run(
-            DumpRequest(tables=[f"{database}.ledger"], settings=DumpSettings(chunk_size=15))
-        )
-    finally:
-        source.close()
-    wait_for(lambda: reconciled_state(capture, database, "ledger")[1].chunks_pending == 0, 10, what="chunks closed")
+    run_dump(
+        capture,
+        f"{database}.ledger",
+        15,
+        wrap=lambda source: (
+            ReplicaAt(source).at(2, "HIGH", capture.kill).at(4, "LOW", lambda: capture.start().wait_running())
+        ),
+    )
+    wait_chunks_closed(capture, database, "ledger", 10)
     state, stats = reconciled_state(capture, database, "ledger")
     assert stats.chunks == 5 and state == table_state(mariadb, database, "ledger")
     _no_commit_since(mariadb, gtid)
@@ -413,22 +392,17 @@ def test_changes_committed_between_the_snapshot_and_the_chunk_file_win_over_the_
     it ends (after the SELECT) are not in the chunk's rows: they are in its window, so the chunk's
     rows of those keys are dropped. With LOW read anywhere later than the snapshot (say, the binlog
     end after the SELECT), they would fall before the window and the chunk's older rows win."""
-    populate_ledger(mariadb, database, 100)
-    capture = make_capture([f"{database}.*"], watermarks="readonly").start()
-    capture.wait_running()
-    source = open_chunk_source("src", capture.config.source("src"))
-    racing = AlterAt(source, lambda sql: mariadb.execute(sql, database=database))
-    racing.at(2, "LOW", "UPDATE ledger SET v = -2, note = 'after low' WHERE id IN (12, 13)")
-    racing.at(2, "HIGH", "DELETE FROM ledger WHERE id = 15")
-    racing.at(3, "HIGH", "UPDATE ledger SET id = 1000 WHERE id = 25")
-    racing.at(4, "LOW", "DELETE FROM ledger WHERE id = 35")
-    racing.at(4, "HIGH", "INSERT INTO ledger VALUES (35, -4, 'back'), (101, -4, 'past the end')")
-    try:
-        DumpEngine(racing, capture.zone).run(
-            DumpRequest(tables=[f"{database}.ledger"], settings=DumpSettings(chunk_size=10))
-        )
-    finally:
-        source.close()
+    capture = _readonly_capture(mariadb, database, make_capture, 100)
+
+    def racing(source) -> AlterAt:
+        racing = AlterAt(source, lambda sql: mariadb.execute(sql, database=database))
+        racing.at(2, "LOW", "UPDATE ledger SET v = -2, note = 'after low' WHERE id IN (12, 13)")
+        racing.at(2, "HIGH", "DELETE FROM ledger WHERE id = 15")
+        racing.at(3, "HIGH", "UPDATE ledger SET id = 1000 WHERE id = 25")
+        racing.at(4, "LOW", "DELETE FROM ledger WHERE id = 35")
+        return racing.at(4, "HIGH", "INSERT INTO ledger VALUES (35, -4, 'back'), (101, -4, 'past the end')")
+
+    run_dump(capture, f"{database}.ledger", 10, wrap=racing)
     wait_until_landed(mariadb, capture)
     state, stats = reconciled_state(capture, database, "ledger")
     assert stats.chunks_pending == 0
@@ -462,9 +436,7 @@ def test_a_chunk_whose_high_the_frontier_passed_before_its_file_was_written_is_r
 ):
     """A merge that read a frontier past a read-only HIGH before its file existed would skip the chunk
     for good; the dump sees the frontier past HIGH once the file is written and reads the chunk again."""
-    populate_ledger(mariadb, database, 100)
-    capture = make_capture([f"{database}.*"], watermarks="readonly").start()
-    capture.wait_running()
+    capture = _readonly_capture(mariadb, database, make_capture, 100)
 
     def overtake(high: int) -> None:
         nudge(mariadb)
@@ -492,15 +464,9 @@ def test_the_airflow_merge_waits_for_read_only_highs(mariadb, database, make_cap
     HIGH file: it waits until the frontier passes it, which on an idle server a heartbeat does."""
     from logtide_airflow.merge import wait_for_high_watermarks
 
-    populate_ledger(mariadb, database, 30)
-    capture = make_capture([f"{database}.*"], watermarks="readonly").start()
-    capture.wait_running()
+    capture = _readonly_capture(mariadb, database, make_capture, 30)
     wait_until_landed(mariadb, capture, nudge_first=False)
-    source = open_chunk_source("src", capture.config.source("src"))
-    try:
-        DumpEngine(source, capture.zone).run(DumpRequest(dump_id="af", tables=[f"{database}.ledger"]))
-    finally:
-        source.close()
+    run_dump(capture, DumpRequest(dump_id="af", tables=[f"{database}.ledger"]))
     table = f"{database}.ledger"
     landed = wait_for_high_watermarks(capture.zone, "af", [table], timeout_s=5, poll_s=0.1)[table]  # no commit
     (meta,) = [read_chunk_meta(p) for p in chunk_files(capture.zone, database, "ledger")]
@@ -512,22 +478,22 @@ def test_a_readonly_dump_of_an_idle_server_closes_across_rotations_inside_window
     right before HIGH of another: the window spans two files), and a TRUNCATE with a refill inside a
     third: every chunk closes on heartbeats alone (nothing commits after the dump), and the
     reconciled landing zone equals the table."""
-    populate_ledger(mariadb, database, 80)
-    capture = make_capture([f"{database}.*"], watermarks="readonly").start()
-    capture.wait_running()
+    capture = _readonly_capture(mariadb, database, make_capture, 80)
     wait_until_landed(mariadb, capture, nudge_first=False)
     refill = ("TRUNCATE TABLE ledger", "INSERT INTO ledger (id, v, note) SELECT seq, seq, 'refill' FROM seq_30_to_50")
-    source = open_chunk_source("src", capture.config.source("src"))
-    flush = AlterAt(source, lambda sql: mariadb.execute(*sql, database=database))
-    flush.at(1, "LOW", ("FLUSH BINARY LOGS",)).at(2, "HIGH", ("FLUSH BINARY LOGS",)).at(3, "HIGH", refill)
-    try:
-        DumpEngine(flush, capture.zone).run(
-            DumpRequest(tables=[f"{database}.ledger"], settings=DumpSettings(chunk_size=20))
-        )
-    finally:
-        source.close()
+    run_dump(
+        capture,
+        f"{database}.ledger",
+        20,
+        wrap=lambda source: (
+            AlterAt(source, lambda sql: mariadb.execute(*sql, database=database))
+            .at(1, "LOW", ("FLUSH BINARY LOGS",))
+            .at(2, "HIGH", ("FLUSH BINARY LOGS",))
+            .at(3, "HIGH", refill)
+        ),
+    )
     gtid = _gtid(mariadb)
-    wait_for(lambda: reconciled_state(capture, database, "ledger")[1].chunks_pending == 0, 10, what="chunks closed")
+    wait_chunks_closed(capture, database, "ledger", 10)
     state, stats = reconciled_state(capture, database, "ledger")
     assert state == table_state(mariadb, database, "ledger") and len(state) == 21, stats
     _no_commit_since(mariadb, gtid)
@@ -537,20 +503,16 @@ def test_a_readonly_dump_of_an_idle_server_closes_across_rotations_inside_window
 def test_a_truncate_right_after_a_chunks_low_reconciles_to_the_table(mariadb, database, make_capture, watermarks):
     """A TRUNCATE and a refill right after a chunk's LOW, before its SELECT (read-only: after its
     consistent snapshot began): the dump finishes and the reconciled landing zone equals the table."""
-    populate_ledger(mariadb, database, 80)
-    capture = make_capture([f"{database}.*"], watermarks=watermarks).start()
-    capture.wait_running()
+    capture = _readonly_capture(mariadb, database, make_capture, 80, watermarks=watermarks)
     wait_until_landed(mariadb, capture, nudge_first=False)
     refill = ("TRUNCATE TABLE ledger", "INSERT INTO ledger (id, v, note) SELECT seq, seq, 'refill' FROM seq_30_to_50")
-    source = open_chunk_source("src", capture.config.source("src"))
-    truncating = AlterAt(source, lambda sql: mariadb.execute(*sql, database=database)).at(2, "LOW", refill)
-    try:
-        DumpEngine(truncating, capture.zone).run(
-            DumpRequest(tables=[f"{database}.ledger"], settings=DumpSettings(chunk_size=20))
-        )
-    finally:
-        source.close()
+    run_dump(
+        capture,
+        f"{database}.ledger",
+        20,
+        wrap=lambda source: AlterAt(source, lambda sql: mariadb.execute(*sql, database=database)).at(2, "LOW", refill),
+    )
     wait_until_landed(mariadb, capture)
-    wait_for(lambda: reconciled_state(capture, database, "ledger")[1].chunks_pending == 0, 10, what="chunks closed")
+    wait_chunks_closed(capture, database, "ledger", 10)
     state, stats = reconciled_state(capture, database, "ledger")
     assert state == table_state(mariadb, database, "ledger") and len(state) == 21, stats
