@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
-from capture.sources.keyset import chunk_bounds
+from capture.sources.keyset import chunk_bounds, key_comparison, select_where
 
 
 def quote(identifier: str) -> str:
@@ -61,27 +61,15 @@ def chunk_select(
     """Next chunk in key order: key > after (exclusive), or key >= start on the first chunk
     of a range; key <= stop (inclusive) when the range has an end. `floats`: the FLOAT columns."""
     where, params = chunk_bounds(after, start, stop, lambda op, values: (f"({_compare(key, op)})", _params(values)))
-    sql = f"SELECT {select_list(columns, floats)} FROM {qualified(schema, table)}"
-    if where:
-        sql += " WHERE " + " AND ".join(where)
+    sql = select_where(select_list(columns, floats), qualified(schema, table), where)
     sql += f" ORDER BY {', '.join(quote(k) for k in key)} LIMIT %s"
     return sql, [*params, limit]
 
 
 def key_after_select(schema: str, table: str, key: Sequence[str]) -> str:
-    """`SELECT a > b` for two keys (parameters: a's values, then b's) as the table orders its key:
-    each key goes through a UNION with the key columns, whose impossible WHERE reads no row, so its
-    values take the columns' types and collations (a column's collation wins over a literal's); the
-    row comparison is then lexicographic, as ORDER BY is."""
-    typed = (
-        f"(SELECT {', '.join(quote(k) for k in key)} FROM {qualified(schema, table)} WHERE FALSE"
-        f" UNION ALL SELECT {', '.join(['%s'] * len(key))})"
-    )
-
-    def row(alias: str) -> str:
-        return "(" + ", ".join(f"{alias}.{quote(k)}" for k in key) + ")"
-
-    return f"SELECT {row('a')} > {row('b')} FROM {typed} AS a, {typed} AS b"
+    """`SELECT a > b` for two keys as the table orders its key (keyset.key_comparison): a column's
+    collation wins over a literal's."""
+    return key_comparison(qualified(schema, table), [quote(k) for k in key])
 
 
 def keys_select(
@@ -108,7 +96,5 @@ def duplicate_select(
     database does, collations included); no row: the key is unique there."""
     where, params = chunk_bounds(None, start, stop, lambda op, values: (f"({_compare(key, op)})", _params(values)))
     columns = ", ".join(quote(k) for k in key)
-    sql = f"SELECT {columns} FROM {qualified(schema, table)}"
-    if where:
-        sql += " WHERE " + " AND ".join(where)
+    sql = select_where(columns, qualified(schema, table), where)
     return sql + f" GROUP BY {columns} HAVING COUNT(*) > 1 LIMIT 1", params

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from capture.sources.keyset import chunk_bounds
+from capture.sources.keyset import chunk_bounds, key_comparison, select_where
 
 
 def quote(identifier: str) -> str:
@@ -56,27 +56,15 @@ def chunk_select(
     of a range; key <= stop (inclusive) when the range has an end."""
     row, placeholders = _row(key), _params(key)
     where, params = chunk_bounds(after, start, stop, lambda op, values: (f"{row} {op} {placeholders}", list(values)))
-    sql = f"SELECT {_columns(columns, as_text)} FROM {qualified(schema, table)}"
-    if where:
-        sql += " WHERE " + " AND ".join(where)
+    sql = select_where(_columns(columns, as_text), qualified(schema, table), where)
     sql += f" ORDER BY {_order(schema, table, key)} LIMIT %s"
     return sql, [*params, limit]
 
 
 def key_after_select(schema: str, table: str, key: Sequence[str]) -> str:
-    """`SELECT a > b` for two keys (parameters: a's values, then b's) as the table orders its key:
-    each key goes through a UNION with the key columns, whose impossible WHERE reads no row, so its
-    values take the columns' types and collations (an untyped literal resolves to the column's type,
-    and the column's collation wins over the default one); the row comparison is lexicographic."""
-    typed = (
-        f"(SELECT {', '.join(quote(k) for k in key)} FROM {qualified(schema, table)} WHERE false"
-        f" UNION ALL SELECT {', '.join(['%s'] * len(key))})"
-    )
-
-    def row(alias: str) -> str:
-        return "ROW(" + ", ".join(f"{alias}.{quote(k)}" for k in key) + ")"
-
-    return f"SELECT {row('a')} > {row('b')} FROM {typed} AS a, {typed} AS b"
+    """`SELECT a > b` for two keys as the table orders its key (keyset.key_comparison): an untyped
+    literal resolves to the column's type, and the column's collation wins over the default one."""
+    return key_comparison(qualified(schema, table), [quote(k) for k in key], row="ROW")
 
 
 def keys_select(
@@ -103,7 +91,5 @@ def duplicate_select(
     as the database does, collations included); no row: the key is unique there."""
     row, placeholders = _row(key), _params(key)
     where, params = chunk_bounds(None, start, stop, lambda op, values: (f"{row} {op} {placeholders}", list(values)))
-    sql = f"SELECT {', '.join(f'{quote(k)}::text' for k in key)} FROM {qualified(schema, table)}"
-    if where:
-        sql += " WHERE " + " AND ".join(where)
+    sql = select_where(", ".join(f"{quote(k)}::text" for k in key), qualified(schema, table), where)
     return sql + f" GROUP BY {', '.join(quote(k) for k in key)} HAVING count(*) > 1 LIMIT 1", params
