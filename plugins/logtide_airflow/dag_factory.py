@@ -60,6 +60,11 @@ _SCALARS = ["integer", "number", "string"]
 _KEY = {"type": [*_SCALARS, "array"], "minItems": 1, "items": {"type": _SCALARS}}
 
 
+def _key_bound(description: str) -> Param:
+    """The `key_from` / `key_to` parameter: a key value, a list of them for a composite key, or none."""
+    return Param(None, type=["null", *_KEY["type"]], minItems=1, items=_KEY["items"], description=description)
+
+
 def pool_name(source: str) -> str:
     return f"logtide_{source}"
 
@@ -114,21 +119,11 @@ def dump_params(sources: Sequence[str], source_default: str | None = None, table
             '[[1, "a"], [2, "b"]] for a composite key; keys not found are reported and deleted from the target by '
             "the merge",
         ),
-        "key_from": Param(
-            None,
-            type=["null", *_KEY["type"]],
-            minItems=1,
-            items=_KEY["items"],
-            description='Key range start, inclusive (one table only): 100, "abc", or [100, "a"] for a composite key; '
-            "JSON, other text is taken as a string",
+        "key_from": _key_bound(
+            'Key range start, inclusive (one table only): 100, "abc", or [100, "a"] for a composite key; '
+            "JSON, other text is taken as a string"
         ),
-        "key_to": Param(
-            None,
-            type=["null", *_KEY["type"]],
-            minItems=1,
-            items=_KEY["items"],
-            description="Key range end, inclusive, written as key_from; it must not come before key_from",
-        ),
+        "key_to": _key_bound("Key range end, inclusive, written as key_from; it must not come before key_from"),
         "chunk_size": Param(
             None,
             type=["null", "integer"],
