@@ -296,11 +296,11 @@ def start_profiler(pid: int, out: Path) -> subprocess.Popen[bytes]:
 
 
 class LandedCounter:
-    """Rows of one table below the checkpoint's frontier, from Parquet footers (each file read once)."""
+    """Rows of one table (its landing folder) below the checkpoint's frontier, from Parquet footers
+    (each file read once)."""
 
-    def __init__(self, zone: LandingZone, table: str) -> None:
-        self.zone = zone
-        self.folder = table_folder(DATABASE, table)
+    def __init__(self, zone: LandingZone, folder: str) -> None:
+        self.zone, self.folder = zone, folder
         self._rows: dict[Path, int] = {}
 
     def count(self) -> int:
@@ -482,7 +482,7 @@ def measure_throughput(bench: Bench, gtid: str) -> tuple[Timed, Timed, CaptureRe
     if raw.rows != bench.rows:
         raise BenchmarkError(f"the raw read saw {raw.rows} rows, {bench.rows} were written")
     step("logtide capture of the backlog")
-    counter = LandedCounter(bench.zone, CHANGES_TABLE)
+    counter = LandedCounter(bench.zone, table_folder(DATABASE, CHANGES_TABLE))
     captured = capture_backlog(bench.capture(bench.profile), counter, bench.rows, bench.timeout)
     return write, raw, captured
 
@@ -493,7 +493,7 @@ def measure_big_transaction(bench: Bench) -> tuple[Timed, CaptureResult]:
     step(f"writing {bench.rows:,d} rows into {DATABASE}.{BIG_TABLE} in one transaction")
     write = write_rows(bench.server, BIG_TABLE, bench.rows, rows_per_commit=bench.rows)
     step("logtide capture of the big transaction (fresh process, for its peak RSS)")
-    counter = LandedCounter(bench.zone, BIG_TABLE)
+    counter = LandedCounter(bench.zone, table_folder(DATABASE, BIG_TABLE))
     return write, capture_backlog(bench.capture(), counter, bench.rows, bench.timeout)
 
 

@@ -53,10 +53,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
 import yaml
 
-from benchmarks.capture_throughput import BenchmarkError, CaptureProcess
+from benchmarks.capture_throughput import BenchmarkError, CaptureProcess, LandedCounter
 from benchmarks.dump_throughput import Pulse
 from benchmarks.oltp_writer import Burst, Writers
 from capture.landing import LandingZone
@@ -318,21 +317,8 @@ class MariaDBSource(Source):
 SOURCES: dict[str, Callable[[], Source]] = {"postgresql": PostgresSource, "mariadb": MariaDBSource}
 
 
-class Counter:
-    """Events of the table below the checkpoint's frontier (Parquet footers, each file read once)."""
-
-    def __init__(self, zone: LandingZone, folder: str) -> None:
-        self.zone, self.folder = zone, folder
-        self._rows: dict[Path, int] = {}
-
-    def count(self) -> int:
-        total = 0
-        for path in self.zone.committed_files(self.folder):
-            rows = self._rows.get(path)
-            if rows is None:
-                rows = self._rows[path] = pq.read_metadata(path).num_rows
-            total += rows
-        return total
+class Counter(LandedCounter):
+    """Events of the table below the checkpoint's frontier, and a wait for a number of them."""
 
     def wait(self, target: int, capture: CaptureProcess, timeout: float) -> float:
         """Poll until `target` events are committed; the wall clock then."""
