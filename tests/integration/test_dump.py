@@ -33,6 +33,7 @@ from tests.integration.dumping import (
     open_engine,
     populate_ledger,
     reconciled_state,
+    run_dump,
     table_state,
     wait_until_landed,
 )
@@ -48,11 +49,9 @@ def test_dump_during_concurrent_writes_reconciles_to_the_table(mariadb, database
     capture.wait_running()
     workload = Workload(mariadb, database, "ledger", 100_000, seed)
     workload.start()
-    engine, source = open_engine(capture)
     try:
-        summary = engine.run(DumpRequest(tables=[f"{database}.ledger"], settings=DumpSettings(chunk_size=37)))
+        summary = run_dump(capture, f"{database}.ledger", 37)
     finally:
-        source.close()
         workload.stop()
     wait_until_landed(mariadb, capture)
 
@@ -282,11 +281,7 @@ def test_a_chunk_whose_high_never_committed_is_redone_on_resume(mariadb, databas
     assert read_chunk_meta(chunk4).low_id == dying.lows[4]  # its file was written, its HIGH never was
     mariadb.execute("UPDATE ledger SET v = -1 WHERE id BETWEEN 61 AND 80", database=database)  # chunk 4's rows
 
-    engine, source = open_engine(capture)
-    try:
-        summary = engine.run(request)
-    finally:
-        source.close()
+    summary = run_dump(capture, request)
     wait_until_landed(mariadb, capture)
     assert summary["tables"][0]["rows"] == 200 and summary["tables"][0]["chunks"] == 11
     redone = read_chunk_meta(chunk4)
@@ -360,14 +355,12 @@ def test_a_rows_per_s_ceiling_and_a_delay_set_through_the_control_slow_the_dump(
     for dump_id, override in (("ceiling", {"max_rows_per_s": 400}), ("delay", {"delay_s": 0.3})):
         control = FileControl(dump_dir(capture.zone, dump_id) / "control.json")
         control.update(**override)
-        engine, source = open_engine(capture, control)
         began = time.monotonic()
-        try:
-            summary = engine.run(
-                DumpRequest(dump_id=dump_id, tables=[f"{database}.ledger"], settings=DumpSettings(chunk_size=200))
-            )
-        finally:
-            source.close()
+        summary = run_dump(
+            capture,
+            DumpRequest(dump_id=dump_id, tables=[f"{database}.ledger"], settings=DumpSettings(chunk_size=200)),
+            control=control,
+        )
         took[dump_id] = time.monotonic() - began
         assert summary["tables"][0]["chunks"] == 4 and summary["rows"] == 600  # 3 full chunks and the empty one
     # lower bounds (unthrottled, 600 rows take a few tens of milliseconds): 600 rows at 400 rows/s; 4 delays
@@ -408,11 +401,9 @@ def test_writers_never_wait_for_the_dump(mariadb, database, make_capture):
     before = _row_lock_waits(mariadb)  # server-wide, but tests run one at a time and capture is off
     for thread in threads:
         thread.start()
-    engine, source = open_engine(capture)
     try:
-        summary = engine.run(DumpRequest(tables=[f"{database}.ledger"], settings=DumpSettings(chunk_size=100)))
+        summary = run_dump(capture, f"{database}.ledger", 100)
     finally:
-        source.close()
         stop.set()
         for thread in threads:
             thread.join()
@@ -505,13 +496,7 @@ def test_concurrent_dumps_of_different_tables_do_not_block_each_other(mariadb, d
     results: dict[str, dict] = {}
 
     def run(table: str) -> None:
-        engine, source = open_engine(capture)
-        try:
-            results[table] = engine.run(
-                DumpRequest(tables=[f"{database}.{table}"], settings=DumpSettings(chunk_size=7))
-            )
-        finally:
-            source.close()
+        results[table] = run_dump(capture, f"{database}.{table}", 7)
 
     threads = [threading.Thread(target=run, args=(t,)) for t in ("ledger", "other")]
     for thread in threads:
