@@ -12,9 +12,9 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from capture.sources import open_chunk_source
 from capture.sources.base import Watermark
 from capture.sources.mysql.reader import file_number, read_timeout_s
+from tests.integration.events import op_keys, write_watermark
 from tests.servers import wait_for
 
 pytestmark = pytest.mark.integration
@@ -48,13 +48,6 @@ def _metrics(capture) -> dict[str, float]:
     }
 
 
-def _ops(events: list[dict]) -> list[tuple]:
-    def key(image: dict | None) -> object:
-        return None if image is None else image["id"]
-
-    return [(e["_op"], key(e["before"]), key(e["after"])) for e in events]
-
-
 def test_row_changes_land_in_commit_order_with_images(mariadb, database, make_capture):
     mariadb.execute(
         "CREATE TABLE items (id INT PRIMARY KEY, name VARCHAR(20), qty INT)",
@@ -71,16 +64,11 @@ def test_row_changes_land_in_commit_order_with_images(mariadb, database, make_ca
         cur.execute("UPDATE items SET id = 20 WHERE id = 2")  # key change
         conn.commit()
         conn.commit()
-    source = open_chunk_source("src", capture.config.source("src"))
-    try:
-        source.setup()
-        source.write_watermark(Watermark("d1", f"{database}.items", 1, "LOW", "wm-1"))
-    finally:
-        source.close()
+    write_watermark(capture, Watermark("d1", f"{database}.items", 1, "LOW", "wm-1"))
     mariadb.execute("DELETE FROM items WHERE id = 1", database=database)
 
     events = capture.wait_events(database, "items", 6)
-    assert _ops(events) == [
+    assert op_keys(events) == [
         ("c", None, 1),
         ("c", None, 2),
         ("u", 1, 1),

@@ -12,22 +12,15 @@ import pytest
 
 from capture.dump.reconcile import apply, reconcile_table
 from capture.landing.reader import landed_truncates
-from capture.sources import open_chunk_source
 from capture.sources.base import Watermark
 from capture.sources.postgres.connection import parse_lsn
+from tests.integration.events import op_keys, write_watermark
 from tests.servers import PostgreSQL, wait_for
 
 pytestmark = pytest.mark.integration
 
 # random, hence incompressible: stored out of line (TOASTed), not inline
 BIG_TEXT = "(SELECT string_agg(md5(random()::text), '') FROM generate_series(1, 300))"
-
-
-def _ops(events: list[dict]) -> list[tuple]:
-    def key(image: dict | None) -> object:
-        return None if image is None else image["id"]
-
-    return [(e["_op"], key(e["before"]), key(e["after"])) for e in events]
 
 
 def test_row_changes_land_in_commit_order_with_images(postgres, pg_database, make_pg_capture):
@@ -51,16 +44,11 @@ def test_row_changes_land_in_commit_order_with_images(postgres, pg_database, mak
         first.commit()
     first.close()
     second.close()
-    source = open_chunk_source("src", capture.config.source("src"))
-    try:
-        source.setup()
-        source.write_watermark(Watermark("d1", f"{pg_database}.items", 1, "LOW", "wm-1"))
-    finally:
-        source.close()
+    write_watermark(capture, Watermark("d1", f"{pg_database}.items", 1, "LOW", "wm-1"))
     postgres.execute("DELETE FROM items WHERE id = 1", database=pg_database)
 
     events = capture.wait_events("public", "items", 7)
-    assert _ops(events) == [
+    assert op_keys(events) == [
         ("c", None, 3),
         ("c", None, 1),
         ("c", None, 2),
