@@ -3,12 +3,18 @@ reference reconciliation, Iceberg target, changelog replay) as typed Python valu
 
 from __future__ import annotations
 
+import json
+import threading
 from datetime import UTC, datetime, time, timedelta
 from decimal import Decimal
 from typing import Any
 
+from capture.dump.control import DumpSettings, FileControl
+from capture.dump.engine import DumpRequest
+from capture.dump.progress import dump_dir
 from capture.dump.reconcile import apply, reconcile_table
-from tests.integration.dumping import table_state
+from tests.integration.dumping import run_dump, table_state
+from tests.servers import wait_for
 
 # Workload (tests/integration/dumping.py) writes id, v, note; the other columns take their
 # defaults on its inserts and keep their values on its updates (ts changes ON UPDATE).
@@ -145,3 +151,34 @@ def differences(got: dict, want: dict, limit: int = 5) -> str:
         columns = {c for c in got[k].keys() | want[k].keys() if got[k].get(c) != want[k].get(c)}
         lines.append(f"{k}: " + ", ".join(f"{c}: {got[k].get(c)!r} != {want[k].get(c)!r}" for c in sorted(columns)))
     return "\n".join(lines)
+
+
+class PausedDump:
+    """A dump of `tables` in small chunks in a thread, which the test pauses once the first table has
+    `chunks` chunks (to merge in the middle of it) and resumes; on leaving, resumed and joined.
+    `result`: the dump's summary."""
+
+    def __init__(self, capture, dump_id: str, tables: list[str]) -> None:
+        self.control = FileControl(dump_dir(capture.zone, dump_id) / "control.json")
+        request = DumpRequest(dump_id=dump_id, tables=tables, settings=DumpSettings(chunk_size=37, delay_s=0.01))
+        self.result: dict = {}
+        self._thread = threading.Thread(
+            target=lambda: self.result.update(run_dump(capture, request, control=self.control))
+        )
+        self._progress = dump_dir(capture.zone, dump_id) / f"{tables[0]}.json"
+
+    def __enter__(self) -> PausedDump:
+        self._thread.start()
+        return self
+
+    def pause_after(self, chunks: int) -> None:
+        progress = self._progress
+        wait_for(lambda: progress.exists() and json.loads(progress.read_text())["chunk"] >= chunks, 60)
+        self.control.update(state="paused")
+
+    def resume(self) -> None:
+        self.control.update(state="running")
+
+    def __exit__(self, *exc: object) -> None:
+        self.resume()
+        self._thread.join()

@@ -6,18 +6,12 @@ changelog's replay."""
 
 from __future__ import annotations
 
-import json
-import threading
-
 import pytest
 
-from capture.dump.control import DumpSettings, FileControl
-from capture.dump.engine import DumpRequest
-from capture.dump.progress import dump_dir
 from capture.merge.app import run_merge
 from tests.integration.dumping import Workload, wait_until_landed
-from tests.servers import wait_for
 from tests.spark.merging import (
+    PausedDump,
     changelog_replay,
     differences,
     iceberg_state,
@@ -26,7 +20,7 @@ from tests.spark.merging import (
     target_types,
     typed,
 )
-from tests.spark.test_merge import _dump, _target
+from tests.spark.test_merge import _target
 
 pytestmark = pytest.mark.spark
 
@@ -74,31 +68,25 @@ def test_versioned_tables_merge_to_what_select_shows(mariadb, database, make_cap
 
     running = workloads([10_000, 10_000], 1)
     finished: list[Workload] = []
-    control = FileControl(dump_dir(capture.zone, "versioned") / "control.json")
-    request = DumpRequest(dump_id="versioned", tables=tables, settings=DumpSettings(chunk_size=37, delay_s=0.01))
-    result: dict = {}
-    dump = threading.Thread(target=lambda: result.update(_dump(capture, request, control)))
-    dump.start()
-    progress = dump_dir(capture.zone, "versioned") / f"{tables[0]}.json"
     reports = []
     try:
-        for round_, done in enumerate((6, 14)):
-            wait_for(lambda n=done: progress.exists() and json.loads(progress.read_text())["chunk"] >= n, 60)
-            control.update(state="paused")
-            for w in running:
-                w.stop()
-            finished += running
-            _rolled_back(mariadb, database, round_)  # not beside the workload: its table-wide locks would deadlock it
-            mariadb.execute("DELETE HISTORY FROM vledger", database=database)
-            wait_until_landed(mariadb, capture)
-            reports.append(run_merge(spark, config, "src", tables))
-            running = workloads([w.next_id for w in running], 10 + round_)
-            control.update(state="running")
+        with PausedDump(capture, "versioned", tables) as dump:  # resumed and joined before the workloads stop
+            for round_, done in enumerate((6, 14)):
+                dump.pause_after(done)
+                for w in running:
+                    w.stop()
+                finished += running
+                # not beside the workload: its table-wide locks would deadlock it
+                _rolled_back(mariadb, database, round_)
+                mariadb.execute("DELETE HISTORY FROM vledger", database=database)
+                wait_until_landed(mariadb, capture)
+                reports.append(run_merge(spark, config, "src", tables))
+                running = workloads([w.next_id for w in running], 10 + round_)
+                dump.resume()
     finally:
-        control.update(state="running")
-        dump.join()
         for w in running:
             w.stop()
+    result = dump.result
     finished += running
     _rolled_back(mariadb, database, 99)
     wait_until_landed(mariadb, capture)
