@@ -10,7 +10,9 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import urllib.request
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +38,15 @@ def add_outputs(config_path: Path, outputs: dict[str, dict[str, Any]]) -> int:
     data["relay"] = {"metrics": {"port": port}}
     config_path.write_text(yaml.safe_dump(data))
     return port
+
+
+def add_jetstream(config_path: Path, url: str, **settings: Any) -> tuple[str, str]:
+    """Put output `js` of source `src` into the config: a JetStream stream and subject prefix of its
+    own (the session's server is shared), and `settings`; the stream and the prefix."""
+    stream, prefix = f"S{uuid.uuid4().hex[:8]}", f"p{uuid.uuid4().hex[:8]}"
+    output = {"source": "src", "kind": "nats", "url": url, "stream": stream, "subject_prefix": prefix}
+    add_outputs(config_path, {"js": {**output, **settings}})
+    return stream, prefix
 
 
 def scrape(port: int) -> dict[str, float]:
@@ -191,6 +202,22 @@ def wait_count(url: str, stream: str, count: int, relay: RelayProcess, timeout: 
         return stream_count(url, stream) >= count
 
     wait_for(enough, timeout, interval=0.2, what=f"{count} messages in JetStream stream {stream}")
+
+
+def start_relay(make_relay, capture) -> RelayProcess:
+    """`logtide relay` for the capture's config, once output `js` wrote its state (dumps wait for it)."""
+    relay = make_relay(capture.config_path).start()
+    wait_for(lambda: read_state(capture.zone, "js"), 30, what="the relay to start")
+    return relay
+
+
+def read_all(url: str, stream: str, prefix: str, count: int, relay: RelayProcess) -> list[tuple[str, dict[str, Any]]]:
+    """Once the stream holds `count` messages and nothing more comes, its messages (id, body); the relay stopped."""
+    wait_count(url, stream, count, relay)
+    time.sleep(0.5)  # nothing more may come
+    got = read_jetstream(url, stream, f"{prefix}.>")
+    relay.stop()
+    return got
 
 
 UNKNOWN = "<not carried, not held>"  # a `missing` column of a key the consumer holds nothing for

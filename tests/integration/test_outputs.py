@@ -8,7 +8,6 @@ import json
 import re
 import threading
 import time
-import uuid
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -32,14 +31,15 @@ from capture.status import outputs_status
 from tests.integration.dumping import Workload, populate_ledger, reconciled_state, table_state, wait_until_landed
 from tests.integration.outputs import (
     BackgroundDump,
+    add_jetstream,
     add_outputs,
     debezium_state,
     expected_stream,
     logtide_state,
-    read_jetstream,
+    read_all,
     read_state,
     scrape,
-    wait_count,
+    start_relay,
 )
 from tests.servers import NatsServer, wait_for
 
@@ -54,12 +54,9 @@ def test_jetstream_gets_the_log_and_dump_rows_interleaved_through_kills_of_captu
     its file and its HIGH in its HIGH file, which the relay finds before the log passes it."""
     populate_ledger(mariadb, database, 3000)  # history before capture started: only the dump brings it
     capture = make_capture([f"{database}.*"], watermarks=watermarks)
-    stream, prefix = f"S{uuid.uuid4().hex[:8]}", f"p{uuid.uuid4().hex[:8]}"
-    output = {"source": "src", "kind": "nats", "url": nats_server.url, "stream": stream, "subject_prefix": prefix}
-    add_outputs(capture.config_path, {"js": {**output, "start": "beginning", "batch_size": 200}})
+    stream, prefix = add_jetstream(capture.config_path, nats_server.url, start="beginning", batch_size=200)
     capture.start().wait_running()
-    relay = make_relay(capture.config_path).start()
-    wait_for(lambda: read_state(capture.zone, "js"), 30, what="the relay to start")  # dumps then wait for it
+    relay = start_relay(make_relay, capture)
     workload = Workload(mariadb, database, "ledger", 100_000, seed=3)
     workload.start()
     dump, outcome = dump_in_thread(capture, f"{database}.ledger", chunk_size=100, delay_s=0.05)
@@ -79,10 +76,7 @@ def test_jetstream_gets_the_log_and_dump_rows_interleaved_through_kills_of_captu
     wait_until_landed(mariadb, capture)
 
     expected = expected_stream(capture.zone)
-    wait_count(nats_server.url, stream, len(expected), relay)
-    time.sleep(0.5)  # nothing more may come
-    got = read_jetstream(nats_server.url, stream, f"{prefix}.>")
-    relay.stop()
+    got = read_all(nats_server.url, stream, prefix, len(expected), relay)
     # every message once (retries of unacknowledged ones are dropped by their Nats-Msg-Id), in log order
     assert [i for i, _ in got] == [f"src:{e.lsn}" if e.order == 0 else f"src:{e.lsn}:{e.order}" for e in expected]
     positions = [(int(m["lsn"]), m["order"]) for _, m in got]
@@ -224,9 +218,7 @@ def test_an_output_added_inside_a_dump_window_starts_at_the_checkpoint_and_rebui
         # inside chunk 4's window: a change to one of its rows, landed before the output exists
         mariadb.execute("UPDATE ledger SET v = -1 WHERE id = 350", database=database)
         wait_until_landed(mariadb, capture)
-        stream, prefix = f"S{uuid.uuid4().hex[:8]}", f"p{uuid.uuid4().hex[:8]}"
-        output = {"source": "src", "kind": "nats", "url": nats_server.url, "stream": stream, "subject_prefix": prefix}
-        add_outputs(capture.config_path, {"js": {**output, "start": "checkpoint"}})
+        stream, prefix = add_jetstream(capture.config_path, nats_server.url, start="checkpoint")
         relay = make_relay(capture.config_path).start()
         wait_for(lambda: "output.first_start" in relay.log(), 30, what="the relay to start")
     finally:
@@ -245,10 +237,7 @@ def test_an_output_added_inside_a_dump_window_starts_at_the_checkpoint_and_rebui
         assert low < frontier == replay_from  # LOW was before the checkpoint; the relay reads it again per chunk
 
     expected = [e for e in expected_stream(capture.zone) if e.lsn >= frontier]
-    wait_count(nats_server.url, stream, len(expected), relay)
-    time.sleep(0.5)
-    got = [m for _, m in read_jetstream(nats_server.url, stream, f"{prefix}.>")]
-    relay.stop()
+    got = [m for _, m in read_all(nats_server.url, stream, prefix, len(expected), relay)]
     assert [(int(m["lsn"]), m["order"]) for m in got] == [(e.lsn, e.order) for e in expected]
     chunk4 = [m["key"]["id"] for m in got if m["op"] == "r" and m["dump"]["chunk"] == 4]
     assert chunk4 == [i for i in range(301, 401) if i != 350]  # the row changed inside its window is dropped
@@ -284,10 +273,7 @@ def test_jetstream_down_for_a_while_delays_delivery_and_loses_nothing(
             workload.stop()
         wait_until_landed(mariadb, capture)
         expected = expected_stream(capture.zone)
-        wait_count(server.url, "DOWN", len(expected), relay)
-        time.sleep(0.5)
-        got = read_jetstream(server.url, "DOWN", "down.>")
-        relay.stop()
+        got = read_all(server.url, "DOWN", "down", len(expected), relay)
     finally:
         server.destroy()
     assert [(int(m["lsn"]), m["order"]) for _, m in got] == [(e.lsn, e.order) for e in expected]

@@ -3,19 +3,15 @@ a dump under a concurrent workload, capture killed once; the stream rebuilds the
 
 from __future__ import annotations
 
-import time
-import uuid
-
 import pytest
 
 from capture.output.landing import Position, read_position
 from tests.integration.outputs import (
-    add_outputs,
+    add_jetstream,
     debezium_state,
     expected_stream,
-    read_jetstream,
-    read_state,
-    wait_count,
+    read_all,
+    start_relay,
 )
 from tests.integration.postgres.dumping import Workload, reconciled_state, table_state, wait_until_landed
 from tests.servers import wait_for
@@ -37,16 +33,12 @@ def test_jetstream_stream_of_a_postgresql_dump_under_load_rebuilds_the_table(
     if watermarks == "readonly":  # Logtide creates nothing: the administrator's publication
         postgres.execute("CREATE PUBLICATION logtide_src FOR TABLE public.ledger", database=pg_database)
     capture = make_pg_capture(watermarks=watermarks)
-    stream, prefix = f"S{uuid.uuid4().hex[:8]}", f"p{uuid.uuid4().hex[:8]}"
-    output = {"source": "src", "kind": "nats", "url": nats_server.url, "stream": stream, "subject_prefix": prefix}
     # Debezium's envelope, and only the ledger (not the test's marker table)
-    add_outputs(
-        capture.config_path,
-        {"js": {**output, "start": "beginning", "format": "debezium", "tables": ["public.ledger"]}},
+    stream, prefix = add_jetstream(
+        capture.config_path, nats_server.url, start="beginning", format="debezium", tables=["public.ledger"]
     )
     capture.start().wait_running()
-    relay = make_relay(capture.config_path).start()
-    wait_for(lambda: read_state(capture.zone, "js"), 30, what="the relay to start")  # dumps then wait for it
+    relay = start_relay(make_relay, capture)
     workload = Workload(postgres, pg_database, "ledger", 100_000, seed=5)
     workload.start()
     dump, outcome = dump_in_thread(capture, "public.ledger", chunk_size=100, delay_s=0.15)
@@ -63,10 +55,7 @@ def test_jetstream_stream_of_a_postgresql_dump_under_load_rebuilds_the_table(
     wait_until_landed(postgres, pg_database, capture)
 
     expected = expected_stream(capture.zone, {"public.ledger"})
-    wait_count(nats_server.url, stream, len(expected), relay)
-    time.sleep(0.5)
-    got = [m for _, m in read_jetstream(nats_server.url, stream, f"{prefix}.>")]
-    relay.stop()
+    got = [m for _, m in read_all(nats_server.url, stream, prefix, len(expected), relay)]
     assert [(int(m["source"]["lsn"]), m["source"]["order"]) for m in got] == [(e.lsn, e.order) for e in expected]
     assert {m["source"]["table"] for m in got} == {"ledger"} and got[0]["source"]["db"] == pg_database
     assert sum(m["op"] == "r" for m in got) > 1000 and workload.transactions > 50
