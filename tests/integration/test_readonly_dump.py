@@ -120,6 +120,22 @@ def _readonly_capture(mariadb: MariaDB, database: str, make_capture, rows: int, 
     return capture
 
 
+FLUSH = ("FLUSH BINARY LOGS",)
+REFILL = ("TRUNCATE TABLE ledger", "INSERT INTO ledger (id, v, note) SELECT seq, seq, 'refill' FROM seq_30_to_50")
+
+
+def _statements_at(mariadb: MariaDB, database: str, *at: tuple[int, str, tuple[str, ...]]):
+    """A `run_dump` wrap that runs each (chunk, "LOW" or "HIGH", statements) at that watermark."""
+
+    def wrap(source) -> AlterAt:
+        altering = AlterAt(source, lambda sql: mariadb.execute(*sql, database=database))
+        for chunk, kind, statements in at:
+            altering.at(chunk, kind, statements)
+        return altering
+
+    return wrap
+
+
 def _landed(primary: MariaDB, replica: MariaDB, capture: CaptureProcess, timeout: float = 60) -> None:
     """Until the replica's capture has landed all the primary wrote, and a commit after the dump
     (made on the primary: the replica must not write) has moved its log past the last chunk's HIGH."""
@@ -480,17 +496,11 @@ def test_a_readonly_dump_of_an_idle_server_closes_across_rotations_inside_window
     reconciled landing zone equals the table."""
     capture = _readonly_capture(mariadb, database, make_capture, 80)
     wait_until_landed(mariadb, capture, nudge_first=False)
-    refill = ("TRUNCATE TABLE ledger", "INSERT INTO ledger (id, v, note) SELECT seq, seq, 'refill' FROM seq_30_to_50")
     run_dump(
         capture,
         f"{database}.ledger",
         20,
-        wrap=lambda source: (
-            AlterAt(source, lambda sql: mariadb.execute(*sql, database=database))
-            .at(1, "LOW", ("FLUSH BINARY LOGS",))
-            .at(2, "HIGH", ("FLUSH BINARY LOGS",))
-            .at(3, "HIGH", refill)
-        ),
+        wrap=_statements_at(mariadb, database, (1, "LOW", FLUSH), (2, "HIGH", FLUSH), (3, "HIGH", REFILL)),
     )
     gtid = _gtid(mariadb)
     wait_chunks_closed(capture, database, "ledger", 10)
@@ -505,12 +515,11 @@ def test_a_truncate_right_after_a_chunks_low_reconciles_to_the_table(mariadb, da
     consistent snapshot began): the dump finishes and the reconciled landing zone equals the table."""
     capture = _readonly_capture(mariadb, database, make_capture, 80, watermarks=watermarks)
     wait_until_landed(mariadb, capture, nudge_first=False)
-    refill = ("TRUNCATE TABLE ledger", "INSERT INTO ledger (id, v, note) SELECT seq, seq, 'refill' FROM seq_30_to_50")
     run_dump(
         capture,
         f"{database}.ledger",
         20,
-        wrap=lambda source: AlterAt(source, lambda sql: mariadb.execute(*sql, database=database)).at(2, "LOW", refill),
+        wrap=_statements_at(mariadb, database, (2, "LOW", REFILL)),
     )
     wait_until_landed(mariadb, capture)
     wait_chunks_closed(capture, database, "ledger", 10)
