@@ -110,6 +110,20 @@ class Cluster:
             wait_for(lambda p=process: "capture.standby" in p.log(), 30, what="a standby")
         self.watch.start()
 
+    def start_under_load(self, mariadb, database: str, seed: int) -> tuple[str, Workload]:
+        """Start the instances, then a writer; the GTID the checkpoint resumes from (where `finish`
+        checks exactly once from) and the writer."""
+        self.start()
+        start_gtid = self.zone.checkpoint().resume["gtid"]
+        writer = Workload(mariadb, database, seed=seed, max_pause_s=0.01)
+        writer.start()
+        return start_gtid, writer
+
+    def before_fault(self) -> tuple[CaptureProcess, int, float]:
+        """After 1.5 s more of writes: the leader, its epoch, and the time a takeover is measured from."""
+        time.sleep(1.5)
+        return self.leader(), self.watch.epoch(), time.monotonic()
+
     def leader(self) -> CaptureProcess:
         def find() -> CaptureProcess | None:
             holder = leader_status(CoordinationConfig(**self.coordination), "src")["leader"]
@@ -175,16 +189,10 @@ def cluster(mariadb, zookeeper, database, tmp_path, request):
 
 
 def test_kill9_of_the_leader_twice(mariadb, database, cluster):
-    cluster.start()
-    start_gtid = cluster.zone.checkpoint().resume["gtid"]
-    writer = Workload(mariadb, database, seed=21, max_pause_s=0.01)
-    writer.start()
+    start_gtid, writer = cluster.start_under_load(mariadb, database, seed=21)
     killed = []
     for _ in range(2):
-        time.sleep(1.5)
-        leader = cluster.leader()
-        epoch = cluster.watch.epoch()
-        since = time.monotonic()
+        leader, epoch, since = cluster.before_fault()
         leader.kill()
         killed.append(leader)
         takeover = cluster.watch.wait_epoch_above(epoch, since)
@@ -209,14 +217,8 @@ def test_kill9_of_the_leader_twice(mariadb, database, cluster):
 
 
 def test_leader_frozen_past_its_session_commits_nothing_after_waking(mariadb, database, cluster):
-    cluster.start()
-    start_gtid = cluster.zone.checkpoint().resume["gtid"]
-    writer = Workload(mariadb, database, seed=22, max_pause_s=0.01)
-    writer.start()
-    time.sleep(1.5)
-    frozen = cluster.leader()
-    epoch = cluster.watch.epoch()
-    since = time.monotonic()
+    start_gtid, writer = cluster.start_under_load(mariadb, database, seed=22)
+    frozen, epoch, since = cluster.before_fault()
     frozen.process.send_signal(signal.SIGSTOP)
     try:
         takeover = cluster.watch.wait_epoch_above(epoch, since)
@@ -247,14 +249,8 @@ def test_leader_frozen_past_its_session_commits_nothing_after_waking(mariadb, da
 
 
 def test_zookeeper_restart(mariadb, database, zookeeper, cluster):
-    cluster.start()
-    start_gtid = cluster.zone.checkpoint().resume["gtid"]
-    writer = Workload(mariadb, database, seed=23, max_pause_s=0.01)
-    writer.start()
-    time.sleep(1.5)
-    old = cluster.leader()
-    epoch = cluster.watch.epoch()
-    since = time.monotonic()
+    start_gtid, writer = cluster.start_under_load(mariadb, database, seed=23)
+    old, epoch, since = cluster.before_fault()
     zookeeper.stop()
     time.sleep(0.5)
     zookeeper.start()
