@@ -9,8 +9,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -161,37 +162,47 @@ class CaptureProcess:
             ) from None
 
 
+def capture_factory(
+    tmp_path: Path, settings: Callable[[str], dict[str, Any]]
+) -> Iterator[Callable[..., CaptureProcess]]:
+    """Yield `make(include, source="src", **overrides)`: a config of one source (`settings(source)`,
+    then `include`, then the keyword arguments; `landing` and `log_level` override the top-level
+    ones) and a CaptureProcess for it; each still running afterwards is killed."""
+    processes: list[CaptureProcess] = []
+
+    def make(include: list[str] | None = None, source: str = "src", **overrides: Any) -> CaptureProcess:
+        landing = {"path": str(tmp_path / "landing"), "flush_interval_s": 0.2}
+        landing.update(overrides.pop("landing", {}))
+        top = {"log_level": overrides.pop("log_level")} if "log_level" in overrides else {}
+        source_config = {**settings(source), "heartbeat_s": 0.2, "metrics": {"port": free_port()}}
+        if include is not None:
+            source_config["include"] = include
+        source_config.update(overrides)
+        path = tmp_path / f"logtide-{source}.yaml"
+        path.write_text(yaml.safe_dump({**top, "landing": landing, "sources": {source: source_config}}))
+        processes.append(CaptureProcess(path, source, tmp_path))
+        return processes[-1]
+
+    yield make
+    for process in processes:
+        process.kill()
+
+
 @pytest.fixture
 def make_capture(mariadb: MariaDB, tmp_path: Path) -> Iterator:
     """Build a config for the private MariaDB and return a CaptureProcess for it (keyword
     arguments override the source's settings; `landing` and `log_level` the top-level ones)."""
-    processes: list[CaptureProcess] = []
-
-    def make(include: list[str], source: str = "src", **overrides: object) -> CaptureProcess:
-        landing = {"path": str(tmp_path / "landing"), "flush_interval_s": 0.2}
-        landing.update(overrides.pop("landing", {}))  # type: ignore[arg-type]
-        top = {"log_level": overrides.pop("log_level")} if "log_level" in overrides else {}
-        source_config = {
+    yield from capture_factory(
+        tmp_path,
+        lambda source: {
             "kind": "mariadb",
             "host": "127.0.0.1",
             "port": mariadb.port,
             "user": "root",
             "password": "${TEST_DB_PASSWORD:-}",
             "server_id": next(_server_ids),
-            "include": include,
-            "heartbeat_s": 0.2,
-            "metrics": {"port": free_port()},
-        }
-        source_config.update(overrides)
-        path = tmp_path / f"logtide-{source}.yaml"
-        path.write_text(yaml.safe_dump({**top, "landing": landing, "sources": {source: source_config}}))
-        process = CaptureProcess(path, source, tmp_path)
-        processes.append(process)
-        return process
-
-    yield make
-    for process in processes:
-        process.kill()
+        },
+    )
 
 
 @pytest.fixture

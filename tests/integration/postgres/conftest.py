@@ -7,10 +7,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
-from tests.conftest import CaptureProcess
-from tests.servers import PostgreSQL, free_port
+from tests.conftest import capture_factory
+from tests.servers import PostgreSQL
 
 
 @pytest.fixture
@@ -43,13 +42,11 @@ def _drop(postgres: PostgreSQL, name: str) -> None:
 
 @pytest.fixture
 def make_pg_capture(postgres: PostgreSQL, pg_database: str, tmp_path: Path) -> Iterator:
-    """Build a config for the private PostgreSQL and return a CaptureProcess for it."""
-    processes: list[CaptureProcess] = []
-
-    def make(include: list[str] | None = None, source: str = "src", **overrides: object) -> CaptureProcess:
-        landing = {"path": str(tmp_path / "landing"), "flush_interval_s": 0.2}
-        landing.update(overrides.pop("landing", {}))  # type: ignore[arg-type]
-        source_config = {
+    """Build a config for the private PostgreSQL and return a CaptureProcess for it (of `public.*`
+    unless told; keyword arguments as for make_capture)."""
+    yield from capture_factory(
+        tmp_path,
+        lambda source: {
             "kind": "postgresql",
             "host": "127.0.0.1",
             "port": postgres.port,
@@ -57,17 +54,6 @@ def make_pg_capture(postgres: PostgreSQL, pg_database: str, tmp_path: Path) -> I
             "password": "${TEST_DB_PASSWORD:-}",
             "database": pg_database,
             "slot": f"lt_{pg_database}_{source}"[:63].lower().replace("-", "_"),
-            "include": include or ["public.*"],
-            "heartbeat_s": 0.2,
-            "metrics": {"port": free_port()},
-        }
-        source_config.update(overrides)
-        path = tmp_path / f"logtide-{source}.yaml"
-        path.write_text(yaml.safe_dump({"landing": landing, "sources": {source: source_config}}))
-        process = CaptureProcess(path, source, tmp_path)
-        processes.append(process)
-        return process
-
-    yield make
-    for process in processes:
-        process.kill()
+            "include": ["public.*"],
+        },
+    )
