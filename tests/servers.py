@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,6 +43,19 @@ class ChildServer:
     process: subprocess.Popen[bytes] | None
     stop_timeout_s = 60.0
     kill_on_destroy = False
+
+    def _launch(self, args: list[str], log_name: str, ready: Callable[[], bool], timeout: float) -> None:
+        """Start the server, its output appended to `base/log_name`, and poll `ready` until it says
+        so: a server that exits first raises RuntimeError, one not ready in time TimeoutError."""
+        log = open(self.base / log_name, "ab")  # noqa: SIM115 - owned by the child
+        self.process = subprocess.Popen(args, stdout=log, stderr=log, start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while not ready():
+            if self.process.poll() is not None:
+                raise RuntimeError(f"{args[0]} exited; see {self.base / log_name}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{args[0]} did not start in {timeout}s; see {self.base / log_name}")
+            time.sleep(0.05)
 
     def stop(self, kill: bool = False) -> None:
         if self.process is None:
@@ -96,8 +110,15 @@ class MariaDB(ChildServer):
     def start(self, timeout: float = 30.0) -> None:
         if not self.datadir.exists():
             self.install()
-        log = open(self.base / "mariadbd.log", "ab")  # noqa: SIM115 - owned by the child
-        self.process = subprocess.Popen(
+
+        def ready() -> bool:
+            try:
+                self.connect().close()
+                return True
+            except pymysql.err.OperationalError:
+                return False
+
+        self._launch(
             [
                 "mariadbd",
                 "--no-defaults",
@@ -116,21 +137,10 @@ class MariaDB(ChildServer):
                 *MARIADB_BINLOG_OPTIONS,
                 *self.extra_options,
             ],
-            stdout=log,
-            stderr=log,
-            start_new_session=True,
+            "mariadbd.log",
+            ready,
+            timeout,
         )
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                self.connect().close()
-                return
-            except pymysql.err.OperationalError:
-                if self.process.poll() is not None:
-                    raise RuntimeError(f"mariadbd exited; see {self.base / 'mariadbd.log'}") from None
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
 
     def connect(
         self, database: str | None = None, user: str = "root", password: str = "", autocommit: bool = True
@@ -433,37 +443,20 @@ class ZooKeeper(ChildServer):
         from kazoo.handlers.threading import KazooTimeoutError
 
         config = self._write_config()
-        log = open(self.base / "zookeeper.log", "ab")  # noqa: SIM115 - owned by the child
-        self.process = subprocess.Popen(
-            [
-                "java",
-                "-Xmx128m",
-                "-XX:+UseSerialGC",
-                "-cp",
-                ZOOKEEPER_CLASSPATH,
-                "org.apache.zookeeper.server.ZooKeeperServerMain",
-                str(config),
-            ],
-            stdout=log,
-            stderr=log,
-            start_new_session=True,
-        )
-        deadline = time.monotonic() + timeout
-        # `ruok` answers before the server serves sessions: wait for a real client session
-        while True:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"zookeeper exited; see {self.base / 'zookeeper.log'}")
+
+        def ready() -> bool:  # `ruok` answers before the server serves sessions: a real client session
             client = KazooClient(hosts=self.hosts, timeout=2.0, connection_retry={"max_tries": 0})
             try:
                 client.start(timeout=1.0)
                 client.stop()
-                return
+                return True
             except KazooTimeoutError:
-                if time.monotonic() > deadline:
-                    raise
+                return False
             finally:
                 client.close()
-            time.sleep(0.05)
+
+        main = ["-cp", ZOOKEEPER_CLASSPATH, "org.apache.zookeeper.server.ZooKeeperServerMain", str(config)]
+        self._launch(["java", "-Xmx128m", "-XX:+UseSerialGC", *main], "zookeeper.log", ready, timeout)
 
 
 def _nats_server() -> str:
@@ -498,24 +491,14 @@ class NatsServer(ChildServer):
 
     def start(self, timeout: float = 30.0) -> None:
         self.base.mkdir(parents=True, exist_ok=True)
-        log = open(self.base / "nats.log", "ab")  # noqa: SIM115 - owned by the child
-        self.process = subprocess.Popen(
-            [NATS_SERVER, "-js", "-a", "127.0.0.1", "-p", str(self.port), "-sd", str(self.base / "js"), *self.options],
-            stdout=log,
-            stderr=log,
-            start_new_session=True,
-        )
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"nats-server exited; see {self.base / 'nats.log'}")
+
+        def ready() -> bool:
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=1):
                     pass
-                if "Server is ready" in (self.base / "nats.log").read_text():
-                    return
+                return "Server is ready" in (self.base / "nats.log").read_text()
             except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"nats-server did not start in {timeout}s; see {self.base / 'nats.log'}")
-            time.sleep(0.05)
+                return False
+
+        js = ["-js", "-a", "127.0.0.1", "-p", str(self.port), "-sd", str(self.base / "js"), *self.options]
+        self._launch([NATS_SERVER, *js], "nats.log", ready, timeout)
