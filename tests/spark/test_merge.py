@@ -9,14 +9,12 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 
 import pytest
 import yaml
 
 from capture.dump.control import DumpSettings, FileControl
 from capture.dump.engine import DumpEngine, DumpRequest
-from capture.dump.progress import dump_dir
 from capture.merge.app import run_merge
 from capture.sources import open_chunk_source
 from tests.conftest import ROOT
@@ -26,6 +24,7 @@ from tests.servers import wait_for
 from tests.spark.merging import (
     LEDGER,
     LEDGER_ROWS,
+    PausedDump,
     changelog_replay,
     differences,
     iceberg_state,
@@ -83,38 +82,31 @@ def test_merges_during_a_dump_under_concurrent_writes_equal_the_source(source, c
     finished: list = []
     for w in workloads:
         w.start()
-    control = FileControl(dump_dir(capture.zone, "e2e") / "control.json")
-    request = DumpRequest(dump_id="e2e", tables=tables, settings=DumpSettings(chunk_size=37, delay_s=0.01))
-    result: dict = {}
-    dump = threading.Thread(target=lambda: result.update(_dump(capture, request, control)))
-    dump.start()
-    progress = dump_dir(capture.zone, "e2e") / f"{tables[0]}.json"
     reports = []
     try:
-        # merges in the middle of the first table's dump (paused after `done` chunks): of that table, then
-        # of all (the others' log so far); the workload writes while the dump runs and rests while Spark
-        # works (it only makes the dump chase a longer table)
-        for done in source.pauses:
-            wait_for(lambda n=done: progress.exists() and json.loads(progress.read_text())["chunk"] >= n, 60)
-            control.update(state="paused")
-            for w in workloads:
-                w.stop()
-            finished += workloads
-            source.wait_until_landed(capture)
-            merged = tables[:1] if done == source.pauses[0] else tables
-            reports.append({r["table"]: r for r in run_merge(spark, config, "src", merged)["tables"]})
-            workloads = [
-                source.workload(t, w.next_id, seed * 10 + done + 1000 * i)
-                for i, (t, w) in enumerate(zip(source.tables, workloads, strict=True))
-            ]
-            for w in workloads:
-                w.start()
-            control.update(state="running")
+        with PausedDump(capture, "e2e", tables) as dump:  # resumed and joined before the workloads stop
+            # merges in the middle of the first table's dump (paused after `done` chunks): of that table, then
+            # of all (the others' log so far); the workload writes while the dump runs and rests while Spark
+            # works (it only makes the dump chase a longer table)
+            for done in source.pauses:
+                dump.pause_after(done)
+                for w in workloads:
+                    w.stop()
+                finished += workloads
+                source.wait_until_landed(capture)
+                merged = tables[:1] if done == source.pauses[0] else tables
+                reports.append({r["table"]: r for r in run_merge(spark, config, "src", merged)["tables"]})
+                workloads = [
+                    source.workload(t, w.next_id, seed * 10 + done + 1000 * i)
+                    for i, (t, w) in enumerate(zip(source.tables, workloads, strict=True))
+                ]
+                for w in workloads:
+                    w.start()
+                dump.resume()
     finally:
-        control.update(state="running")
-        dump.join()
         for w in workloads:
             w.stop()
+    result = dump.result
     finished += workloads
     source.wait_until_landed(capture)
     reports.append({r["table"]: r for r in run_merge(spark, config, "src", tables)["tables"]})
