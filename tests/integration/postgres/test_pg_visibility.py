@@ -19,15 +19,8 @@ from capture.dump.engine import DumpEngine, DumpRequest
 from capture.landing.chunks import read_chunk_meta
 from capture.landing.reader import chunk_files
 from capture.sources import open_chunk_source
-from tests.integration.postgres.dumping import (
-    commit_stuck,
-    reconciled_state,
-    release_stuck,
-    rewrite_chunk_meta,
-    standby_that_never_answers,
-    table_state,
-    wait_until_landed,
-)
+from tests.integration.postgres import dumping
+from tests.integration.postgres.dumping import reconciled_state, table_state, wait_until_landed
 
 pytestmark = pytest.mark.integration
 
@@ -94,7 +87,7 @@ def test_a_commit_in_the_wal_but_not_yet_visible_never_leaves_a_stale_row(make_p
     to every snapshot until its wait is cancelled. The chunk reads the old row. The update leaves
     a TOASTed column unchanged, so its event does not carry it: the stale chunk row is dropped,
     yet its copy of that column must survive (nothing else holds it)."""
-    with standby_that_never_answers() as (server, stuck):
+    with dumping.standby_that_never_answers() as (server, stuck):
         server.execute(
             "CREATE TABLE hot (id int PRIMARY KEY, v int, body text)",
             "ALTER TABLE hot ALTER COLUMN body SET STORAGE EXTERNAL",  # out of line from ~2 kB, uncompressed
@@ -105,7 +98,7 @@ def test_a_commit_in_the_wal_but_not_yet_visible_never_leaves_a_stale_row(make_p
         capture.wait_running()
         with stuck.cursor() as cur:
             cur.execute("UPDATE hot SET v = 100 WHERE id = 5")
-        committer = commit_stuck(server, stuck)  # commit record flushed; the row is not visible meanwhile
+        committer = dumping.commit_stuck(server, stuck)  # commit record flushed; the row is not visible meanwhile
         assert server.query("SELECT v FROM hot WHERE id = 5")[0][0] == 0
         events = capture.wait_events("public", "hot", 1)  # ... but in the WAL, and landed
         assert events[0]["after"] == {"id": 5, "v": 100, "body": None} and events[0]["_missing"] == ["body"]
@@ -117,7 +110,7 @@ def test_a_commit_in_the_wal_but_not_yet_visible_never_leaves_a_stale_row(make_p
             )
         finally:
             source.close()
-        release_stuck(server, stuck, committer)  # the wait ends: the commit becomes visible
+        dumping.release_stuck(server, stuck, committer)  # the wait ends: the commit becomes visible
         wait_until_landed(server, "postgres", capture)
         (path,) = chunk_files(capture.zone, "public", "hot")
         chunk = pq.read_table(path)
@@ -130,6 +123,6 @@ def test_a_commit_in_the_wal_but_not_yet_visible_never_leaves_a_stale_row(make_p
         # without the snapshot the chunk's stale row would win: the log event is before LOW
         meta = read_chunk_meta(path)
         assert meta.read_view is not None
-        rewrite_chunk_meta(chunk, path, replace(meta, read_view=None))
+        dumping.rewrite_chunk_meta(chunk, path, replace(meta, read_view=None))
         state, stats = reconciled_state(capture, "public", "hot")
         assert state[(5,)]["v"] == 0 and stats.dropped_by_visibility == 0
