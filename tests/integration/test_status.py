@@ -14,13 +14,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from capture.dump.control import DumpSettings
-from capture.dump.engine import DumpEngine, DumpRequest
 from capture.dump.progress import dump_dir
-from capture.sources import open_chunk_source
 from capture.status import collect, render
 from tests.conftest import ROOT
-from tests.integration.dumping import wait_until_landed
+from tests.integration.dumping import run_dump, wait_until_landed
 from tests.integration.postgres.conftest import make_pg_capture, pg_database  # noqa: F401 - fixtures
 from tests.servers import free_port, wait_for
 
@@ -193,13 +190,7 @@ def test_applied_frontier_is_read_from_iceberg_metadata(mariadb, database, make_
     capture = make_capture([f"{database}.*"]).start()
     capture.wait_running()
     config = with_merge(capture.config, kind)
-    source = open_chunk_source("src", config.source("src"))
-    try:
-        DumpEngine(source, capture.zone).run(
-            DumpRequest(tables=[f"{database}.kv"], settings=DumpSettings(chunk_size=8))
-        )
-    finally:
-        source.close()
+    run_dump(capture, f"{database}.kv", 8, config=config.source("src"))
     wait_until_landed(mariadb, capture)
     before = collect(config, ["src"])[0]["targets"]
     assert before == [
