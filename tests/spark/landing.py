@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import yaml
 
 from capture.config import LogtideConfig, parse_config
 from capture.events import Change, ChangeBatch, Column, Lsn, Op, TableSchema, TransactionEnd
@@ -48,17 +49,25 @@ class Landing:
 
     def __init__(self, tmp_path: Path, catalogs: dict[str, Any], namespace: str) -> None:
         self.zone = LandingZone(tmp_path / "landing", "src")
-        merge = catalogs["hadoop"].model_copy(update={"namespace": namespace}).model_dump(mode="json")
+        self._tmp_path = tmp_path
+        self._settings = {
+            "landing": {"path": str(tmp_path / "landing")},
+            "sources": {"src": {"kind": "mariadb", "user": "u", "server_id": 3}},
+        }
+        self._merge = catalogs["hadoop"].model_copy(update={"namespace": namespace})
         self.config: LogtideConfig = parse_config(
-            {
-                "landing": {"path": str(tmp_path / "landing")},
-                "sources": {"src": {"kind": "mariadb", "user": "u", "server_id": 3}},
-                "merge": merge,
-            },
-            require_env=False,
+            {**self._settings, "merge": self._merge.model_dump(mode="json")}, require_env=False
         )
         self._writer = LogWriter(self.zone, Checkpoint(Lsn(1), {}), flush_interval_s=0, max_buffer_rows=1_000_000)
         self.now = datetime.now(UTC)
+
+    def config_file(self, **merge: Any) -> Path:
+        """The config as `logtide.yaml` in the test's folder, for a `logtide merge` process; `merge`:
+        settings over the catalog's (its JDBC password left out: none is needed here)."""
+        settings = {**self._merge.model_dump(mode="json", exclude={"jdbc_password"}), **merge}
+        path = self._tmp_path / "logtide.yaml"
+        path.write_text(yaml.safe_dump({**self._settings, "merge": settings}))
+        return path
 
     def commit(
         self, major: int, table: TableSchema, *changes: Change, xid: int | None = None, watermark: bool = False

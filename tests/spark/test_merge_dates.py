@@ -18,7 +18,6 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-import yaml
 
 from capture.dump.control import DumpSettings
 from capture.dump.engine import DumpRequest
@@ -296,21 +295,8 @@ def test_a_spark_error_in_a_table_ends_the_merge_with_one_error_line(catalogs, t
     days = TableSchema("db", "days", (Column("id", pa.int32(), "int"), Column("d", pa.date32(), "date")), ("id",))
     landing = Landing(tmp_path, catalogs, "failing")
     landing.commit(100, days, Change(Lsn(100), Op.CREATE, None, (1, date(1000, 1, 1))))
-    merge = catalogs["hadoop"].model_dump(mode="json", exclude={"jdbc_password"})
-    merge.update(
-        namespace="failing",
-        spark_master="local[1]",
-        spark_conf={"spark.sql.parquet.datetimeRebaseModeInRead": "EXCEPTION"},
-    )
-    config = tmp_path / "logtide.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "landing": {"path": str(tmp_path / "landing")},
-                "sources": {"src": {"kind": "mariadb", "user": "u", "server_id": 3}},
-                "merge": merge,
-            }
-        )
+    config = landing.config_file(
+        spark_master="local[1]", spark_conf={"spark.sql.parquet.datetimeRebaseModeInRead": "EXCEPTION"}
     )
     cmd = [sys.executable, "-m", "capture.cli", "--config", str(config), "merge", "--source", "src"]
     # spark-submit sends the driver's stderr (our log and the error) to its stdout

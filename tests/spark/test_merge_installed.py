@@ -15,7 +15,6 @@ import sysconfig
 from pathlib import Path
 
 import pytest
-import yaml
 
 from capture.events import Change, Lsn, Op
 from tests.conftest import ROOT
@@ -62,18 +61,7 @@ def test_logtide_merge_runs_from_a_wheel_installed_outside_the_checkout(spark, c
     rows = [(1, "a", "x"), (2, "b", "y"), (3, "c", None)]
     landing.commit(100, DOCS, *(Change(Lsn(100, i), Op.CREATE, None, row) for i, row in enumerate(rows)))
     landing.commit(110, DOCS, Change(Lsn(110), Op.UPDATE, rows[1], (2, "b2", "y")))
-    merge = catalogs["hadoop"].model_dump(mode="json", exclude={"jdbc_password"})
-    merge.update(namespace="installed", spark_master="local[1]", spark_conf={"spark.sql.shuffle.partitions": "2"})
-    config = tmp_path / "logtide.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "landing": {"path": str(tmp_path / "landing")},
-                "sources": {"src": {"kind": "mariadb", "user": "u", "server_id": 3}},
-                "merge": merge,
-            }
-        )
-    )
+    config = landing.config_file(spark_master="local[1]", spark_conf={"spark.sql.shuffle.partitions": "2"})
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "SPARK_HOME", "LOGTIDE_CONFIG"}}
