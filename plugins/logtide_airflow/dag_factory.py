@@ -49,7 +49,7 @@ from logtide_airflow.conf import refuse_unknown_conf
 from logtide_airflow.control import control_variable
 from logtide_airflow.hooks import LogtideHook
 from logtide_airflow.merge_dag import add_dump_merge
-from logtide_airflow.operators import LogtideDumpOperator, build_request, dump_id_for_run, plan
+from logtide_airflow.operators import REQUEST_FIELDS, LogtideDumpOperator, build_request, dump_id_for_run, plan
 
 log = get_logger(__name__)
 
@@ -161,12 +161,7 @@ def plan_source_dump(source: str, dump_id: str, params: dict[str, Any]) -> tuple
             dump_id=dump_id,
             defaults=hook.dump_defaults(),
             tables=params["tables"],
-            keys=params["keys"],
-            key_from=params["key_from"],
-            key_to=params["key_to"],
-            chunk_size=params["chunk_size"],
-            delay_s=params["delay_s"],
-            max_rows_per_s=params["max_rows_per_s"],
+            **{name: params[name] for name in REQUEST_FIELDS},
         )
         chunk_source = hook.chunk_source()
         try:

@@ -29,6 +29,8 @@ from logtide_airflow.hooks import LogtideHook
 
 log = get_logger(__name__)
 _DUMP_ID_MAX = 64
+# build_request's keywords that a DAG run's params and the operator's fields pass on unchanged
+REQUEST_FIELDS = ("keys", "key_from", "key_to", "chunk_size", "delay_s", "max_rows_per_s")
 
 
 def dump_id_for_run(run_id: str, prefix: str = "") -> str:
@@ -93,17 +95,7 @@ class LogtideDumpOperator(BaseOperator):
     while the dump runs.
     """
 
-    template_fields: Sequence[str] = (
-        "source",
-        "table",
-        "dump_id",
-        "keys",
-        "key_from",
-        "key_to",
-        "chunk_size",
-        "delay_s",
-        "max_rows_per_s",
-    )
+    template_fields: Sequence[str] = ("source", "table", "dump_id", *REQUEST_FIELDS)
     ui_color = "#d9ecf2"
 
     def __init__(
@@ -139,12 +131,7 @@ class LogtideDumpOperator(BaseOperator):
                 dump_id=dump_id,
                 defaults=hook.dump_defaults(),
                 tables=[str(self.table)],
-                keys=self.keys,
-                key_from=self.key_from,
-                key_to=self.key_to,
-                chunk_size=self.chunk_size,
-                delay_s=self.delay_s,
-                max_rows_per_s=self.max_rows_per_s,
+                **{name: getattr(self, name) for name in REQUEST_FIELDS},
             )
             source = hook.chunk_source()
             try:
