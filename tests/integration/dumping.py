@@ -11,10 +11,13 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pymysql
+import pytest
 
 from capture.dump.control import DumpSettings
 from capture.dump.engine import DumpEngine, DumpRequest
+from capture.dump.progress import dump_dir
 from capture.dump.reconcile import apply, reconcile_table
+from capture.errors import DumpInputError
 from capture.landing.chunks import read_chunk_meta
 from capture.landing.reader import chunk_files
 from capture.sources import open_chunk_source
@@ -174,6 +177,17 @@ def run_dump(
         return DumpEngine(wrap(source) if wrap else source, capture.zone, control).run(request)
     finally:
         source.close()
+
+
+def assert_refused(engine: DumpEngine, zone, cases: list[tuple[DumpRequest, str]]) -> None:
+    """Each (request, message): refused with a DumpInputError that says `message`, before anything
+    of the dump was written (no progress, no chunk folder)."""
+    for request, message in cases:
+        with pytest.raises(DumpInputError) as info:
+            engine.run(request)
+        assert message in str(info.value)
+        assert not dump_dir(zone, request.dump_id).exists()
+        assert not (zone.root / "chunks" / request.dump_id).exists()
 
 
 def open_engine(capture, control=None) -> tuple[DumpEngine, Any]:

@@ -10,12 +10,11 @@ import pytest
 
 from capture.dump.control import DumpSettings
 from capture.dump.engine import DumpRequest
-from capture.dump.progress import dump_dir
 from capture.errors import DumpInputError
 from capture.landing.chunks import read_chunk_meta
 from capture.landing.reader import chunk_files
 from capture.sources import open_chunk_source
-from tests.integration.dumping import check_schema_change_rereads, open_engine
+from tests.integration.dumping import assert_refused, check_schema_change_rereads, open_engine
 from tests.integration.postgres.dumping import Workload, reconciled_state, table_state, wait_until_landed
 
 pytestmark = pytest.mark.integration
@@ -172,12 +171,7 @@ def test_bad_requests_are_refused_before_anything_is_written(postgres, pg_databa
         (DumpRequest(tables=["public.names"], key_from="B", key_to="a"), 'key_from "B" comes after key_to "a"'),
     ]
     try:
-        for request, message in cases:
-            with pytest.raises(DumpInputError) as info:
-                engine.run(request)
-            assert message in str(info.value)
-            assert not dump_dir(capture.zone, request.dump_id).exists()
-            assert not (capture.zone.root / "chunks" / request.dump_id).exists()
+        assert_refused(engine, capture.zone, cases)
         assert postgres.query("SELECT count(*) FROM logtide.watermarks", database=pg_database) == [(0,)]
         names = source.describe("public", "names")
         assert not source.key_after(names, ("a",), ("B",)) and source.key_after(names, ("b",), ("A",))
