@@ -111,3 +111,9 @@ class PartitionChangeError(LogtideError):
     """A partition statement moved or removed rows of a captured table without row events in the
     log (MariaDB/MySQL `ALTER TABLE ... DROP PARTITION` and the like): capture stops before it
     rather than let targets keep rows the source lost (`partition_changes: accept` goes on)."""
+
+
+class TableRenameError(LogtideError):
+    """A RENAME brought another table's rows under a captured name without row events in the log
+    (MariaDB/MySQL `RENAME TABLE`, `ALTER TABLE ... RENAME`): capture stops before it rather than
+    let targets keep the old table's rows and miss the new ones (`table_renames: accept` goes on)."""

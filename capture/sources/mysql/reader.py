@@ -63,6 +63,7 @@ from capture.sources.mysql.statements import (
     written_tables,
 )
 from capture.sources.mysql.table_maps import BinlogColumn, TableMap, TableMapCache
+from capture.sources.mysql.table_moves import check_rename, table_moves
 from capture.sources.mysql.types import table_schema
 from capture.sources.table_keys import log_key
 
@@ -337,16 +338,21 @@ class BinlogReader:
                 partitioned = partition_change(statement, schema)
                 if partitioned is not None:
                     partitioned = self._partition_change(partitioned, statement, log_pos)
+                # a statement that used a temporary table (LOG_EVENT_THREAD_SPECIFIC_F): a TRUNCATE then
+                # emptied the session's temporary table of that name, not the captured table (DROP and
+                # RENAME: `table_moves`)
+                temporary = bool(data[ev.BODY - 2] & THREAD_SPECIFIC)
+                emptied = self._table_moves(schema, statement, temporary, log_pos)
                 self._hidden.clear()  # DDL may have created or dropped a trigger, view or function
                 yield SchemaChange(lsn, txid, commit_ts, schema, statement)
-                # a statement that used a temporary table (LOG_EVENT_THREAD_SPECIFIC_F): a TRUNCATE
-                # then emptied the session's temporary table of that name, not the captured table
-                truncated = None if data[ev.BODY - 2] & THREAD_SPECIFIC else truncated_table(schema, statement)
+                truncated = None if temporary else truncated_table(schema, statement)
                 if truncated is None and partitioned is not None and partitioned.whole:
                     truncated = partitioned.table  # TRUNCATE PARTITION ALL: the whole table emptied
                 truncated = None if truncated is None else self._named(truncated)
                 if truncated is not None and truncated[0] != WATERMARK_SCHEMA and self.captured(*truncated):
                     yield Truncate(lsn, txid, commit_ts, *truncated)
+                for index, gone in enumerate(emptied):
+                    yield Truncate(Lsn(lsn.major, index), txid, commit_ts, *gone)
                 if standalone or not in_transaction:
                     standalone = False
                     yield self._end(log_pos, file_seq, pending_gtid, commit_ts)
@@ -433,6 +439,24 @@ class BinlogReader:
         if gone not in self._cascades:
             check_cascades(self.name, self.config, [gone], where.replace("made", "added a cascading key to"))
             self._cascades.add(gone)
+
+    def _table_moves(self, schema: str, statement: str, temporary: bool, log_pos: int) -> list[tuple[str, str]]:
+        """The captured names a DROP TABLE, RENAME or CREATE OR REPLACE TABLE empties (`table_moves`),
+        each to land as a truncate; a RENAME that brings rows under a captured name stops capture
+        here (`table_renames: refuse`) or warns (accept: the name is emptied as well)."""
+        moves = table_moves(statement, schema, temporary)
+        if moves is None:
+            return []
+
+        def captured(tables: tuple[tuple[str, str], ...]) -> list[tuple[str, str]]:
+            named = (self._named(t) for t in tables)
+            return [t for t in named if t[0] != WATERMARK_SCHEMA and self.captured(*t)]
+
+        arrived = captured(moves.arrived)
+        if arrived:
+            check_rename(self.name, self.config, arrived, statement, f"{self.file}:{log_pos}")
+        emptied = captured(moves.removed)
+        return emptied + [t for t in arrived if t not in emptied]
 
     def _partition_change(self, change: PartitionChange, statement: str, log_pos: int) -> PartitionChange | None:
         """A partition statement that drops or moves rows (`partitions`): None when it changes no
