@@ -166,6 +166,22 @@ class Versioning:
         return changes
 
 
+def refuse_zero_date_keys(table: TableSchema, dated_keys: tuple[int, ...], changes: list[Change], at: str) -> None:
+    """Stop at a row whose DATE or DATETIME key column holds a zero date (a zero year, month or day:
+    sql_mode without NO_ZERO_DATE / NO_ZERO_IN_DATE), which decodes as NULL: rows whose keys differ
+    only in their zero dates would land under one key, and a dump refuses such a table anyway."""
+    for change in changes:
+        for row in (change.before, change.after):
+            if row is not None and any(row[i] is None for i in dated_keys):
+                column = next(table.names[i] for i in dated_keys if row[i] is None)
+                raise BinlogDecodeError(
+                    f"{table.qualified_name}: a row changed at {at} has a zero date in key column {column!r} (a "
+                    "zero year, month or day, which sql_mode without NO_ZERO_DATE / NO_ZERO_IN_DATE allows), which "
+                    "lands as NULL: rows whose keys differ only in their zero dates would land as one. Give those "
+                    f"rows real dates, or leave {table.qualified_name} out of capture (exclude)"
+                )
+
+
 class BinlogReader:
     """One pass over the binlog from a resume token, until stopped or disconnected."""
 
@@ -254,12 +270,14 @@ class BinlogReader:
                 if not self.captured(table_map.schema, table_map.table):
                     continue
                 start = file_seq | (log_pos - (end - ev.BODY))
-                table, decoder, versioning = self._table(table_map)
+                table, decoder, versioning, dated_keys = self._table(table_map)
                 watermark = (table_map.schema, table_map.table) == watermark_key
                 pos = ev.rows_body(data, kind, post_header[kind])
                 changes: list[Change] = []
                 if versioning is not None:
                     changes = versioning.changes(kind, decoder, data, pos, end, start, table.key_indexes)
+                    if dated_keys:
+                        refuse_zero_date_keys(table, dated_keys, changes, f"{self.file}:{log_pos}")
                     if changes:
                         yield ChangeBatch(table, txid, commit_ts, watermark, changes)
                 elif kind in ev.UPDATE_ROWS:
@@ -280,6 +298,8 @@ class BinlogReader:
                     for index, row in enumerate(decoder.rows(data, pos, end)):
                         changes.append(Change(Lsn(start, index), Op.DELETE, row, None))
                 if versioning is None:
+                    if dated_keys:
+                        refuse_zero_date_keys(table, dated_keys, changes, f"{self.file}:{log_pos}")
                     yield ChangeBatch(table, txid, commit_ts, watermark, changes)
             elif kind == ev.TABLE_MAP:
                 table_map = table_maps.get(data[ev.BODY : end], post_header[ev.TABLE_MAP])
@@ -494,9 +514,10 @@ class BinlogReader:
             resume["server"] = self.server
         return TransactionEnd(frontier, resume, commit_ts)
 
-    def _table(self, table_map: TableMap) -> tuple[TableSchema, RowDecoder, Versioning | None]:
-        """Schema, row decoder and (a system-versioned table) row filter of a table map, built once
-        per distinct table map (`table_maps`)."""
+    def _table(self, table_map: TableMap) -> tuple[TableSchema, RowDecoder, Versioning | None, tuple[int, ...]]:
+        """Schema, row decoder, (a system-versioned table) row filter and key columns of a DATE or
+        DATETIME type (`refuse_zero_date_keys`) of a table map, built once per distinct table map
+        (`table_maps`)."""
         compiled = table_map.compiled
         if compiled is None:
             if any(col.type in OLD_TEMPORAL for col in table_map.columns):
@@ -512,7 +533,8 @@ class BinlogReader:
             described = table_schema(table_map.schema, table_map.table, columns, key)
             if not described.key:
                 described = dataclasses.replace(described, key=self._key(described))
-            compiled = table_map.compiled = (described, decoder, versioning)
+            dated = tuple(i for i in described.key_indexes if described.columns[i].source_type.startswith("date"))
+            compiled = table_map.compiled = (described, decoder, versioning, dated)
         return compiled
 
     def _versioning(self, table_map: TableMap) -> Versioning | None:
