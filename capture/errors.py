@@ -117,3 +117,9 @@ class TableRenameError(LogtideError):
     """A RENAME brought another table's rows under a captured name without row events in the log
     (MariaDB/MySQL `RENAME TABLE`, `ALTER TABLE ... RENAME`): capture stops before it rather than
     let targets keep the old table's rows and miss the new ones (`table_renames: accept` goes on)."""
+
+
+class ColumnRewriteError(LogtideError):
+    """An ALTER TABLE gave the existing rows of a captured table new values without row events in
+    the log (`ADD COLUMN ... DEFAULT`, `RENAME COLUMN`, a generated column): capture stops before it
+    rather than let targets show NULL where the source shows values (`column_rewrites: accept`)."""

@@ -40,6 +40,7 @@ from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE
 from capture.sources.mysql import binlog_events as ev
 from capture.sources.mysql.binlog_events import BinlogStream
 from capture.sources.mysql.catalog import column_names, data_types, fractional_columns, system_period, table_keys
+from capture.sources.mysql.column_rewrites import check_column_rewrite, column_rewrite
 from capture.sources.mysql.connection import ER_SPECIFIC_ACCESS_DENIED, connection_settings, translate
 from capture.sources.mysql.foreign_keys import (
     MAY_ADD,
@@ -363,6 +364,10 @@ class BinlogReader:
                 # RENAME: `table_moves`)
                 temporary = bool(data[ev.BODY - 2] & THREAD_SPECIFIC)
                 emptied = self._table_moves(schema, statement, temporary, log_pos)
+                rewrite = column_rewrite(statement, schema, temporary)
+                rewritten = None if rewrite is None else self._named(rewrite.table)
+                if rewritten is not None and rewritten[0] != WATERMARK_SCHEMA and self.captured(*rewritten):
+                    check_column_rewrite(self.name, self.config, rewrite, statement, f"{self.file}:{log_pos}")
                 self._hidden.clear()  # DDL may have created or dropped a trigger, view or function
                 yield SchemaChange(lsn, txid, commit_ts, schema, statement)
                 truncated = None if temporary else truncated_table(schema, statement)
