@@ -142,7 +142,7 @@ def _added(tokens: list, words: list[str]) -> list[str]:
             why = "a DEFAULT"
         elif word == "NOT" and following == "NULL":
             why = why or "NOT NULL"
-        elif word == "AUTO_INCREMENT":
+        elif word == "AUTO_INCREMENT" or word == "SERIAL":  # SERIAL, or SERIAL DEFAULT VALUE: numbered
             why = "AUTO_INCREMENT"
     if why is None and _generated(definition):
         why = "generated"
