@@ -111,3 +111,15 @@ class PartitionChangeError(LogtideError):
     """A partition statement moved or removed rows of a captured table without row events in the
     log (MariaDB/MySQL `ALTER TABLE ... DROP PARTITION` and the like): capture stops before it
     rather than let targets keep rows the source lost (`partition_changes: accept` goes on)."""
+
+
+class TableRenameError(LogtideError):
+    """A RENAME brought another table's rows under a captured name without row events in the log
+    (MariaDB/MySQL `RENAME TABLE`, `ALTER TABLE ... RENAME`): capture stops before it rather than
+    let targets keep the old table's rows and miss the new ones (`table_renames: accept` goes on)."""
+
+
+class ColumnRewriteError(LogtideError):
+    """An ALTER TABLE gave the existing rows of a captured table new values without row events in
+    the log (`ADD COLUMN ... DEFAULT`, `RENAME COLUMN`, a generated column): capture stops before it
+    rather than let targets show NULL where the source shows values (`column_rewrites: accept`)."""

@@ -62,6 +62,8 @@ def source_status(config: LogtideConfig, name: str) -> dict[str, Any]:
         "watermarks": source.watermarks,
         "foreign_key_cascades": None if source.kind == "postgresql" else source.foreign_key_cascades,
         "partition_changes": None if source.kind == "postgresql" else source.partition_changes,
+        "table_renames": None if source.kind == "postgresql" else source.table_renames,
+        "column_rewrites": None if source.kind == "postgresql" else source.column_rewrites,
         "landing": str(zone.root),
         "frontier": lsn_text(checkpoint.frontier.encode()) if checkpoint else None,  # text: see lsn_text
         "position": checkpoint.resume if checkpoint else None,
@@ -330,6 +332,8 @@ def render(report: list[dict[str, Any]]) -> str:
     for entry in report:
         cascades = ", foreign-key cascades accepted" if entry.get("foreign_key_cascades") == "accept" else ""
         cascades += ", partition changes accepted" if entry.get("partition_changes") == "accept" else ""
+        cascades += ", table renames accepted" if entry.get("table_renames") == "accept" else ""
+        cascades += ", column rewrites accepted" if entry.get("column_rewrites") == "accept" else ""
         lines.append(
             f"source {entry['source']} ({entry['kind']}, {entry['watermarks']} watermarks{cascades})"
             f"  landing {entry['landing']}"

@@ -27,7 +27,14 @@ def test_identical_table_maps_share_one_parse_and_alters_are_seen(mariadb, datab
     statements += [f"INSERT INTO t VALUES ({i}, {i}, '{'z' * 15}')" for i in range(30, 40)]
     mariadb.execute(*statements, database=database)
 
-    config = SourceConfig(kind="mariadb", port=mariadb.port, user="root", server_id=4242, include=[f"{database}.*"])
+    config = SourceConfig(  # RENAME COLUMN rewrites rows (column_rewrites), accepted here
+        kind="mariadb",
+        port=mariadb.port,
+        user="root",
+        server_id=4242,
+        include=[f"{database}.*"],
+        column_rewrites="accept",
+    )
     batches, ends = [], 0
     for item in BinlogReader("src", config, start, threading.Event()):
         if isinstance(item, ChangeBatch):

@@ -148,3 +148,36 @@ def test_a_merge_failing_between_its_truncate_delete_and_its_merge_converges_on_
     assert typed(changelog_replay(spark, changelog)) == want
     twice = spark.sql(f"SELECT _lsn, _order FROM {changelog} GROUP BY ALL HAVING count(*) > 1").count()
     assert twice == 0
+
+
+@pytest.mark.parametrize("source", ["mariadb"], indirect=True)
+def test_a_table_dropped_or_renamed_away_and_created_again_merges_to_its_new_rows(source, catalogs, spark):
+    """On main (DROP TABLE and RENAME TABLE landed as DDL history only) the target kept ids 1..20 of
+    the old table after `RENAME TABLE tr TO tr_old`, and the second table's after `DROP TABLE`."""
+    server, db = source.server, source.database
+    server.execute(DDL["mariadb"], database=db)
+    # only tr: tr_old is left out (a rename into a captured name would stop capture, see test_table_moves.py)
+    capture = source.make_capture([f"{db}.tr"], landing={"flush_interval_s": 0.3}).start()
+    capture.wait_running()
+    config = source.merge_config(capture.config, catalogs["hadoop"], "moved_mariadb")
+    name = f"{source.schema}.tr"
+    server.execute(_insert(range(1, 21), 0, "first"), database=db)
+    source.wait_until_landed(capture)
+    assert run_merge(spark, config, "src", [name])["tables"][0]["log_events"] == 20
+    server.execute(
+        "RENAME TABLE tr TO tr_old",
+        "CREATE TABLE tr LIKE tr_old",
+        _insert(range(15, 31), 100, "second"),
+        database=db,
+    )
+    source.wait_until_landed(capture)
+    run_merge(spark, config, "src", [name])
+    server.execute("DROP TABLE tr", DDL["mariadb"], _insert(range(25, 36), 200, "third"), database=db)
+    source.wait_until_landed(capture)
+    run_merge(spark, config, "src", [name])
+
+    table = Table("tr", ("id",), TYPES)
+    target = f"`{config.merge.catalog_name}`.`{config.merge.namespace}`.`{source.schema}__tr`"
+    state, want = typed(iceberg_state(spark, target)), typed(source.state(table))
+    assert set(k[0] for k in want) == set(range(25, 36))
+    assert state == want, differences(state, want)

@@ -158,7 +158,9 @@ class MySqlChunkSource:
                 raise ChunkReadAgain(f"{table.qualified_name}: {exc.args[1]}") from exc
             raise
         arrays = [build(list(map(itemgetter(i), rows))) for i, build in enumerate(self._builders[table.fingerprint])]
-        return pa.StructArray.from_arrays(arrays, fields=list(table.row_type))
+        chunk = pa.StructArray.from_arrays(arrays, fields=list(table.row_type))
+        check_landable_key(table, chunk)
+        return chunk
 
     def select_chunk(
         self, table: TableSchema, after: Row | None, start: Row | None, stop: Row | None, limit: int
@@ -220,3 +222,21 @@ class MySqlChunkSource:
 def _floats(table: TableSchema) -> frozenset[str]:
     """The FLOAT columns, read as DOUBLE so that they land exactly (`sql.select_list`)."""
     return frozenset(c.name for c in table.columns if c.source_type == "float")
+
+
+def check_landable_key(table: TableSchema, rows: pa.StructArray) -> None:
+    """Refuse a chunk with a NULL in a key column. MariaDB/MySQL key columns are NOT NULL, so it is
+    a zero date (`0000-00-00`, `2020-00-00`; an sql_mode without NO_ZERO_DATE / NO_ZERO_IN_DATE
+    allows them), which lands as NULL: the next chunk's `key > NULL` would return nothing and end
+    a full dump there as if the table ended (whose repair then deletes the target rows past it),
+    and rows with different zero dates would share one key."""
+    for name in table.key:
+        column = rows.field(name)
+        if column.null_count:
+            raise DumpInputError(
+                f"{table.qualified_name}: key column {name!r} holds a zero date (a zero year, month or day, which "
+                f"sql_mode without NO_ZERO_DATE / NO_ZERO_IN_DATE allows), which lands as NULL: the dump cannot read "
+                "past it by key, and rows with different zero dates would land under one key. Give those rows real "
+                f"dates (UPDATE ... SET {name} = ... WHERE {name} < '0001-01-01' OR MONTH({name}) = 0 OR "
+                f"DAYOFMONTH({name}) = 0), or leave {table.qualified_name} out of capture (exclude)"
+            )

@@ -40,6 +40,7 @@ from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE
 from capture.sources.mysql import binlog_events as ev
 from capture.sources.mysql.binlog_events import BinlogStream
 from capture.sources.mysql.catalog import column_names, data_types, fractional_columns, system_period, table_keys
+from capture.sources.mysql.column_rewrites import check_column_rewrite, column_rewrite
 from capture.sources.mysql.connection import ER_SPECIFIC_ACCESS_DENIED, connection_settings, translate
 from capture.sources.mysql.foreign_keys import (
     MAY_ADD,
@@ -63,6 +64,7 @@ from capture.sources.mysql.statements import (
     written_tables,
 )
 from capture.sources.mysql.table_maps import BinlogColumn, TableMap, TableMapCache
+from capture.sources.mysql.table_moves import check_rename, table_moves
 from capture.sources.mysql.types import table_schema
 from capture.sources.table_keys import log_key
 
@@ -165,6 +167,22 @@ class Versioning:
         return changes
 
 
+def refuse_zero_date_keys(table: TableSchema, dated_keys: tuple[int, ...], changes: list[Change], at: str) -> None:
+    """Stop at a row whose DATE or DATETIME key column holds a zero date (a zero year, month or day:
+    sql_mode without NO_ZERO_DATE / NO_ZERO_IN_DATE), which decodes as NULL: rows whose keys differ
+    only in their zero dates would land under one key, and a dump refuses such a table anyway."""
+    for change in changes:
+        for row in (change.before, change.after):
+            if row is not None and any(row[i] is None for i in dated_keys):
+                column = next(table.names[i] for i in dated_keys if row[i] is None)
+                raise BinlogDecodeError(
+                    f"{table.qualified_name}: a row changed at {at} has a zero date in key column {column!r} (a "
+                    "zero year, month or day, which sql_mode without NO_ZERO_DATE / NO_ZERO_IN_DATE allows), which "
+                    "lands as NULL: rows whose keys differ only in their zero dates would land as one. Give those "
+                    f"rows real dates, or leave {table.qualified_name} out of capture (exclude)"
+                )
+
+
 class BinlogReader:
     """One pass over the binlog from a resume token, until stopped or disconnected."""
 
@@ -253,12 +271,14 @@ class BinlogReader:
                 if not self.captured(table_map.schema, table_map.table):
                     continue
                 start = file_seq | (log_pos - (end - ev.BODY))
-                table, decoder, versioning = self._table(table_map)
+                table, decoder, versioning, dated_keys = self._table(table_map)
                 watermark = (table_map.schema, table_map.table) == watermark_key
                 pos = ev.rows_body(data, kind, post_header[kind])
                 changes: list[Change] = []
                 if versioning is not None:
                     changes = versioning.changes(kind, decoder, data, pos, end, start, table.key_indexes)
+                    if dated_keys:
+                        refuse_zero_date_keys(table, dated_keys, changes, f"{self.file}:{log_pos}")
                     if changes:
                         yield ChangeBatch(table, txid, commit_ts, watermark, changes)
                 elif kind in ev.UPDATE_ROWS:
@@ -279,6 +299,8 @@ class BinlogReader:
                     for index, row in enumerate(decoder.rows(data, pos, end)):
                         changes.append(Change(Lsn(start, index), Op.DELETE, row, None))
                 if versioning is None:
+                    if dated_keys:
+                        refuse_zero_date_keys(table, dated_keys, changes, f"{self.file}:{log_pos}")
                     yield ChangeBatch(table, txid, commit_ts, watermark, changes)
             elif kind == ev.TABLE_MAP:
                 table_map = table_maps.get(data[ev.BODY : end], post_header[ev.TABLE_MAP])
@@ -337,16 +359,25 @@ class BinlogReader:
                 partitioned = partition_change(statement, schema)
                 if partitioned is not None:
                     partitioned = self._partition_change(partitioned, statement, log_pos)
+                # a statement that used a temporary table (LOG_EVENT_THREAD_SPECIFIC_F): a TRUNCATE then
+                # emptied the session's temporary table of that name, not the captured table (DROP and
+                # RENAME: `table_moves`)
+                temporary = bool(data[ev.BODY - 2] & THREAD_SPECIFIC)
+                emptied = self._table_moves(schema, statement, temporary, log_pos)
+                rewrite = column_rewrite(statement, schema, temporary)
+                rewritten = None if rewrite is None else self._named(rewrite.table)
+                if rewritten is not None and rewritten[0] != WATERMARK_SCHEMA and self.captured(*rewritten):
+                    check_column_rewrite(self.name, self.config, rewrite, statement, f"{self.file}:{log_pos}")
                 self._hidden.clear()  # DDL may have created or dropped a trigger, view or function
                 yield SchemaChange(lsn, txid, commit_ts, schema, statement)
-                # a statement that used a temporary table (LOG_EVENT_THREAD_SPECIFIC_F): a TRUNCATE
-                # then emptied the session's temporary table of that name, not the captured table
-                truncated = None if data[ev.BODY - 2] & THREAD_SPECIFIC else truncated_table(schema, statement)
+                truncated = None if temporary else truncated_table(schema, statement)
                 if truncated is None and partitioned is not None and partitioned.whole:
                     truncated = partitioned.table  # TRUNCATE PARTITION ALL: the whole table emptied
                 truncated = None if truncated is None else self._named(truncated)
                 if truncated is not None and truncated[0] != WATERMARK_SCHEMA and self.captured(*truncated):
                     yield Truncate(lsn, txid, commit_ts, *truncated)
+                for index, gone in enumerate(emptied):
+                    yield Truncate(Lsn(lsn.major, index), txid, commit_ts, *gone)
                 if standalone or not in_transaction:
                     standalone = False
                     yield self._end(log_pos, file_seq, pending_gtid, commit_ts)
@@ -434,6 +465,24 @@ class BinlogReader:
             check_cascades(self.name, self.config, [gone], where.replace("made", "added a cascading key to"))
             self._cascades.add(gone)
 
+    def _table_moves(self, schema: str, statement: str, temporary: bool, log_pos: int) -> list[tuple[str, str]]:
+        """The captured names a DROP TABLE, RENAME or CREATE OR REPLACE TABLE empties (`table_moves`),
+        each to land as a truncate; a RENAME that brings rows under a captured name stops capture
+        here (`table_renames: refuse`) or warns (accept: the name is emptied as well)."""
+        moves = table_moves(statement, schema, temporary)
+        if moves is None:
+            return []
+
+        def captured(tables: tuple[tuple[str, str], ...]) -> list[tuple[str, str]]:
+            named = (self._named(t) for t in tables)
+            return [t for t in named if t[0] != WATERMARK_SCHEMA and self.captured(*t)]
+
+        arrived = captured(moves.arrived)
+        if arrived:
+            check_rename(self.name, self.config, arrived, statement, f"{self.file}:{log_pos}")
+        emptied = captured(moves.removed)
+        return emptied + [t for t in arrived if t not in emptied]
+
     def _partition_change(self, change: PartitionChange, statement: str, log_pos: int) -> PartitionChange | None:
         """A partition statement that drops or moves rows (`partitions`): None when it changes no
         captured table's landed rows; the change when it is reproduced (TRUNCATE PARTITION ALL of a
@@ -470,9 +519,10 @@ class BinlogReader:
             resume["server"] = self.server
         return TransactionEnd(frontier, resume, commit_ts)
 
-    def _table(self, table_map: TableMap) -> tuple[TableSchema, RowDecoder, Versioning | None]:
-        """Schema, row decoder and (a system-versioned table) row filter of a table map, built once
-        per distinct table map (`table_maps`)."""
+    def _table(self, table_map: TableMap) -> tuple[TableSchema, RowDecoder, Versioning | None, tuple[int, ...]]:
+        """Schema, row decoder, (a system-versioned table) row filter and key columns of a DATE or
+        DATETIME type (`refuse_zero_date_keys`) of a table map, built once per distinct table map
+        (`table_maps`)."""
         compiled = table_map.compiled
         if compiled is None:
             if any(col.type in OLD_TEMPORAL for col in table_map.columns):
@@ -488,7 +538,8 @@ class BinlogReader:
             described = table_schema(table_map.schema, table_map.table, columns, key)
             if not described.key:
                 described = dataclasses.replace(described, key=self._key(described))
-            compiled = table_map.compiled = (described, decoder, versioning)
+            dated = tuple(i for i in described.key_indexes if described.columns[i].source_type.startswith("date"))
+            compiled = table_map.compiled = (described, decoder, versioning, dated)
         return compiled
 
     def _versioning(self, table_map: TableMap) -> Versioning | None:
