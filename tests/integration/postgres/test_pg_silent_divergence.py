@@ -1,0 +1,153 @@
+"""Tables whose changes PostgreSQL does not (fully) put in the logical log: their targets must not
+diverge from the source in silence. Each case either reconciles to the source or is refused,
+naming the table and what to do.
+
+- REPLICA IDENTITY USING INDEX on a unique index that does not hold the table's key (the primary
+  key): a DELETE carries the index's columns only, and an UPDATE of the key that leaves the index's
+  columns alone carries no old key at all, so the log cannot say which key a row left.
+- UNLOGGED tables: PostgreSQL writes no WAL for their changes, so no log carries them; a dump
+  would land their rows once and the target would then never change.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from capture.dump.control import DumpSettings
+from capture.dump.engine import DumpRequest
+from capture.errors import UnusableTableError
+from tests.integration.dumping import open_engine
+from tests.integration.postgres.dumping import reconciled_state, table_state, wait_until_landed
+from tests.servers import wait_for
+
+pytestmark = pytest.mark.integration
+
+
+def _published(postgres, database: str) -> list[str]:
+    rows = postgres.query(
+        "SELECT schemaname || '.' || tablename FROM pg_publication_tables WHERE pubname = 'logtide_src' ORDER BY 1",
+        database=database,
+    )
+    return [r[0] for r in rows]
+
+
+def _dump(capture, table: str) -> dict:
+    engine, source = open_engine(capture)
+    try:
+        return engine.run(DumpRequest(tables=[f"public.{table}"], settings=DumpSettings(chunk_size=2)))
+    finally:
+        source.close()
+
+
+def test_an_identity_index_without_the_key_is_refused_not_diverged(postgres, pg_database, make_pg_capture):
+    postgres.execute(
+        "CREATE TABLE accounts (id int PRIMARY KEY, email text NOT NULL UNIQUE, v int)",
+        "INSERT INTO accounts SELECT i, 'u' || i, i FROM generate_series(1, 6) i",
+        "ALTER TABLE accounts REPLICA IDENTITY USING INDEX accounts_email_key",
+        # the identity index holds the key: its DELETEs and key changes carry the key
+        "CREATE TABLE orders (id int NOT NULL, line int NOT NULL, v int, PRIMARY KEY (id))",
+        "CREATE UNIQUE INDEX orders_id_line ON orders (id, line)",
+        "ALTER TABLE orders REPLICA IDENTITY USING INDEX orders_id_line",
+        "INSERT INTO orders SELECT i, i, i FROM generate_series(1, 6) i",
+        database=pg_database,
+    )
+    capture = make_pg_capture().start()
+    capture.wait_running()
+    try:
+        _dump(capture, "accounts")
+    except UnusableTableError as exc:  # refused: named, with what to do
+        assert exc.table == "public.accounts"
+        assert "REPLICA IDENTITY USING INDEX" in exc.reason and "(email)" in exc.reason and "(id)" in exc.reason
+        assert 'ALTER TABLE "public"."accounts" REPLICA IDENTITY DEFAULT' in exc.fix
+        assert "public.accounts" not in _published(postgres, pg_database)
+        line = next(x for x in capture.log().splitlines() if "publication.table_left_out" in x and "accounts" in x)
+        assert "REPLICA IDENTITY DEFAULT" in line
+    else:  # or it reconciles to the source
+        postgres.execute(
+            "UPDATE accounts SET id = 10 WHERE id = 1",  # key change, identity columns untouched: no old key
+            "DELETE FROM accounts WHERE id = 2",  # old image: email only
+            database=pg_database,
+        )
+        wait_until_landed(postgres, pg_database, capture)
+        state, _ = reconciled_state(capture, "public", "accounts")
+        assert state == table_state(postgres, pg_database, "accounts")
+    _dump(capture, "orders")
+    postgres.execute(
+        "UPDATE orders SET id = 10 WHERE id = 1", "DELETE FROM orders WHERE id = 2", database=pg_database
+    )
+    wait_until_landed(postgres, pg_database, capture)
+    state, _ = reconciled_state(capture, "public", "orders")
+    assert state == table_state(postgres, pg_database, "orders")
+
+    # set while capture streams: taken out by the next sync and refused by dumps from then on
+    postgres.execute(
+        "CREATE UNIQUE INDEX orders_line ON orders (line)",
+        "ALTER TABLE orders REPLICA IDENTITY USING INDEX orders_line",
+        database=pg_database,
+    )
+    wait_for(lambda: "public.orders" not in _published(postgres, pg_database), 30, what="orders taken out")
+    with pytest.raises(UnusableTableError, match="REPLICA IDENTITY USING INDEX"):
+        _dump(capture, "orders")
+    assert capture.stop() == 0
+
+
+def test_an_unlogged_table_is_refused_and_breaks_nothing_else(postgres, pg_database, make_pg_capture):
+    postgres.execute(
+        "CREATE UNLOGGED TABLE cache (id int PRIMARY KEY, v int)",
+        "INSERT INTO cache SELECT i, i FROM generate_series(1, 5) i",
+        "CREATE TABLE keyed (id int PRIMARY KEY, v int)",
+        database=pg_database,
+    )
+    capture = make_pg_capture().start()
+    capture.wait_running()
+    assert _published(postgres, pg_database) == ["logtide.watermarks", "public.keyed"]
+    line = next(x for x in capture.log().splitlines() if "publication.table_left_out" in x and "cache" in x)
+    assert "UNLOGGED" in line and 'SET LOGGED' in line
+    with pytest.raises(UnusableTableError, match="UNLOGGED") as refused:
+        _dump(capture, "cache")
+    assert refused.value.table == "public.cache" and "SET LOGGED" in refused.value.fix
+    # the publication still follows the other tables: one created later is published and dumped
+    postgres.execute(
+        "CREATE TABLE later (id int PRIMARY KEY, v int)",
+        "INSERT INTO later SELECT i, i FROM generate_series(1, 5) i",
+        database=pg_database,
+    )
+    wait_for(lambda: "public.later" in _published(postgres, pg_database), 30, what="later published")
+    _dump(capture, "later")
+    postgres.execute("UPDATE later SET v = -v WHERE id < 3", "DELETE FROM later WHERE id = 5", database=pg_database)
+    wait_until_landed(postgres, pg_database, capture)
+    state, _ = reconciled_state(capture, "public", "later")
+    assert state == table_state(postgres, pg_database, "later")
+
+    # SET LOGGED: from then on the log carries it; published by the next sync, then dumped
+    postgres.execute("ALTER TABLE cache SET LOGGED", database=pg_database)
+    wait_for(lambda: "public.cache" in _published(postgres, pg_database), 30, what="cache published")
+    _dump(capture, "cache")
+    postgres.execute("UPDATE cache SET v = 0 WHERE id = 1", "DELETE FROM cache WHERE id = 2", database=pg_database)
+    wait_until_landed(postgres, pg_database, capture)
+    state, _ = reconciled_state(capture, "public", "cache")
+    assert state == table_state(postgres, pg_database, "cache")
+    assert capture.stop() == 0
+
+
+def test_an_unlogged_table_under_a_publication_of_all_tables_is_refused(postgres, pg_database, make_pg_capture):
+    """PostgreSQL leaves unlogged tables out of a FOR ALL TABLES publication without a word; a dump
+    must not land rows whose changes will never come."""
+    postgres.execute(
+        "CREATE UNLOGGED TABLE cache (id int PRIMARY KEY, v int)",
+        "INSERT INTO cache SELECT i, i FROM generate_series(1, 5) i",
+        "CREATE PUBLICATION logtide_src FOR ALL TABLES",
+        database=pg_database,
+    )
+    capture = make_pg_capture().start()
+    capture.wait_running()
+    try:
+        _dump(capture, "cache")
+    except UnusableTableError as exc:
+        assert exc.table == "public.cache" and "UNLOGGED" in exc.reason and "SET LOGGED" in exc.fix
+    else:
+        postgres.execute("UPDATE cache SET v = 0 WHERE id = 1", "DELETE FROM cache WHERE id = 2", database=pg_database)
+        wait_until_landed(postgres, pg_database, capture)
+        state, _ = reconciled_state(capture, "public", "cache")
+        assert state == table_state(postgres, pg_database, "cache")
+    assert capture.stop() == 0
