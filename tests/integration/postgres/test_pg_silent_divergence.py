@@ -72,9 +72,7 @@ def test_an_identity_index_without_the_key_is_refused_not_diverged(postgres, pg_
         state, _ = reconciled_state(capture, "public", "accounts")
         assert state == table_state(postgres, pg_database, "accounts")
     _dump(capture, "orders")
-    postgres.execute(
-        "UPDATE orders SET id = 10 WHERE id = 1", "DELETE FROM orders WHERE id = 2", database=pg_database
-    )
+    postgres.execute("UPDATE orders SET id = 10 WHERE id = 1", "DELETE FROM orders WHERE id = 2", database=pg_database)
     wait_until_landed(postgres, pg_database, capture)
     state, _ = reconciled_state(capture, "public", "orders")
     assert state == table_state(postgres, pg_database, "orders")
@@ -100,9 +98,10 @@ def test_an_unlogged_table_is_refused_and_breaks_nothing_else(postgres, pg_datab
     )
     capture = make_pg_capture().start()
     capture.wait_running()
-    assert _published(postgres, pg_database) == ["logtide.watermarks", "public.keyed"]
+    published = _published(postgres, pg_database)
+    assert "public.keyed" in published and "public.cache" not in published
     line = next(x for x in capture.log().splitlines() if "publication.table_left_out" in x and "cache" in x)
-    assert "UNLOGGED" in line and 'SET LOGGED' in line
+    assert "UNLOGGED" in line and "SET LOGGED" in line
     with pytest.raises(UnusableTableError, match="UNLOGGED") as refused:
         _dump(capture, "cache")
     assert refused.value.table == "public.cache" and "SET LOGGED" in refused.value.fix
