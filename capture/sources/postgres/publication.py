@@ -60,7 +60,8 @@ PUBLICATION_SQL = (
 # every base table of the database: its replica identity, and whether the publication lists it
 TABLES_SQL = (
     "SELECT n.nspname, c.relname, c.relreplident,"
-    " EXISTS (SELECT FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary),"
+    # a DEFERRABLE primary key is no replica identity for PostgreSQL (nor a key for Logtide: catalog.own_key)
+    " EXISTS (SELECT FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary AND i.indimmediate),"
     " EXISTS (SELECT FROM pg_index i WHERE i.indrelid = c.oid AND i.indisreplident AND i.indisvalid),"
     " EXISTS (SELECT FROM pg_publication_rel r JOIN pg_publication p ON p.oid = r.prpubid"
     "  WHERE r.prrelid = c.oid AND p.pubname = %s),"
@@ -77,8 +78,8 @@ TABLES_SQL = (
     " CASE WHEN c.relreplident = 'i' THEN (SELECT array_agg(a.attname ORDER BY k.n) FROM pg_index i"
     "  CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, n)"
     "  JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum"
-    "  WHERE i.indrelid = c.oid AND i.indisunique AND i.indisvalid AND i.indpred IS NULL AND i.indexprs IS NULL"
-    "  GROUP BY i.indisprimary, i.indexrelid HAVING bool_and(a.attnotnull)"
+    "  WHERE i.indrelid = c.oid AND i.indisunique AND i.indisvalid AND i.indimmediate AND i.indpred IS NULL"
+    "  AND i.indexprs IS NULL GROUP BY i.indisprimary, i.indexrelid HAVING bool_and(a.attnotnull)"
     "  ORDER BY i.indisprimary DESC, i.indexrelid LIMIT 1) END"
     " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
     " WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition"

@@ -150,3 +150,55 @@ def test_an_unlogged_table_under_a_publication_of_all_tables_is_refused(postgres
         state, _ = reconciled_state(capture, "public", "cache")
         assert state == table_state(postgres, pg_database, "cache")
     assert capture.stop() == 0
+
+
+def test_a_deferrable_key_swapped_in_one_statement(postgres, pg_database, make_pg_capture):
+    """A DEFERRABLE unique constraint lets one statement swap keys (`SET id = 3 - id`); pgoutput sends
+    it as two key changes, 1 -> 2 then 2 -> 1, whose second's old key 2 is the row that was there
+    before, not the one the first made: replayed in order the second deletes the first's row."""
+    postgres.execute(
+        "CREATE TABLE ranks (id int PRIMARY KEY DEFERRABLE, v text)",
+        "ALTER TABLE ranks REPLICA IDENTITY FULL",  # a deferrable key is no replica identity
+        "INSERT INTO ranks VALUES (1, 'a'), (2, 'b'), (3, 'c')",
+        "CREATE TABLE slots (id int NOT NULL, pos int NOT NULL, v text, UNIQUE (pos) DEFERRABLE INITIALLY DEFERRED)",
+        "ALTER TABLE slots REPLICA IDENTITY FULL",
+        "INSERT INTO slots VALUES (1, 1, 'a'), (2, 2, 'b'), (3, 3, 'c')",
+        database=pg_database,
+    )
+    capture = make_pg_capture().start()
+    capture.wait_running()
+    refused = set()
+    for table in ("ranks", "slots"):
+        try:
+            _dump(capture, table)
+        except UnusableTableError as exc:
+            assert exc.table == f"public.{table}" and "DEFERRABLE" in exc.reason, exc
+            refused.add(table)
+    postgres.execute(
+        "UPDATE ranks SET id = 3 - id WHERE id < 3",
+        "UPDATE slots SET pos = 3 - pos WHERE pos < 3",
+        database=pg_database,
+    )
+    wait_until_landed(postgres, pg_database, capture)
+    for table, key in (("ranks", ("id",)), ("slots", ("pos",))):
+        if table not in refused:
+            state, _ = reconciled_state(capture, "public", table)
+            assert state == table_state(postgres, pg_database, table, key), table
+    assert capture.stop() == 0
+
+
+def test_a_deferrable_primary_key_is_no_replica_identity(postgres, pg_database, make_pg_capture):
+    """PostgreSQL does not take a DEFERRABLE primary key as replica identity: published, the table's
+    UPDATEs and DELETEs fail in the application, so capture must leave it out."""
+    postgres.execute(
+        "CREATE TABLE ranks (id int PRIMARY KEY DEFERRABLE, v int)",
+        "INSERT INTO ranks VALUES (1, 1), (2, 2)",
+        database=pg_database,
+    )
+    capture = make_pg_capture().start()
+    capture.wait_running()
+    postgres.execute("UPDATE ranks SET v = 3", "DELETE FROM ranks WHERE id = 2", database=pg_database)
+    assert "public.ranks" not in _published(postgres, pg_database)
+    line = next(x for x in capture.log().splitlines() if "publication.table_left_out" in x and "ranks" in x)
+    assert 'ALTER TABLE \\"public\\".\\"ranks\\" REPLICA IDENTITY FULL' in line
+    assert capture.stop() == 0
