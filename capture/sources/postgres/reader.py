@@ -69,7 +69,7 @@ from capture.errors import PreflightError, SourceConnectionError
 from capture.events import Column, Heartbeat, LogItem, Lsn, TableSchema, TransactionEnd
 from capture.log import get_logger
 from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE
-from capture.sources.postgres import pgoutput
+from capture.sources.postgres import pgoutput, schema_change
 from capture.sources.postgres.batches import Group, TableInfo
 from capture.sources.postgres.catalog import TypeCatalog, dump_key, partition_root
 from capture.sources.postgres.connection import connect, format_lsn, translate
@@ -224,7 +224,11 @@ class PgOutputReader:
                 if relation.oid in group.runs:  # its held changes were made under the old description
                     yield from self._ends(group.hand_over())
                 run_oid = b""
-                self._tables[relation.oid] = self._describe(relation)
+                described = self._describe(relation)
+                previous = self._tables.get(relation.oid)
+                if previous is not None and described.captured and not described.watermark:
+                    schema_change.say(self.name, self._catalog, relation.oid, previous.schema, described.schema)
+                self._tables[relation.oid] = described
             elif kind == 84:  # T: one Truncate per captured relation it lists (CASCADE included)
                 truncate = pgoutput.parse_truncate(buf)
                 infos = [self._tables.get(oid) for oid in truncate.relations]

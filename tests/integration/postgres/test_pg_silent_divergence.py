@@ -202,3 +202,62 @@ def test_a_deferrable_primary_key_is_no_replica_identity(postgres, pg_database, 
     line = next(x for x in capture.log().splitlines() if "publication.table_left_out" in x and "ranks" in x)
     assert 'ALTER TABLE \\"public\\".\\"ranks\\" REPLICA IDENTITY FULL' in line
     assert capture.stop() == 0
+
+
+def test_ddl_that_changes_rows_without_row_events_is_named_with_the_dump_that_repairs_it(
+    postgres, pg_database, make_pg_capture
+):
+    """ADD COLUMN ... DEFAULT, RENAME COLUMN, ALTER COLUMN TYPE ... USING and RENAME TABLE change what
+    every row reads without one row event: the targets keep NULL, or the old value, or the old
+    name, for rows not changed since. Capture cannot know the rows; it names the table and the dump
+    that repairs it, and that dump does."""
+    postgres.execute(
+        "CREATE TABLE items (id int PRIMARY KEY, v int, note text)",
+        "INSERT INTO items SELECT i, i, 'n' || i FROM generate_series(1, 6) i",
+        "CREATE TABLE plain (id int PRIMARY KEY, v int)",
+        "INSERT INTO plain SELECT i, i FROM generate_series(1, 3) i",
+        "CREATE TABLE old_name (id int PRIMARY KEY, v int)",
+        "INSERT INTO old_name SELECT i, i FROM generate_series(1, 3) i",
+        database=pg_database,
+    )
+    capture = make_pg_capture().start()
+    capture.wait_running()
+    for table in ("items", "plain", "old_name"):
+        _dump(capture, table)
+    postgres.execute(  # a change first, so that capture knows each table before the DDL
+        "UPDATE items SET v = 0 WHERE id = 6",
+        "UPDATE plain SET v = 0 WHERE id = 3",
+        "UPDATE old_name SET v = 0 WHERE id = 3",
+        database=pg_database,
+    )
+    wait_until_landed(postgres, pg_database, capture)
+    postgres.execute(
+        "ALTER TABLE items ADD COLUMN flag int NOT NULL DEFAULT 7",
+        "ALTER TABLE items RENAME COLUMN note TO label",
+        "ALTER TABLE items ALTER COLUMN v TYPE bigint USING v * 10",
+        "UPDATE items SET v = -1 WHERE id = 1",
+        "ALTER TABLE plain ADD COLUMN extra int",  # NULL in every row: the targets agree, nothing to say
+        "UPDATE plain SET v = -1 WHERE id = 1",
+        "ALTER TABLE old_name RENAME TO new_name",
+        "UPDATE new_name SET v = -1 WHERE id = 1",
+        database=pg_database,
+    )
+    wait_until_landed(postgres, pg_database, capture)
+    lines = [x for x in capture.log().splitlines() if "capture.rows_changed_without_events" in x]
+    assert len(lines) == 2, lines
+    items = next(x for x in lines if "table=public.items" in x)
+    assert "flag" in items and "label" in items and "v integer -> bigint" in items
+    assert "logtide dump --source src --table public.items" in items
+    renamed = next(x for x in lines if "table=public.new_name" in x)
+    assert "public.old_name" in renamed and "logtide dump --source src --table public.new_name" in renamed
+    assert not any("table=public.plain" in x for x in lines)
+    # the dump it names brings the targets back to the source
+    for table in ("items", "new_name"):
+        _dump(capture, table)
+    wait_until_landed(postgres, pg_database, capture)
+    for table in ("items", "new_name", "plain"):
+        state, _ = reconciled_state(capture, "public", table)
+        source = table_state(postgres, pg_database, table)
+        # a target holds every column, NULL where no event or chunk carried one; dropped ones stay
+        assert {k: {c: row.get(c) for c in source[k]} for k, row in state.items()} == source, table
+    assert capture.stop() == 0
