@@ -14,9 +14,10 @@ from __future__ import annotations
 import pytest
 
 from capture.dump.control import DumpSettings
-from capture.dump.engine import DumpRequest
+from capture.dump.engine import DumpEngine, DumpRequest
 from capture.errors import UnusableTableError
-from tests.integration.dumping import open_engine
+from capture.sources import open_chunk_source
+from tests.integration.dumping import AlterAt, open_engine
 from tests.integration.postgres.dumping import reconciled_state, table_state, wait_until_landed
 from tests.servers import wait_for
 
@@ -260,4 +261,61 @@ def test_ddl_that_changes_rows_without_row_events_is_named_with_the_dump_that_re
         source = table_state(postgres, pg_database, table)
         # a target holds every column, NULL where no event or chunk carried one; dropped ones stay
         assert {k: {c: row.get(c) for c in source[k]} for k, row in state.items()} == source, table
+    assert capture.stop() == 0
+
+
+def test_prepared_subtransaction_heavy_and_savepoint_transactions_across_a_dump(postgres, pg_database, make_pg_capture):
+    """Transactions open across chunks' snapshots in the shapes that could fool the visibility rule
+    (capture/sources/postgres/read_view.py) or the log's order: two-phase commits prepared before the
+    dump and committed between a chunk's LOW and its SELECT or between its SELECT and HIGH; a
+    transaction of 80 subtransactions (past the 64 a snapshot holds: suboverflow) with key changes,
+    committed mid-dump; savepoints rolled back over key changes; DELETE then INSERT of one key."""
+    postgres.execute(
+        "CREATE TABLE ledger (id int PRIMARY KEY, v int)",
+        "INSERT INTO ledger SELECT i, i FROM generate_series(1, 200) i",
+        database=pg_database,
+    )
+    capture = make_pg_capture().start()
+    capture.wait_running()
+    postgres.execute(
+        "BEGIN; UPDATE ledger SET v = -1 WHERE id IN (5, 50, 185); DELETE FROM ledger WHERE id = 60;"
+        " UPDATE ledger SET id = 1060 WHERE id = 70; PREPARE TRANSACTION 'p1'",
+        "BEGIN; UPDATE ledger SET v = -2 WHERE id IN (21, 95, 190); UPDATE ledger SET id = 1010 WHERE id = 10;"
+        " PREPARE TRANSACTION 'p2'",
+        database=pg_database,
+    )
+    heavy = postgres.connect(pg_database, autocommit=False)
+    with heavy.cursor() as cur:  # open across several chunks: 80 subtransactions, each with a change
+        for i in range(80):
+            cur.execute(f"SAVEPOINT s{i}")
+            cur.execute("UPDATE ledger SET v = v + 1000 WHERE id = %s", (100 + i,))
+        cur.execute("UPDATE ledger SET id = 2000 WHERE id = 199")
+        cur.execute("SAVEPOINT undone")
+        cur.execute("UPDATE ledger SET id = 3000 WHERE id = 198")
+        cur.execute("DELETE FROM ledger WHERE id = 197")
+        cur.execute("ROLLBACK TO SAVEPOINT undone")
+        cur.execute("DELETE FROM ledger WHERE id = 196")
+        cur.execute("INSERT INTO ledger VALUES (196, -196)")
+
+    def execute(sql: str) -> None:
+        if sql == "heavy":
+            heavy.commit()
+        else:
+            postgres.execute(sql, database=pg_database)
+
+    source = open_chunk_source("src", capture.config.source("src"))
+    alter = AlterAt(source, execute)
+    alter.at(2, "HIGH", "COMMIT PREPARED 'p2'")  # after chunk 2's SELECT: its rows are stale
+    alter.at(4, "LOW", "COMMIT PREPARED 'p1'")  # between LOW and the SELECT
+    alter.at(6, "HIGH", "heavy")
+    try:
+        DumpEngine(alter, capture.zone).run(DumpRequest(tables=["public.ledger"], settings=DumpSettings(chunk_size=20)))
+    finally:
+        source.close()
+        heavy.close()
+    wait_until_landed(postgres, pg_database, capture)
+    state, _ = reconciled_state(capture, "public", "ledger")
+    source_rows = table_state(postgres, pg_database, "ledger")
+    assert source_rows[(2000,)]["v"] == 199 and (198,) in source_rows and (197,) in source_rows
+    assert state == source_rows
     assert capture.stop() == 0
