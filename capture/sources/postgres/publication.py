@@ -389,12 +389,17 @@ class Publication:
         except (psycopg2.errors.LockNotAvailable, psycopg2.errors.UndefinedTable) as exc:
             log.info("publication.retry_later", source=self.source, table=t.name, error=str(exc).strip())
             return False
-        log.info(
-            "publication.table_added" if action == "ADD" else "publication.table_removed",
-            source=self.source,
-            publication=self.name,
-            table=t.name,
-        )
+        if action == "ADD":  # a new table, or one left out until now: what it held is in no log
+            log.warning(
+                "publication.table_added",
+                source=self.source,
+                publication=self.name,
+                table=t.name,
+                reason="its rows written before now are not in the log",
+                action=f"logtide dump --source {self.source} --table {t.name}",
+            )
+        else:
+            log.info("publication.table_removed", source=self.source, publication=self.name, table=t.name)
         return True
 
 

@@ -122,6 +122,9 @@ def test_an_unlogged_table_is_refused_and_breaks_nothing_else(postgres, pg_datab
     # SET LOGGED: from then on the log carries it; published by the next sync, then dumped
     postgres.execute("ALTER TABLE cache SET LOGGED", database=pg_database)
     wait_for(lambda: "public.cache" in _published(postgres, pg_database), 30, what="cache published")
+    added = "event=publication.table_added source=src publication=logtide_src table=public.cache"
+    wait_for(lambda: added in capture.log(), 10, what="the publication.table_added line")
+    assert "logtide dump --source src --table public.cache" in next(x for x in capture.log().splitlines() if added in x)
     _dump(capture, "cache")
     postgres.execute("UPDATE cache SET v = 0 WHERE id = 1", "DELETE FROM cache WHERE id = 2", database=pg_database)
     wait_until_landed(postgres, pg_database, capture)
