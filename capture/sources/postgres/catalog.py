@@ -56,7 +56,7 @@ DESCRIBE_SQL = (
     " WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p')"
 )
 TYPE_SQL = (
-    "SELECT t.oid, t.typname, t.typtype, t.typelem, t.typbasetype, t.typtypmod, t.typcategory"
+    "SELECT t.oid, t.typname, t.typtype, t.typelem, t.typbasetype, t.typtypmod, t.typcategory, t.typdelim"
     " FROM pg_type t WHERE t.oid = %s"
 )
 TABLES_SQL = (
@@ -115,11 +115,11 @@ class TypeCatalog:
         rows = query(self.conn, TYPE_SQL, (oid,))
         if not rows:
             raise DumpInputError(f"type oid {oid} is not in pg_type")
-        _, name, kind, element, base, base_typmod, category = rows[0]
+        _, name, kind, element, base, base_typmod, category, delimiter = rows[0]
         if kind == "d":  # a domain: its base type, with the domain's own typmod if it has one
             return self.info(base, base_typmod if base_typmod != -1 else typmod)
         element_info = self.info(element, typmod) if category == "A" and element else None
-        return TypeInfo(oid, name, kind, element_info, typmod)
+        return TypeInfo(oid, name, kind, element_info, typmod, delimiter)
 
     def format_types(self, pairs: list[tuple[int, int]]) -> list[str]:
         rows = query(

@@ -322,3 +322,35 @@ def test_prepared_subtransaction_heavy_and_savepoint_transactions_across_a_dump(
     assert source_rows[(2000,)]["v"] == 199 and (198,) in source_rows and (197,) in source_rows
     assert state == source_rows
     assert capture.stop() == 0
+
+
+def test_an_array_of_a_type_with_another_delimiter_lands_its_elements(postgres, pg_database, make_pg_capture):
+    """box separates array elements with ';' (pg_type.typdelim): '{(1,1),(0,0);(2,2),(1,1)}' holds two
+    boxes, whose own commas are no delimiters. Split at ',' it landed as three strings on both paths
+    (so log and dump agreed with each other, not with the source)."""
+    postgres.execute(
+        "CREATE TABLE shapes (id int PRIMARY KEY, boxes box[], points point[])",
+        "INSERT INTO shapes VALUES (1, '{(1,1),(0,0);(2,2),(1,1)}', '{\"(1,2)\",\"(3,4)\"}')",
+        database=pg_database,
+    )
+    capture = make_pg_capture().start()
+    capture.wait_running()
+    _dump(capture, "shapes")
+    postgres.execute(
+        "INSERT INTO shapes VALUES (2, ARRAY[box '(5,5),(4,4)', NULL, box '(1,2),(0,1)'], '{}')", database=pg_database
+    )
+    wait_until_landed(postgres, pg_database, capture)
+    expected = {
+        (id_,): (boxes, points)
+        for id_, boxes, points in postgres.query(
+            "SELECT id, ARRAY(SELECT b::text FROM unnest(boxes) b), ARRAY(SELECT p::text FROM unnest(points) p)"
+            " FROM shapes",
+            database=pg_database,
+        )
+    }
+    assert expected[(1,)][0] == ["(1,1),(0,0)", "(2,2),(1,1)"]
+    logged = capture.wait_events("public", "shapes", 1)[0]["after"]
+    assert logged["boxes"] == expected[(2,)][0]
+    state, _ = reconciled_state(capture, "public", "shapes")
+    assert {k: (r["boxes"], r["points"]) for k, r in state.items()} == expected
+    assert capture.stop() == 0
