@@ -354,3 +354,26 @@ def test_an_array_of_a_type_with_another_delimiter_lands_its_elements(postgres, 
     state, _ = reconciled_state(capture, "public", "shapes")
     assert {k: (r["boxes"], r["points"]) for k, r in state.items()} == expected
     assert capture.stop() == 0
+
+
+def test_a_table_renamed_between_chunks_stops_its_dump_with_its_name(postgres, pg_database, make_pg_capture):
+    """RENAME TABLE while a dump is between chunks: the next chunk would read nothing under the old
+    name; the dump must stop and say so, not finish with the rows read so far as if complete."""
+    postgres.execute(
+        "CREATE TABLE ledger (id int PRIMARY KEY, v int)",
+        "INSERT INTO ledger SELECT i, i FROM generate_series(1, 100) i",
+        database=pg_database,
+    )
+    capture = make_pg_capture().start()
+    capture.wait_running()
+    source = open_chunk_source("src", capture.config.source("src"))
+    alter = AlterAt(source, lambda sql: postgres.execute(sql, database=pg_database))
+    alter.at(2, "HIGH", "ALTER TABLE ledger RENAME TO ledger_v2")
+    try:
+        with pytest.raises(Exception, match=r'relation "public\.ledger" does not exist'):
+            DumpEngine(alter, capture.zone).run(
+                DumpRequest(tables=["public.ledger"], settings=DumpSettings(chunk_size=20))
+            )
+    finally:
+        source.close()
+    assert capture.stop() == 0
