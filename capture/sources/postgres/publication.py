@@ -123,11 +123,7 @@ class TableIdentity:
         in the target). Such a table is left out like one without a replica identity."""
         quoted = f'"{_text(self.schema)}"."{_text(self.table)}"'
         if not self.logged:
-            return (
-                "is UNLOGGED: PostgreSQL writes no WAL for its changes, so the log cannot carry them (a dumped row "
-                "would never change again); it is left out of the publication and neither capture nor dumps cover it",
-                f"ALTER TABLE {quoted} SET LOGGED, then dump it (or exclude it)",
-            )
+            return unlogged(self.schema, self.table)
         if self.identity == "i" and self.identity_columns and not set(self.key) <= set(self.identity_columns):
             return (
                 f"has REPLICA IDENTITY USING INDEX ({', '.join(self.identity_columns)}), which does not hold its key "
@@ -149,6 +145,15 @@ class TableIdentity:
             f"{identity_statement(self.schema, self.table)} (or add a primary key, or REPLICA IDENTITY USING INDEX "
             "on a UNIQUE index of NOT NULL columns)"
         )
+
+
+def unlogged(schema: str, table: str) -> tuple[str, str]:
+    """(reason, fix) of an UNLOGGED table (a partition too: published with its partitioned table)."""
+    return (
+        "is UNLOGGED: PostgreSQL writes no WAL for its changes, so the log cannot carry them (a dumped row "
+        "would never change again); it is left out of the publication and neither capture nor dumps cover it",
+        f'ALTER TABLE "{_text(schema)}"."{_text(table)}" SET LOGGED, then dump it (or exclude it)',
+    )
 
 
 def identity_statement(schema: str, table: str) -> str:

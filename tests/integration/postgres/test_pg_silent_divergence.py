@@ -377,3 +377,27 @@ def test_a_table_renamed_between_chunks_stops_its_dump_with_its_name(postgres, p
     finally:
         source.close()
     assert capture.stop() == 0
+
+
+def test_an_unlogged_partition_of_a_published_partitioned_table_is_refused(postgres, pg_database, make_pg_capture):
+    postgres.execute(
+        "CREATE TABLE m (id int PRIMARY KEY, v int) PARTITION BY RANGE (id)",
+        "CREATE TABLE m1 PARTITION OF m FOR VALUES FROM (0) TO (100)",
+        "CREATE UNLOGGED TABLE m2 PARTITION OF m FOR VALUES FROM (100) TO (200)",
+        "INSERT INTO m SELECT i, i FROM generate_series(90, 110) i",
+        database=pg_database,
+    )
+    capture = make_pg_capture().start()
+    capture.wait_running()
+    _dump(capture, "m1")
+    try:
+        _dump(capture, "m2")
+    except UnusableTableError as exc:
+        assert exc.table == "public.m2" and "UNLOGGED" in exc.reason and "SET LOGGED" in exc.fix
+    else:
+        postgres.execute("UPDATE m SET v = 0 WHERE id IN (95, 105)", database=pg_database)
+        wait_until_landed(postgres, pg_database, capture)
+        for table in ("m1", "m2"):
+            state, _ = reconciled_state(capture, "public", table)
+            assert state == table_state(postgres, pg_database, table), table
+    assert capture.stop() == 0
