@@ -201,6 +201,7 @@ PG_OPTIONS = {
     "fsync": "off",  # a test server: durability of the server itself is not under test
     "synchronous_commit": "on",
     "shared_buffers": "128MB",
+    "max_prepared_transactions": "10",  # two-phase commits across dumps (test_pg_silent_divergence.py)
 }
 
 

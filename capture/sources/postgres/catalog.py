@@ -22,8 +22,8 @@ KEY_SQL = (
     "SELECT i.indisprimary, i.indexrelid, array_agg(a.attname ORDER BY k.n), bool_and(a.attnotnull)"
     " FROM pg_index i CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, n)"
     " JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum"
-    " WHERE i.indrelid = %s AND i.indisunique AND i.indisvalid AND i.indpred IS NULL AND i.indexprs IS NULL"
-    " GROUP BY i.indisprimary, i.indexrelid ORDER BY i.indisprimary DESC, i.indexrelid"
+    " WHERE i.indrelid = %s AND i.indisunique AND i.indisvalid AND i.indimmediate AND i.indpred IS NULL"
+    " AND i.indexprs IS NULL GROUP BY i.indisprimary, i.indexrelid ORDER BY i.indisprimary DESC, i.indexrelid"
 )
 # A column's collation as [provider, lc_collate, locale] (null: not collatable): the database's for
 # the default collation. Columns PostgreSQL versions lack (datlocprovider before 15, the locale
@@ -43,19 +43,20 @@ DESCRIBE_SQL = (
     " (SELECT json_agg(json_build_array(a.attname, a.atttypid, a.atttypmod, format_type(a.atttypid, a.atttypmod),"
     f"  a.attnotnull, {COLLATION_SQL}) ORDER BY a.attnum) FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0"
     "  AND NOT a.attisdropped AND a.attgenerated = ''),"
-    " (SELECT json_agg(json_build_array(k.columns, k.not_null) ORDER BY k.indisprimary DESC, k.indexrelid) FROM ("
-    "  SELECT i.indisprimary, i.indexrelid, array_agg(a.attname ORDER BY k.n) AS columns,"
+    " (SELECT json_agg(json_build_array(k.columns, k.not_null, k.indimmediate) ORDER BY k.indisprimary DESC,"
+    "  k.indexrelid) FROM ("
+    "  SELECT i.indisprimary, i.indexrelid, i.indimmediate, array_agg(a.attname ORDER BY k.n) AS columns,"
     "  bool_and(a.attnotnull) AS not_null"
     "  FROM pg_index i CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, n)"
     "  JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum"
     "  WHERE i.indrelid = c.oid AND i.indisunique AND i.indisvalid AND i.indpred IS NULL AND i.indexprs IS NULL"
-    "  GROUP BY i.indisprimary, i.indexrelid) k),"
+    "  GROUP BY i.indisprimary, i.indexrelid, i.indimmediate) k),"
     " getdatabaseencoding()"
     " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
     " WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p')"
 )
 TYPE_SQL = (
-    "SELECT t.oid, t.typname, t.typtype, t.typelem, t.typbasetype, t.typtypmod, t.typcategory"
+    "SELECT t.oid, t.typname, t.typtype, t.typelem, t.typbasetype, t.typtypmod, t.typcategory, t.typdelim"
     " FROM pg_type t WHERE t.oid = %s"
 )
 TABLES_SQL = (
@@ -114,11 +115,11 @@ class TypeCatalog:
         rows = query(self.conn, TYPE_SQL, (oid,))
         if not rows:
             raise DumpInputError(f"type oid {oid} is not in pg_type")
-        _, name, kind, element, base, base_typmod, category = rows[0]
+        _, name, kind, element, base, base_typmod, category, delimiter = rows[0]
         if kind == "d":  # a domain: its base type, with the domain's own typmod if it has one
             return self.info(base, base_typmod if base_typmod != -1 else typmod)
         element_info = self.info(element, typmod) if category == "A" and element else None
-        return TypeInfo(oid, name, kind, element_info, typmod)
+        return TypeInfo(oid, name, kind, element_info, typmod, delimiter)
 
     def format_types(self, pairs: list[tuple[int, int]]) -> list[str]:
         rows = query(
@@ -138,6 +139,26 @@ def dump_key(conn: Any, oid: int) -> tuple[str, ...]:
     return ()
 
 
+def own_key(candidates: list[list[Any]] | None) -> tuple[str, ...]:
+    """The table's own key from DESCRIBE_SQL's candidates: the first on NOT NULL columns that is
+    checked at once. A DEFERRABLE constraint lets one statement swap keys (`SET id = 3 - id`),
+    which pgoutput sends as two key changes whose second names as old key the row that was there
+    before the first: replayed in order it deletes the first's row. PostgreSQL does not take such
+    an index as replica identity either."""
+    return next((tuple(names) for names, not_null, immediate in candidates or () if not_null and immediate), ())
+
+
+def _no_key_detail(candidates: list[list[Any]] | None) -> str:
+    deferrable = [names for names, not_null, immediate in candidates or () if not_null and not immediate]
+    if not deferrable:
+        return " (without expressions or predicates)"
+    return (
+        f" (without expressions or predicates) checked at once: its key ({', '.join(deferrable[0])}) is DEFERRABLE, "
+        "so one statement can swap keys (SET k = 3 - k), which the log gives as key changes whose replay in order "
+        "deletes a row the source holds; recreate the constraint NOT DEFERRABLE"
+    )
+
+
 def described(
     types: TypeCatalog, schema: str, table: str, rows: list[tuple[Any, ...]], source: str, named: tuple[str, ...] | None
 ) -> tuple[TableSchema, list[ColumnBuilder], list[bool]]:
@@ -155,12 +176,12 @@ def described(
         builders.append(builder(info))
         as_text.append(select_as_text(info))
         exact[name] = exact_order(info, arrow_type, collation, encoding)
-    own = next((tuple(names) for names, not_null in candidates or () if not_null), ())
+    own = own_key(candidates)
     name = f"{schema}.{table}"
     not_null = {a[0]: bool(a[4]) for a in attributes or ()}
     key = table_key(source, name, TableKeys(not_null, own), named)
     if not key:
-        raise no_key(source, name, " (without expressions or predicates)", ", and REPLICA IDENTITY FULL")
+        raise no_key(source, name, _no_key_detail(candidates), ", and REPLICA IDENTITY FULL")
     exact_key = all(exact[k] for k in key)
     return TableSchema(schema, table, tuple(columns), key, exact_key_order=exact_key), builders, as_text
 
@@ -197,8 +218,7 @@ def table_keys(conn: Any, schema: str, table: str) -> TableKeys | None:
     if not rows:
         return None
     _oid, attributes, candidates, _encoding = rows[0]
-    own = next((tuple(names) for names, not_null in candidates or () if not_null), ())
-    return TableKeys({a[0]: bool(a[4]) for a in attributes or ()}, own)
+    return TableKeys({a[0]: bool(a[4]) for a in attributes or ()}, own_key(candidates))
 
 
 def base_tables(conn: Any) -> list[tuple[str, str]]:

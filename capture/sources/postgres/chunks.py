@@ -54,7 +54,7 @@ from capture.sources.postgres.catalog import (
     table_keys,
 )
 from capture.sources.postgres.connection import connect, parse_lsn, query, translate
-from capture.sources.postgres.publication import Publication, SyncResult
+from capture.sources.postgres.publication import Publication, SyncResult, unlogged
 from capture.sources.postgres.read_view import PgSnapshot
 from capture.sources.postgres.sql import chunk_select, duplicate_select, key_after_select, keys_select, qualified, quote
 from capture.sources.postgres.types import ColumnBuilder
@@ -72,6 +72,10 @@ WATERMARK_DDL = f"""CREATE TABLE IF NOT EXISTS {WATERMARKS} (
   watermark_id varchar(64) NOT NULL,
   written_at timestamptz NOT NULL DEFAULT clock_timestamp()
 )"""
+UNLOGGED_SQL = (
+    "SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+    " WHERE n.nspname = %s AND c.relname = %s AND c.relpersistence = 'u'"
+)
 WATERMARK_UPSERT = (
     f"INSERT INTO {WATERMARKS} (slot, dump_id, table_name, chunk, kind, watermark_id, written_at)"
     " VALUES (%s, %s, %s, %s, %s, %s, clock_timestamp()) ON CONFLICT (slot) DO UPDATE SET"
@@ -197,6 +201,8 @@ class PostgresChunkSource:
         if published is not None and not published.covers(name):
             root = partition_root(self._conn, (table.schema, table.table))
             if root is not None and published.covers(f"{root[0]}.{root[1]}"):
+                if self._run(UNLOGGED_SQL, (table.schema, table.table)):  # no WAL, so no change is decoded
+                    raise UnusableTableError(name, *unlogged(table.schema, table.table))
                 return self._check_named_key(table, start, stop)  # published as a partition of a published table
             reason, fix = published.left_out.get(
                 name,

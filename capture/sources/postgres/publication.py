@@ -10,9 +10,12 @@ tables would make installing capture break the application's writes to every key
 A table is publishable when its replica identity identifies rows: REPLICA IDENTITY FULL,
 DEFAULT with a primary key, or USING INDEX. A captured table that is not is left out (taken out
 again if its identity was dropped since) and named, once per process, with the statement that
-fixes it; Logtide never changes a table's replica identity itself. A publication made FOR ALL
-TABLES (by hand, or by an older Logtide) is used as it is, and its tables without a replica
-identity are named, with the statements that replace it by one of the captured tables.
+fixes it; so is one whose changes the log would carry without saying which rows they changed
+(`TableIdentity.unusable`: UNLOGGED, or an identity index that does not hold the key), also
+under a publication of all tables or an administrator's, where dumps refuse it. Logtide never
+changes a table's replica identity itself. A publication made FOR ALL TABLES (by hand, or by
+an older Logtide) is used as it is, and its tables without a replica identity are named, with
+the statements that replace it by one of the captured tables.
 
 `Publication.sync` runs at capture's start (preflight), in `logtide setup`, when a dump plans
 (`ChunkSource.tables`) and sets up, and every PUBLICATION_SYNC_S while capture streams (the
@@ -57,13 +60,27 @@ PUBLICATION_SQL = (
 # every base table of the database: its replica identity, and whether the publication lists it
 TABLES_SQL = (
     "SELECT n.nspname, c.relname, c.relreplident,"
-    " EXISTS (SELECT FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary),"
+    # a DEFERRABLE primary key is no replica identity for PostgreSQL (nor a key for Logtide: catalog.own_key)
+    " EXISTS (SELECT FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary AND i.indimmediate),"
     " EXISTS (SELECT FROM pg_index i WHERE i.indrelid = c.oid AND i.indisreplident AND i.indisvalid),"
     " EXISTS (SELECT FROM pg_publication_rel r JOIN pg_publication p ON p.oid = r.prpubid"
     "  WHERE r.prrelid = c.oid AND p.pubname = %s),"
     " CASE WHEN c.relkind = 'p' THEN ARRAY(SELECT json_build_array(pn.nspname, pc.relname)::text"
     "  FROM pg_partition_tree(c.oid) pt JOIN pg_class pc ON pc.oid = pt.relid"
-    "  JOIN pg_namespace pn ON pn.oid = pc.relnamespace WHERE pt.isleaf) ELSE '{}' END"
+    "  JOIN pg_namespace pn ON pn.oid = pc.relnamespace WHERE pt.isleaf) ELSE '{}' END,"
+    " c.relpersistence = 'p',"
+    # REPLICA IDENTITY USING INDEX: the identity index's columns, and the table's key (catalog.dump_key's
+    # rule: the primary key, else the first UNIQUE index on NOT NULL columns), to see that one holds the other
+    " CASE WHEN c.relreplident = 'i' THEN ARRAY(SELECT a.attname FROM pg_index i"
+    "  CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, n)"
+    "  JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum"
+    "  WHERE i.indrelid = c.oid AND i.indisreplident ORDER BY k.n) END,"
+    " CASE WHEN c.relreplident = 'i' THEN (SELECT array_agg(a.attname ORDER BY k.n) FROM pg_index i"
+    "  CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, n)"
+    "  JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum"
+    "  WHERE i.indrelid = c.oid AND i.indisunique AND i.indisvalid AND i.indimmediate AND i.indpred IS NULL"
+    "  AND i.indexprs IS NULL GROUP BY i.indisprimary, i.indexrelid HAVING bool_and(a.attnotnull)"
+    "  ORDER BY i.indisprimary DESC, i.indexrelid LIMIT 1) END"
     " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
     " WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition"
     " AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg\\_%%'"
@@ -80,6 +97,9 @@ class TableIdentity:
     identity_index: bool
     listed: bool  # in the publication's table list
     partitions: tuple[str, ...] = ()  # a partitioned table's leaf partitions, JSON [schema, table]
+    logged: bool = True  # not UNLOGGED: PostgreSQL writes WAL for its changes
+    identity_columns: tuple[str, ...] = ()  # REPLICA IDENTITY USING INDEX: the index's columns
+    key: tuple[str, ...] = ()  # with USING INDEX: the table's key (catalog.dump_key)
 
     @property
     def name(self) -> str:
@@ -94,11 +114,46 @@ class TableIdentity:
             or (self.identity == "i" and self.identity_index)
         )
 
+    @property
+    def unusable(self) -> tuple[str, str] | None:
+        """(reason, fix) when PostgreSQL would publish the table but its log would not say which
+        rows changed: an UNLOGGED table (no WAL, so nothing is decoded: a dump's rows would never
+        change again), or an identity index without the key (a DELETE carries the index's columns
+        only, an UPDATE of the key that leaves them alone carries no old key: the old key would stay
+        in the target). Such a table is left out like one without a replica identity."""
+        quoted = f'"{_text(self.schema)}"."{_text(self.table)}"'
+        if not self.logged:
+            return unlogged(self.schema, self.table)
+        if self.identity == "i" and self.identity_columns and not set(self.key) <= set(self.identity_columns):
+            return (
+                f"has REPLICA IDENTITY USING INDEX ({', '.join(self.identity_columns)}), which does not hold its key "
+                f"({', '.join(self.key)}): PostgreSQL logs a DELETE with the index's columns only, and an UPDATE of "
+                "the key that leaves them alone without the old key, so the target would keep rows the source "
+                "deleted or moved; it is left out of the publication and neither capture nor dumps cover it",
+                (
+                    f"ALTER TABLE {quoted} REPLICA IDENTITY DEFAULT (its primary key), or REPLICA IDENTITY FULL"
+                    if self.primary_key
+                    else f"ALTER TABLE {quoted} REPLICA IDENTITY FULL, or USING INDEX the UNIQUE index of "
+                    f"({', '.join(self.key)}) (the table's key: its first UNIQUE index on NOT NULL columns)"
+                )
+                + "; then dump it",
+            )
+        return None
+
     def fix(self) -> str:
         return (
             f"{identity_statement(self.schema, self.table)} (or add a primary key, or REPLICA IDENTITY USING INDEX "
             "on a UNIQUE index of NOT NULL columns)"
         )
+
+
+def unlogged(schema: str, table: str) -> tuple[str, str]:
+    """(reason, fix) of an UNLOGGED table (a partition too: published with its partitioned table)."""
+    return (
+        "is UNLOGGED: PostgreSQL writes no WAL for its changes, so the log cannot carry them (a dumped row "
+        "would never change again); it is left out of the publication and neither capture nor dumps cover it",
+        f'ALTER TABLE "{_text(schema)}"."{_text(table)}" SET LOGGED, then dump it (or exclude it)',
+    )
 
 
 def identity_statement(schema: str, table: str) -> str:
@@ -120,7 +175,7 @@ class SyncResult:
     problem: str | None = None  # why capture cannot use the publication (it is missing, publishes too little)
 
     def covers(self, name: str) -> bool:
-        return self.all_tables or name in self.published
+        return name not in self.left_out and (self.all_tables or name in self.published)
 
 
 class Publication:
@@ -143,14 +198,17 @@ class Publication:
             self.config.captures(*json.loads(p)) for p in t.partitions
         )
 
-    def _say(self, event: str, table: str, **fields: Any) -> None:
+    def say(self, event: str, table: str, **fields: Any) -> None:
         if (event, table) not in self._said:
             self._said.add((event, table))
             log.warning(event, source=self.source, publication=self.name, table=table, **fields)
 
     def identities(self, conn: Any) -> list[TableIdentity]:
         """Every base table of the database with its replica identity and publication listing."""
-        return [TableIdentity(*row[:6], tuple(row[6])) for row in query(conn, TABLES_SQL, (self.name,))]
+        return [
+            TableIdentity(*row[:6], tuple(row[6]), bool(row[7]), tuple(row[8] or ()), tuple(row[9] or ()))
+            for row in query(conn, TABLES_SQL, (self.name,))
+        ]
 
     def check_named_keys(self, conn: Any, named: list[str]) -> None:
         """ConfigError for tables with a key named in the configuration whose updates PostgreSQL
@@ -173,7 +231,11 @@ class Publication:
         result = SyncResult()
         tables = self.identities(conn)
         captured = [t for t in tables if self._captured(t)]
-        wanted = [t for t in captured if t.publishable]
+        wanted = [t for t in captured if t.publishable and t.unusable is None]
+        for t in captured:  # on every path: a publication of all tables, or an administrator's, too
+            if (unusable := t.unusable) is not None:
+                result.left_out[t.name] = unusable
+                self.say("publication.table_left_out", t.name, reason=unusable[0], fix=unusable[1])
         rows = query(conn, PUBLICATION_SQL, (self.name,))
         if self.config.watermarks == "readonly":
             return self._check(conn, rows, captured, wanted, result)
@@ -192,14 +254,14 @@ class Publication:
                 return result
             result.published = self._alter_all(conn, tables, wanted)
         for t in captured:
-            if not t.publishable and t.name not in result.published:
+            if not t.publishable and t.name not in result.published and t.name not in result.left_out:
                 reason = (
                     f"has REPLICA IDENTITY {_IDENTITY[t.identity]} and no primary key: published, its UPDATEs and "
                     "DELETEs would fail in the application, so it is left out of the publication and neither "
                     "capture nor dumps cover it"
                 )
                 result.left_out[t.name] = (reason, t.fix())
-                self._say("publication.table_left_out", t.name, reason=reason, fix=t.fix())
+                self.say("publication.table_left_out", t.name, reason=reason, fix=t.fix())
         return result
 
     def _check_publish(self, row: tuple[Any, ...], result: SyncResult) -> bool:
@@ -218,7 +280,7 @@ class Publication:
                 f'ALTER PUBLICATION "{_text(self.name)}" SET (publish_via_partition_root = false)'
             )
         elif not truncate:
-            self._say(
+            self.say(
                 "publication.truncate_not_published",
                 "*",
                 problem="TRUNCATE of a captured table is not in the log: targets would keep its rows",
@@ -250,9 +312,9 @@ class Publication:
         if self._check_publish(rows[0], result):
             result.all_tables = True
             return result
-        result.published = {t.name for t in captured if t.listed}
+        result.published = {t.name for t in captured if t.listed and t.unusable is None}
         for t in captured:
-            if t.listed or (t.schema, t.table) == (WATERMARK_SCHEMA, WATERMARK_TABLE):
+            if t.listed or (t.schema, t.table) == (WATERMARK_SCHEMA, WATERMARK_TABLE) or t.unusable is not None:
                 continue
             add = sql.SQL("ALTER PUBLICATION {} ADD TABLE {}").format(
                 sql.Identifier(self.name), sql.Identifier(t.schema, t.table)
@@ -260,7 +322,7 @@ class Publication:
             reason = f"is not in publication {self.name!r} (watermarks: readonly: Logtide does not change it)"
             fix = f"as the table's owner run: {add.as_string(conn)}" if t.publishable else t.fix()
             result.left_out[t.name] = (reason, fix)
-            self._say("publication.table_not_published", t.name, reason=reason, fix=fix)
+            self.say("publication.table_not_published", t.name, reason=reason, fix=fix)
         return result
 
     def _alter_all(self, conn: Any, tables: list[TableIdentity], wanted: list[TableIdentity]) -> set[str]:
@@ -271,7 +333,13 @@ class Publication:
             if t.listed or self._alter(conn, "ADD", t):
                 published.add(t.name)
         for t in tables:
-            if t.listed and t.name not in wanted_names and not self._alter(conn, "DROP", t) and self._captured(t):
+            if (
+                t.listed
+                and t.name not in wanted_names
+                and not self._alter(conn, "DROP", t)
+                and self._captured(t)
+                and t.unusable is None
+            ):
                 published.add(t.name)  # still listed: its changes still come
         return published
 
@@ -285,7 +353,7 @@ class Publication:
         replace = sql.SQL("BEGIN; DROP PUBLICATION {}; {}; COMMIT").format(name, create).as_string(conn)
         for t in tables:  # every table of the database is published, captured or not
             if not t.publishable:
-                self._say(
+                self.say(
                     "publication.all_tables_without_identity",
                     t.name,
                     reason=f"publication {self.name} is FOR ALL TABLES: UPDATE and DELETE on this table fail in the "
@@ -316,7 +384,7 @@ class Publication:
         try:
             _transaction(conn, sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(LOCK_TIMEOUT)), statement)
         except psycopg2.errors.InsufficientPrivilege:
-            self._say(
+            self.say(
                 "publication.not_changed",
                 t.name,
                 reason=f"user {self.config.user!r} may not {action} it (it must own the table and the publication)",
@@ -326,12 +394,17 @@ class Publication:
         except (psycopg2.errors.LockNotAvailable, psycopg2.errors.UndefinedTable) as exc:
             log.info("publication.retry_later", source=self.source, table=t.name, error=str(exc).strip())
             return False
-        log.info(
-            "publication.table_added" if action == "ADD" else "publication.table_removed",
-            source=self.source,
-            publication=self.name,
-            table=t.name,
-        )
+        if action == "ADD":  # a new table, or one left out until now: what it held is in no log
+            log.warning(
+                "publication.table_added",
+                source=self.source,
+                publication=self.name,
+                table=t.name,
+                reason="its rows written before now are not in the log",
+                action=f"logtide dump --source {self.source} --table {t.name}",
+            )
+        else:
+            log.info("publication.table_removed", source=self.source, publication=self.name, table=t.name)
         return True
 
 

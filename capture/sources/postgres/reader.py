@@ -69,11 +69,11 @@ from capture.errors import PreflightError, SourceConnectionError
 from capture.events import Column, Heartbeat, LogItem, Lsn, TableSchema, TransactionEnd
 from capture.log import get_logger
 from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE
-from capture.sources.postgres import pgoutput
+from capture.sources.postgres import pgoutput, schema_change
 from capture.sources.postgres.batches import Group, TableInfo
 from capture.sources.postgres.catalog import TypeCatalog, dump_key, partition_root
 from capture.sources.postgres.connection import connect, format_lsn, translate
-from capture.sources.postgres.publication import PUBLICATION_SYNC_S, Publication
+from capture.sources.postgres.publication import PUBLICATION_SYNC_S, Publication, TableIdentity
 from capture.sources.postgres.types import builder, column_type, is_text
 from capture.sources.table_keys import log_key
 
@@ -224,7 +224,11 @@ class PgOutputReader:
                 if relation.oid in group.runs:  # its held changes were made under the old description
                     yield from self._ends(group.hand_over())
                 run_oid = b""
-                self._tables[relation.oid] = self._describe(relation)
+                described = self._describe(relation)
+                previous = self._tables.get(relation.oid)
+                if previous is not None and described.captured and not described.watermark:
+                    schema_change.say(self.name, self._catalog, relation.oid, previous.schema, described.schema)
+                self._tables[relation.oid] = described
             elif kind == 84:  # T: one Truncate per captured relation it lists (CASCADE included)
                 truncate = pgoutput.parse_truncate(buf)
                 infos = [self._tables.get(oid) for oid in truncate.relations]
@@ -273,6 +277,17 @@ class PgOutputReader:
                 action=f"retried in {PUBLICATION_SYNC_S} s; tables created meanwhile are published later (dump them)",
             )
 
+    def _loggable(self, relation: pgoutput.Relation, identity: tuple[str, ...], key: tuple[str, ...]) -> bool:
+        """False (said once) for a table whose identity index does not hold its key: its DELETEs and key
+        changes would land without the old key (`publication.TableIdentity.unusable`). The publication
+        sync takes it out; a publication of all tables, or one capture may not change, still sends it."""
+        if relation.replica_identity != "i" or set(key) <= set(identity):
+            return True
+        table = TableIdentity(relation.schema, relation.table, "i", True, True, True, (), True, identity, key)
+        reason, fix = table.unusable or ("", "")
+        self.publication.say("publication.table_left_out", table.name, reason=reason, fix=fix)
+        return False
+
     def _describe(self, relation: pgoutput.Relation) -> TableInfo:
         schema_name, table_name = relation.schema, relation.table
         watermark = (schema_name, table_name) == (WATERMARK_SCHEMA, WATERMARK_TABLE)
@@ -295,6 +310,7 @@ class PgOutputReader:
             key = log_key(own, self.config.named_key(schema_name, table_name), names)
             if not key and relation.replica_identity in ("d", "i"):
                 key = identity
+            captured = watermark or self._loggable(relation, identity, key)
         described = TableSchema(schema_name, table_name, tuple(columns), key)
         key_only_missing = tuple(n for n in names if n not in identity)
         return TableInfo(described, builders, described.key_indexes, identity, key_only_missing, captured, watermark)

@@ -57,6 +57,7 @@ class TypeInfo:
     kind: str  # typtype: b base, e enum, r range, c composite, ...
     element: TypeInfo | None  # for arrays
     typmod: int  # of the column (or of the domain's base)
+    delimiter: str = ","  # pg_type.typdelim: between this type's elements in an array's text (box: ';')
 
 
 def _text(values: Texts) -> pa.Array:
@@ -183,8 +184,9 @@ def _interval(values: Texts) -> pa.Array:
     return pa.array([None if v is None else _interval_or_none(v) for v in _py(values)], type=pa.duration("us"))
 
 
-def parse_array(text: str) -> list[str | None]:
-    """A one-dimensional array literal ('{1,NULL,"a b"}', '[0:1]={..}') -> element texts."""
+def parse_array(text: str, delimiter: str = ",") -> list[str | None]:
+    """A one-dimensional array literal ('{1,NULL,"a b"}', '[0:1]={..}') -> element texts; elements
+    are separated by their type's `delimiter` (',' but for box: ';')."""
     if text.startswith("["):
         text = text[text.index("=") + 1 :]
     if len(text) < 2 or text[0] != "{" or text[-1] != "}":
@@ -209,24 +211,24 @@ def parse_array(text: str) -> list[str | None]:
             items.append("".join(parts))
             i += 1
         else:
-            j = text.find(",", i)
+            j = text.find(delimiter, i)
             if j == -1:
                 j = end
             token = text[i:j]
             items.append(None if token == "NULL" else token)
             i = j
-        i += 1  # the ',' (or the closing '}')
+        i += 1  # the delimiter (or the closing '}')
     return items
 
 
-def _array(element: ColumnBuilder, arrow_type: pa.DataType) -> ColumnBuilder:
+def _array(element: ColumnBuilder, arrow_type: pa.DataType, delimiter: str = ",") -> ColumnBuilder:
     def build(values: Texts) -> pa.Array:
         offsets = [0]
         flat: list[str | None] = []
         mask = []
         for v in _py(values):
             if v is not None:
-                flat.extend(parse_array(v))
+                flat.extend(parse_array(v, delimiter))
             offsets.append(len(flat))
             mask.append(v is None)
         items = element(flat)
@@ -288,7 +290,7 @@ def column_type(info: TypeInfo) -> tuple[pa.DataType, ColumnBuilder | None]:
     if info.element is not None:
         element_type, element_build = column_type(info.element)
         arrow_type = pa.list_(element_type)
-        return arrow_type, _array(element_build or _text, arrow_type)
+        return arrow_type, _array(element_build or _text, arrow_type, info.element.delimiter)
     if info.kind == "b" and info.name == "numeric":
         shape = _numeric_typmod(info.typmod)
         if shape is None or shape[0] > MAX_ARROW_DECIMAL or shape[1] > shape[0]:
