@@ -138,3 +138,34 @@ def cache_jvm_functions() -> None:
     functions._get_jvm_function = cached
     column._create_column_from_name = from_name
     functions._logtide_cached = True  # type: ignore[attr-defined]
+
+
+def cache_jvm_lookups() -> None:
+    """Make py4j resolve a name on the JVM (`jvm.PythonUtils`, `jvm.org.apache.iceberg.X`, a static
+    method `X.f`) once per process instead of on every use. Each level of such a path is a round
+    trip to the JVM, and each package level or bare name is a class lookup that fails first (py4j
+    tries the name, then every package pyspark imported, as a class in every jar on the class
+    path): pyspark itself asks for `PythonUtils` on every `select` and `join`, and these failed
+    lookups were about a tenth of a warm table's driver time (flight recorder). Packages, classes
+    and static methods are kept on the object that found them (a field's value is not: it may
+    change). Idempotent; a py4j without these classes is left alone."""
+    from py4j import java_gateway as gw
+
+    view, package, klass = (getattr(gw, n, None) for n in ("JVMView", "JavaPackage", "JavaClass"))
+    member = getattr(gw, "JavaMember", None)
+    if None in (view, package, klass, member) or getattr(view, "_logtide_cached", False):
+        return
+
+    def keeping(original: Any, kinds: tuple[type, ...]) -> Any:
+        def lookup(self: Any, name: str) -> Any:
+            found = original(self, name)
+            if isinstance(found, kinds) and not name.startswith("_"):
+                self.__dict__[name] = found  # found by plain attribute lookup from now on
+            return found
+
+        return lookup
+
+    view.__getattr__ = keeping(view.__getattr__, (package, klass))
+    package.__getattr__ = keeping(package.__getattr__, (package, klass))
+    klass.__getattr__ = keeping(klass.__getattr__, (klass, member))
+    view._logtide_cached = True

@@ -674,6 +674,7 @@ class TableMerge:
         self.exists: dict[str, bool] = {}  # target and changelog: whether they existed when the run began
         self.created: set[str] = set()  # target and changelog this run created (with the run's frontier)
         self.reads_log = True  # the run reads log files (else its event frame is empty by plan)
+        self.schemas: dict[str, list[Any]] = {}  # target and changelog: their columns (`_fields`)
 
     @contextmanager
     def _step(self, name: str) -> Iterator[None]:
@@ -794,7 +795,7 @@ class TableMerge:
                     stream = stream.unionByName(self._chunk_stream(survivors))
                     if self.has_missing:
                         stream = stream.unionByName(self._bases(chunk_rows, events, hidden))
-            if chunks and a_target < F and not is_empty(spark, self.target):
+            if chunks and a_target < F and self.target not in self.created and not is_empty(spark, self.target):
                 with self._step("repair"):
                     chunk_keys = chunk_rows.select(*keys, "_cid", "_row").persist(StorageLevel.MEMORY_AND_DISK)
                     cached.append(chunk_keys)
@@ -1060,10 +1061,16 @@ class TableMerge:
         spark = self.ctx.spark
         paths = [str(c.path.resolve()) for c in chunks]
         raw = spark.read.schema(T.StructType([T.StructField("after", row_struct)])).parquet(*paths)
+        values = [*(self.ctx.cast(sf.col("after").getField(c), self.types[c]).alias(c) for c in self.columns)]
+        if len(chunks) == 1:  # every row is the one chunk's (a table below the chunk size): its columns as
+            # literals, no join with the chunks' bounds (a broadcast, its own job) and no file name per row
+            c = chunks[0]
+            own = (c.id, c.low, c.high, c.high_ts, c.meta.dump_id, c.meta.chunk)
+            return raw.select(*values, sf.col("_metadata.row_index").alias("_row")).selectExpr(
+                "*", *(f"{_sql_literal(v, t)} AS {quote(n)}" for v, (n, t) in zip(own, CHUNK_COLUMNS[1:], strict=True))
+            )
         raw = raw.select(
-            *(self.ctx.cast(sf.col("after").getField(c), self.types[c]).alias(c) for c in self.columns),
-            sf.col("_metadata.file_path").alias("_file"),
-            sf.col("_metadata.row_index").alias("_row"),
+            *values, sf.col("_metadata.file_path").alias("_file"), sf.col("_metadata.row_index").alias("_row")
         )
         folders = {str(Path(p).parent) for p in paths}  # chunk file names are <digits>.parquet: never encoded
         spelled_folder = {f: spark_file_path(spark, f) for f in folders}
@@ -1364,6 +1371,14 @@ class TableMerge:
 
     # -- writing -------------------------------------------------------------------------------
 
+    def _fields(self, table: str) -> list[Any]:
+        """The table's columns, read once per run (after `_ensure_tables`, which is where they change):
+        each read loads the table from the catalog and analyses a plan."""
+        fields = self.schemas.get(table)
+        if fields is None:
+            fields = self.schemas[table] = list(self.ctx.spark.table(table).schema.fields)
+        return fields
+
     def _aligned(self, frame: Any, table: str, extra: tuple[str, ...] = ()) -> Any:
         """`frame` with every column of the table, in its order and types (absent ones null),
         then the `extra` columns of the frame."""
@@ -1371,7 +1386,7 @@ class TableMerge:
 
         present = {c.lower(): c for c in frame.columns}
         out = []
-        for f in self.ctx.spark.table(table).schema.fields:
+        for f in self._fields(table):
             if f.name == "_applied_at":
                 out.append(sf.lit(self.ctx.applied_at).cast("timestamp").alias(f.name))
             elif f.name.lower() in present:
@@ -1407,7 +1422,10 @@ class TableMerge:
             # one shuffle serves both the latest event per key (the window below keeps Spark's range
             # partitioning by key) and the target's layout (files of narrow key ranges, sorted)
             partitions = max(1, min(LOAD_PARTITIONS, -(-self.rows_in // LOAD_ROWS_PER_FILE)))
-            stream = stream.repartitionByRange(partitions, *(sf.col(quote(k)) for k in keys))
+            if partitions == 1:  # one task sorts it all: no shuffle (nor a stage and AQE's replanning after it)
+                stream = stream.coalesce(1)
+            else:
+                stream = stream.repartitionByRange(partitions, *(sf.col(quote(k)) for k in keys))
         latest = stream.withColumn(
             "_rank",
             sf.row_number().over(Window.partitionBy(*keys).orderBy(sf.col("_lsn").desc(), sf.col("_order").desc())),
@@ -1428,7 +1446,7 @@ class TableMerge:
                 )
                 keep[c] = f"_keep{i}"
         latest = latest.where("_rank = 1")
-        target_fields = spark.table(self.target).schema.fields
+        target_fields = self._fields(self.target)
         target_columns = [f.name for f in target_fields]
         source = self._aligned(latest, self.target, ("_op", *keep.values()))
         view = f"logtide_merge_source_{uuid.uuid4().hex}"  # the session's views are shared by the run's threads
@@ -1517,22 +1535,26 @@ def _values(spark: Any, columns: list[tuple[str, str]], rows: list[tuple[Any, ..
     and hex digits reach the SQL: integers, LSNs, aware datetimes (as microseconds), text (as
     UTF-8 hex), lists of integers, None."""
 
-    def literal(value: Any, sql_type: str) -> str:
-        if value is None:
-            return f"CAST(NULL AS {sql_type})"
-        if isinstance(value, str):
-            return f"CAST(X'{value.encode().hex()}' AS STRING)"
-        if isinstance(value, datetime):  # the log's commit times: UTC
-            aware = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
-            return f"timestamp_micros({(aware - _EPOCH) // timedelta(microseconds=1)})"
-        if isinstance(value, list):
-            return f"CAST(array({', '.join(str(int(v)) for v in value)}) AS {sql_type})"
-        if isinstance(value, (int, Decimal)) and not isinstance(value, bool):
-            return f"CAST({int(value)} AS {sql_type})"
-        raise MergeError(f"the merge cannot write {type(value).__name__} into an inline table")
-
-    body = ", ".join("(" + ", ".join(literal(v, t) for v, (_, t) in zip(r, columns, strict=True)) + ")" for r in rows)
+    body = ", ".join(
+        "(" + ", ".join(_sql_literal(v, t) for v, (_, t) in zip(r, columns, strict=True)) + ")" for r in rows
+    )
     return spark.sql(f"SELECT * FROM VALUES {body} AS t({', '.join(quote(n) for n, _ in columns)})")
+
+
+def _sql_literal(value: Any, sql_type: str) -> str:
+    """One value of the merge's own as SQL of type `sql_type` (see `_values`)."""
+    if value is None:
+        return f"CAST(NULL AS {sql_type})"
+    if isinstance(value, str):
+        return f"CAST(X'{value.encode().hex()}' AS STRING)"
+    if isinstance(value, datetime):  # the log's commit times: UTC
+        aware = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+        return f"timestamp_micros({(aware - _EPOCH) // timedelta(microseconds=1)})"
+    if isinstance(value, list):
+        return f"CAST(array({', '.join(str(int(v)) for v in value)}) AS {sql_type})"
+    if isinstance(value, (int, Decimal)) and not isinstance(value, bool):
+        return f"CAST({int(value)} AS {sql_type})"
+    raise MergeError(f"the merge cannot write {type(value).__name__} into an inline table")
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from capture.config import parse_config
@@ -17,6 +18,7 @@ from capture.landing.log_writer import LogWriter
 from capture.merge import table as merge_table
 from capture.merge.app import run_merge
 from capture.merge.table import key_filter
+from tests.spark.landing import Landing
 from tests.spark.merging import iceberg_state
 
 pytestmark = pytest.mark.spark
@@ -226,3 +228,31 @@ def test_a_first_load_writes_each_table_twice_and_a_failed_one_reruns_to_the_sam
         properties.get("logtide.frontier") == str(frontier) == table.currentSnapshot().summary().get("logtide.frontier")
     )
     assert iceberg_state(spark, target, key=("name", "n")) == _reference(zone, "tags")
+
+
+def _jobs(spark) -> set[int]:
+    """The ids of the Spark jobs run so far (the listener's view, once it caught up)."""
+    spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty()
+    return set(spark.sparkContext.statusTracker().getJobIdsForGroup(None))
+
+
+def test_a_table_of_one_chunk_loads_sorted_by_key_in_two_single_stage_jobs(spark, catalogs, tmp_path):
+    """A table below the chunk size (one chunk, into an empty target): the changelog's write and the
+    target's, each one job of one stage (no join with the chunks' bounds, no shuffle for the
+    target's layout), and the target's file still sorted by key although the chunk was not."""
+    landing = Landing(tmp_path, catalogs, "one_chunk")
+    landing.mark(110, "LOW", "low-1")
+    landing.chunk([(i, f"t{i}", "x") for i in (5, 3, 9, 1, 7)])
+    landing.mark(120, "HIGH", "high-1")
+    before = _jobs(spark)
+    report = run_merge(spark, landing.config, "src")["tables"][0]
+    jobs = sorted(_jobs(spark) - before)
+
+    tracker = spark.sparkContext.statusTracker()
+    assert [len(tracker.getJobInfo(j).stageIds) for j in jobs] == [1, 1]
+    assert report["chunks"] == 1 and report["added_records"] == 5
+    name = "logtide.one_chunk.db__docs"
+    assert iceberg_state(spark, name) == _reference(landing.zone, "docs")
+    files = [r[0] for r in spark.sql(f"SELECT file_path FROM {name}.files").collect()]
+    assert len(files) == 1
+    assert pq.read_table(files[0].removeprefix("file:")).column("id").to_pylist() == [1, 3, 5, 7, 9]
