@@ -5,6 +5,7 @@ Run from the repository root::
 
     .venv/bin/python -m benchmarks.output_latency                      # 1,000,000-row dump, 200,000 changes
     .venv/bin/python -m benchmarks.output_latency --rows 100000 --changes 50000   # quicker
+    .venv/bin/python -m benchmarks.output_latency --timeline   # rows landed, stored and CPU every 0.5 s
 
 One private MariaDB and one private nats-server -js (tests/servers.py), the capture service and
 `logtide relay` (NATS output, Logtide JSON, default settings) as real processes:
