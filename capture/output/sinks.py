@@ -180,9 +180,10 @@ class NatsOutput:
         block of HPUB frames (`_frames`), not message by message through nats-py's publish."""
         await self._connect()
         nc, timeout = self._nc, self.config.timeout_s
-        batch = self._batch = _FastBatch(f"{uuid.uuid4().hex}.{_FAST_FLOW}.fail.")
-        reply_prefix, last = self._inbox + batch.prefix, len(group)
-        frames = self._frames(group, reply_prefix)
+        prefix = f"{uuid.uuid4().hex}.{_FAST_FLOW}.fail."
+        reply_prefix, last = self._inbox + prefix, len(group)
+        frames = self._frames(group, reply_prefix)  # first: a message too large leaves no batch behind
+        batch = self._batch = _FastBatch(prefix)
 
         def ended() -> bool:
             return batch.final is not None or batch.error is not None
