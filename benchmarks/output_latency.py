@@ -5,6 +5,7 @@ Run from the repository root::
 
     .venv/bin/python -m benchmarks.output_latency                      # 1,000,000-row dump, 200,000 changes
     .venv/bin/python -m benchmarks.output_latency --rows 100000 --changes 50000   # quicker
+    .venv/bin/python -m benchmarks.output_latency --timeline   # rows landed, stored and CPU every 0.5 s
 
 One private MariaDB and one private nats-server -js (tests/servers.py), the capture service and
 `logtide relay` (NATS output, Logtide JSON, default settings) as real processes:
@@ -127,7 +128,7 @@ class Cpu:
 
 
 def throughput(
-    server: MariaDB, zone: LandingZone, consumer: Consumer, rows: int, cpu: Cpu | None = None
+    server: MariaDB, zone: LandingZone, consumer: Consumer, rows: int, cpu: Cpu | None = None, timeline: bool = False
 ) -> tuple[float, float]:
     began = time.perf_counter()
     conn = server.connect("bench")
@@ -137,9 +138,20 @@ def throughput(
                 values = ",".join(f"({i},'row-{i}',{i % 97})" for i in range(first, min(first + 1000, rows)))
                 cur.execute(f"INSERT INTO changes (id, name, v) VALUES {values}")
             conn.commit()
+    inserted_at = time.perf_counter() - began
     landed_at = delivered_at = None
     seen: dict[Path, int] = {}
+    next_sample = 0.0
     while landed_at is None or delivered_at is None:
+        now = time.perf_counter() - began
+        if timeline and now >= next_sample:
+            next_sample = now + 0.5
+            used = {name: cpu_s(pid) - cpu.start[name] for name, pid in cpu.pids.items()} if cpu else {}
+            print(
+                f"  {now:6.2f} s  landed {landed_rows(zone, 'bench.changes', seen):7,}  stored {consumer.stored:7,}  "
+                + " ".join(f"{name} {seconds:.2f}" for name, seconds in used.items()),
+                flush=True,
+            )
         if landed_at is None and landed_rows(zone, "bench.changes", seen) >= rows:
             landed_at = time.perf_counter() - began
             if cpu is not None:
@@ -149,6 +161,8 @@ def throughput(
             if cpu is not None:
                 cpu.mark("delivered")
         time.sleep(0.02)
+    if timeline:
+        print(f"  inserted at {inserted_at:.2f} s, landed at {landed_at:.2f} s, delivered at {delivered_at:.2f} s")
     return rows / landed_at, rows / delivered_at
 
 
@@ -213,6 +227,7 @@ def main() -> int:
     parser.add_argument(
         "--no-fast-ingest", action="store_true", help="an acknowledgement a message even on nats-server 2.14+"
     )
+    parser.add_argument("--timeline", action="store_true", help="print rows landed, stored and CPU every 0.5 s")
     args = parser.parse_args()
     base = Path(tempfile.mkdtemp(prefix="logtide-bench-output-"))
     server, broker = MariaDB(base / "mariadb"), NatsServer(base / "nats")
@@ -247,7 +262,7 @@ def main() -> int:
         assert server.process is not None and broker.process is not None
         pids = {"capture": processes[0].pid, "relay": processes[1].pid, "nats-server": broker.process.pid}
         cpu = Cpu({**pids, "mariadb": server.process.pid, "benchmark": os.getpid()})
-        landing_rate, delivered_rate = throughput(server, zone, consumer, args.changes, cpu)
+        landing_rate, delivered_rate = throughput(server, zone, consumer, args.changes, cpu, args.timeline)
         pulse = Pulse(server, consumer)
         time.sleep(1)
         idle_p50, idle_p99, idle_n = pulse.measure(10)

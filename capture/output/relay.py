@@ -191,18 +191,8 @@ class Relay:
                     return
                 replay = interleaver.replay_from(event.lsn)
                 for out in interleaver.push(event):
-                    if out.position <= acked or not self._includes(out):
-                        continue
-                    if self.transforms:
-                        transformed = self._transform(out)
-                        if transformed is None:
-                            continue
-                        out = transformed
-                    pending.append((encode(out), replay))
-                    if len(pending) - self._inflight >= self.config.batch_size:
-                        self._send(pending, stop)
-                        if stop.is_set():
-                            return
+                    if out.position > acked and not self._queue(out, replay, encode, stop):
+                        return
                 if event.schema == WATERMARK_SCHEMA and event.table == WATERMARK_TABLE:
                     mark = event.after
                     if mark is not None and mark["kind"] == "HIGH":  # after its rows are pending
@@ -229,7 +219,6 @@ class Relay:
     ) -> bool:
         """The surviving rows of the read-only chunks whose HIGH is below `before` (every log event up to
         their HIGH is pending or delivered, none after it), pending in HIGH order; False on stop."""
-        pending = self._pending
         for chunk in readonly.due(before):
             loaded = readonly.load(chunk, frontier)
             meta = chunk.meta
@@ -239,19 +228,26 @@ class Relay:
             meta, rows, events, first = loaded
             replay = interleaver.replay_from(chunk.high)
             for out in interleaver.readonly_chunk(meta, rows, chunk.low, chunk.high, chunk.high_ts, events, first):
-                if out.position <= acked or not self._includes(out):
-                    continue
-                if self.transforms:
-                    transformed = self._transform(out)
-                    if transformed is None:
-                        continue
-                    out = transformed
-                pending.append((encode(out), replay))
-                if len(pending) - self._inflight >= self.config.batch_size:
-                    self._send(pending, stop)
-                    if stop.is_set():
-                        return False
+                if out.position > acked and not self._queue(out, replay, encode, stop):
+                    return False
             self.undelivered_highs.append((chunk.high, high_key(meta.dump_id, meta.table), meta.chunk))
+        return True
+
+    def _queue(self, event: Event, replay: int, encode: Encoder, stop: threading.Event) -> bool:
+        """One event of the stream (not yet acknowledged) pending, if this output takes it: its tables, its
+        hooks; a full batch goes out. `replay`: where a replay must start to send it again. False on stop."""
+        if not self._includes(event):
+            return True
+        if self.transforms:
+            transformed = self._transform(event)
+            if transformed is None:
+                return True
+            event = transformed
+        pending = self._pending
+        pending.append((encode(event), replay))
+        if len(pending) - self._inflight >= self.config.batch_size:
+            self._send(pending, stop)
+            return not stop.is_set()
         return True
 
     @property
