@@ -77,8 +77,13 @@ def _spark(warehouse: Path):
     from capture.merge.session import build_session, session_conf
 
     config = MergeConfig(catalog_name=CATALOG, warehouse=str(warehouse), jars_dir=ROOT / "var" / "jars")
+    # the check collects whole changelogs into Python: a task result over 1 MB otherwise goes through
+    # the block manager, which lost one under memory pressure late in a soak (TaskResultLost), so
+    # results up to 64 MB come back directly and a lost task is tried again (local[2, 3])
     session = build_session(
-        {**session_conf(config), "spark.sql.shuffle.partitions": "4"}, master="local[2]", app_name="logtide-soak"
+        {**session_conf(config), "spark.sql.shuffle.partitions": "4", "spark.task.maxDirectResultSize": "64m"},
+        master="local[2,3]",
+        app_name="logtide-soak",
     )
     session.sparkContext.setLogLevel("ERROR")
     return session
