@@ -704,6 +704,22 @@ class TableMerge:
             self.report["step_seconds"] = self.timings
         return self.report
 
+    def _refuse_foreign_target(self, applied: int) -> None:
+        """A target that holds a frontier past everything its landing zone ever committed was not
+        merged from this landing zone (a new landing zone, or a source set up again, beside an old
+        warehouse). Skipping it as up to date would leave it diverged for good: every event below its
+        frontier would count as applied. The checkpoint is read again here, as a merge that started
+        later may have committed past this run's frontier since."""
+        checkpoint = self.ctx.zone.checkpoint()
+        committed = checkpoint.frontier.encode() if checkpoint is not None else 0
+        if applied > committed:
+            raise MergeError(
+                f"{self.name}: {self.target} holds frontier {lsn_text(applied)}, past everything landing zone "
+                f"{self.ctx.zone.root} has committed ({lsn_text(committed)}): it was merged from another landing "
+                f"zone, or the source was set up again. Drop {self.target} and {self.changelog} (or point "
+                "merge.warehouse elsewhere) and dump the table: the next merge rebuilds them"
+            )
+
     def _run(self) -> None:
         from pyspark import StorageLevel
         from pyspark.sql import functions as sf
@@ -718,6 +734,7 @@ class TableMerge:
                 applied_before=lsn_text(a_target), changelog_applied_before=lsn_text(a_changelog), frontier=lsn_text(F)
             )
             if a >= F:
+                self._refuse_foreign_target(max(a_target, a_changelog))
                 self.report["skipped"] = "up to date"
                 return
             with ctx.marks_lock:  # the watermark index loads lazily, for every table of the run

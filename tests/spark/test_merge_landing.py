@@ -120,3 +120,27 @@ def test_a_completed_full_dump_deletes_what_none_of_its_chunks_returned_under_an
     target = iceberg_state(spark, "logtide.completed.db__docs")
     assert set(target) == {(0,), (1,), (5,)}
     assert changelog_replay(spark, "logtide.completed.db__docs__changelog") == target
+
+
+def test_a_target_merged_from_another_landing_zone_is_refused(spark, catalogs, tmp_path):
+    """A source set up again (a new landing zone, its LSNs starting low) beside the old warehouse:
+    its targets hold a frontier past all the new zone has committed. Skipped as up to date, they
+    would keep the old rows and never take the new zone's events below that frontier."""
+    c = Op.CREATE
+    old = Landing(tmp_path / "old", catalogs, "moved")
+    old.commit(900, DOCS, Change(Lsn(900), c, None, (1, "old", "x")), Change(Lsn(900, 1), c, None, (2, "old", "y")))
+    run_merge(spark, old.config, "src")
+    new = Landing(tmp_path / "new", catalogs, "moved")
+    new.commit(110, DOCS, Change(Lsn(110), c, None, (7, "new", "z")))
+
+    report = run_merge(spark, new.config, "src")
+    assert [f["table"] for f in report["failed"]] == ["db.docs"]
+    assert "another landing zone" in report["failed"][0]["failed"]
+    assert iceberg_state(spark, "logtide.moved.db__docs") == {  # nothing changed
+        (1,): {"id": 1, "title": "old", "body": "x"},
+        (2,): {"id": 2, "title": "old", "body": "y"},
+    }
+    spark.sql("DROP TABLE logtide.moved.db__docs")  # what the message says to do
+    spark.sql("DROP TABLE logtide.moved.db__docs__changelog")
+    run_merge(spark, new.config, "src")
+    assert iceberg_state(spark, "logtide.moved.db__docs") == {(7,): {"id": 7, "title": "new", "body": "z"}}
