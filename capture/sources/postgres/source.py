@@ -17,6 +17,7 @@ import psycopg2
 from capture.config import SourceConfig
 from capture.errors import CheckpointPurgedError, PositionWentBackwardsError, PreflightError
 from capture.events import LogItem, Lsn
+from capture.landing.zone import LandingZone
 from capture.log import get_logger
 from capture.sources.postgres.catalog import base_tables, table_keys
 from capture.sources.postgres.connection import connect, format_lsn, parse_lsn, query, translate
@@ -43,6 +44,11 @@ class PostgresSource:
         self._reader: PgOutputReader | None = None
         self._acknowledged = 0
         self._lag_conn: Any = None
+        self.zone: LandingZone | None = None  # set by the service (`use_landing`): the reader compares with it
+
+    def use_landing(self, zone: LandingZone) -> None:
+        """The landing zone whose schema history says what was landed per table (reader.py)."""
+        self.zone = zone
 
     def _slot(self, conn: Any) -> tuple[Any, ...] | None:
         rows = query(conn, SLOT_SQL, (self.slot,))
@@ -142,7 +148,16 @@ class PostgresSource:
         # read-only: the checkpoint's frontier (it stands below `lsn`; reader.py `_idle_end`)
         frontier = int(resume.get("frontier_at", Lsn(start).encode()))
         self._reader = PgOutputReader(
-            self.name, self.config, self.slot, self.publication, start, stop, self._acknowledged, hold_s, frontier
+            self.name,
+            self.config,
+            self.slot,
+            self.publication,
+            start,
+            stop,
+            self._acknowledged,
+            hold_s,
+            frontier,
+            self.zone,
         )
         return iter(self._reader)
 
