@@ -54,7 +54,7 @@ from __future__ import annotations
 import contextlib
 import select
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from datetime import UTC, datetime
 from struct import Struct
@@ -67,7 +67,6 @@ import psycopg2.errors
 from capture.config import SourceConfig
 from capture.errors import PreflightError, SourceConnectionError
 from capture.events import Column, Heartbeat, LogItem, Lsn, TableSchema, TransactionEnd
-from capture.landing.zone import LandingZone
 from capture.log import get_logger
 from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE
 from capture.sources.postgres import pgoutput, schema_change
@@ -100,7 +99,7 @@ class PgOutputReader:
         acknowledged: int,
         hold_s: float,
         frontier: int = 0,
-        zone: LandingZone | None = None,
+        landed: Callable[[], list[dict[str, Any]]] | None = None,
     ) -> None:
         self.name = name
         self.config = config
@@ -117,7 +116,7 @@ class PgOutputReader:
         self._frontier = frontier  # the last frontier handed over (encoded): the checkpoint's at first
         self._cursor: Any = None
         self._tables: dict[int, TableInfo] = {}
-        self.zone = zone  # its schema history: what was landed per table (columns, relation OID)
+        self.landed = landed  # the landed schema history's `table` records (columns, relation OID per table)
 
     # -- feedback (called by the service, same thread, between items) -------------------------
 
@@ -137,7 +136,7 @@ class PgOutputReader:
         try:
             self._catalog = catalog
             self._types = TypeCatalog(catalog)
-            self._relations = schema_change.Relations(self.zone.table_records() if self.zone is not None else [])
+            self._relations = schema_change.Relations(self.landed() if self.landed is not None else [])
             cursor = conn.cursor()
             try:
                 cursor.start_replication(
