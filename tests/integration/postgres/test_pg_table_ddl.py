@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import pytest
 
+from capture.config import load_config
 from capture.dump.control import DumpSettings
 from capture.dump.engine import DumpRequest
+from capture.status import render, source_status
 from tests.integration.dumping import open_engine
 from tests.integration.postgres.dumping import reconciled_state, table_state, wait_until_landed
 from tests.servers import wait_for
@@ -84,6 +86,8 @@ def test_ddl_made_while_capture_was_stopped_stops_it_again_and_again(postgres, p
     capture.wait_running()
     wait_until_landed(postgres, pg_database, capture)
     assert "capture.column_rewrite_accepted" in capture.log()
+    report = source_status(load_config(capture.config_path), "src")
+    assert report["column_rewrites"] == "accept" and "column rewrites accepted" in render([report])
     _dump(capture, "items")  # the dump it names repairs the target
     wait_until_landed(postgres, pg_database, capture)
     _same(capture, postgres, pg_database, "items")
