@@ -91,17 +91,18 @@ class SourceConfig(_Strict):
     )
     table_renames: Literal["refuse", "accept"] = Field(
         "refuse",
-        description="mariadb/mysql: RENAME TABLE (and ALTER TABLE ... RENAME) bring another table's rows under a "
-        "name without binlog row events. refuse: capture stops at a rename into a captured name (nothing of it "
-        "lands); accept: it warns, empties that table at the rename and goes on, and it misses those rows until "
-        "dumped",
+        description="RENAME TABLE (and ALTER TABLE ... RENAME) bring another table's rows under a name without "
+        "row events in the log. refuse: capture stops at a rename into a captured name (nothing of it lands; "
+        "postgresql: seen at the renamed table's next change, when capture knew it under its old name); accept: "
+        "it warns, empties that table at the rename and goes on, and it misses those rows until dumped",
     )
     column_rewrites: Literal["refuse", "accept"] = Field(
         "refuse",
-        description="mariadb/mysql: ALTER TABLE ... ADD COLUMN with a DEFAULT (or NOT NULL, generated), RENAME "
-        "COLUMN, CHANGE a b give every existing row a new value without binlog row events. refuse: capture stops "
-        "at such a statement on a captured table (nothing of it lands); accept: it warns and goes on, and those "
-        "tables show NULL there until dumped",
+        description="ALTER TABLE ... ADD COLUMN with a DEFAULT (or NOT NULL, generated), RENAME COLUMN, CHANGE a "
+        "b (postgresql: also ALTER COLUMN TYPE) give every existing row a new value without row events in the log. "
+        "refuse: capture stops at such a change of a captured table (nothing of it lands; postgresql: seen at the "
+        "table's next change, compared with the schema landed); accept: it warns and goes on, and those tables "
+        "show NULL there until dumped",
     )
     metrics: MetricsConfig = MetricsConfig()
     dump: DumpConfig = DumpConfig()
@@ -155,14 +156,6 @@ class SourceConfig(_Strict):
                 raise ValueError(
                     "partition_changes is for mariadb/mysql, whose binlog has no rows for partition statements; "
                     "on PostgreSQL a partition's rows and its TRUNCATE are in the log under the partition's name"
-                )
-            if "column_rewrites" in self.model_fields_set:
-                raise ValueError(
-                    "column_rewrites is for mariadb/mysql, whose binlog logs ALTER TABLE as its statement only"
-                )
-            if "table_renames" in self.model_fields_set:
-                raise ValueError(
-                    "table_renames is for mariadb/mysql, whose binlog logs RENAME TABLE as its statement only"
                 )
         else:
             if self.server_id is None:

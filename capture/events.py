@@ -7,7 +7,7 @@ stores them, and the merge reads them back.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from functools import cached_property
@@ -80,6 +80,10 @@ class TableSchema:
     # collation), so the merge may judge a dump chunk's key range itself. Set from the catalog
     # by a dump's `describe` (the source decides); False wherever nobody asked.
     exact_key_order: bool = False
+    # PostgreSQL: the relation OID the description came from, landed in the schema history so that a
+    # restart knows which relation the name held (a new OID: the table was dropped and created again,
+    # or another renamed in). Not part of the fingerprint nor of equality.
+    relation: int | None = field(default=None, compare=False)
 
     @property
     def qualified_name(self) -> str:

@@ -62,8 +62,8 @@ def source_status(config: LogtideConfig, name: str) -> dict[str, Any]:
         "watermarks": source.watermarks,
         "foreign_key_cascades": None if source.kind == "postgresql" else source.foreign_key_cascades,
         "partition_changes": None if source.kind == "postgresql" else source.partition_changes,
-        "table_renames": None if source.kind == "postgresql" else source.table_renames,
-        "column_rewrites": None if source.kind == "postgresql" else source.column_rewrites,
+        "table_renames": source.table_renames,
+        "column_rewrites": source.column_rewrites,
         "landing": str(zone.root),
         "frontier": lsn_text(checkpoint.frontier.encode()) if checkpoint else None,  # text: see lsn_text
         "position": checkpoint.resume if checkpoint else None,

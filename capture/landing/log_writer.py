@@ -41,7 +41,7 @@ from capture.events import (
 )
 from capture.landing.checkpoint import Checkpoint
 from capture.landing.files import fsync_dir, segment_name, write_parquet_atomic
-from capture.landing.zone import SCHEMA_HISTORY, LandingZone, table_folder
+from capture.landing.zone import SCHEMA_HISTORY, LandingZone, schema_version, table_folder
 
 ENVELOPE = [
     pa.field("_lsn", LSN_ARROW_TYPE, nullable=False),
@@ -65,6 +65,7 @@ SCHEMA_HISTORY_SCHEMA = pa.schema(
         ),
         pa.field("key", pa.list_(pa.string())),
         pa.field("fingerprint", pa.string()),
+        pa.field("relation", pa.int64()),  # PostgreSQL: a `table` record's relation OID (TableSchema.relation)
     ]
 )
 
@@ -162,6 +163,7 @@ def table_schema_record(lsn: Lsn, txid: str, ts: Any, table: TableSchema) -> tup
         columns,
         list(table.key),
         table.fingerprint,
+        table.relation,
     )
 
 
@@ -291,8 +293,8 @@ class LogWriter:
         folder = self._folders.get((table.schema, table.table))
         if folder is None:
             folder = self._folders[(table.schema, table.table)] = table_folder(table.schema, table.table)
-        if self._fingerprints.get(folder) != table.fingerprint:
-            self._fingerprints[folder] = table.fingerprint
+        if self._fingerprints.get(folder) != schema_version(table.fingerprint, table.relation):
+            self._fingerprints[folder] = schema_version(table.fingerprint, table.relation)
             history = self._buffer(SCHEMA_HISTORY, "", None)
             self._append(history, table_schema_record(Lsn.decode(piece.first), batch.txid, batch.commit_ts, table))
         buffer = self._buffer(folder, table.fingerprint, table)
@@ -315,6 +317,7 @@ class LogWriter:
                 None,
                 None,
                 None,
+                None,
             ),
         )
 
@@ -331,6 +334,7 @@ class LogWriter:
                 "truncate",
                 truncate.schema,
                 truncate.table,
+                None,
                 None,
                 None,
                 None,

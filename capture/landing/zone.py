@@ -26,6 +26,11 @@ SCHEMA_HISTORY = "schema_history"
 
 
 @functools.lru_cache(maxsize=4096)
+def schema_version(fingerprint: str, relation: int | None) -> str:
+    """What a new `table` record is written for: another schema, or (PostgreSQL) another relation."""
+    return fingerprint if relation is None else f"{fingerprint}@{relation}"
+
+
 def table_folder(schema: str, table: str) -> str:
     """`db.table`, with characters that are unsafe in a path percent-encoded."""
     return f"{quote(schema, safe='')}.{quote(table, safe='')}"
@@ -151,15 +156,19 @@ class LandingZone:
         return self.read(SCHEMA_HISTORY, frontier)
 
     def table_fingerprints(self) -> dict[str, str]:
-        """Folder -> fingerprint of the table schema last recorded in the schema history."""
+        """Folder -> `schema_version` of the table schema last recorded in the schema history."""
+        latest: dict[str, str] = {}
+        for row in self.table_records():
+            latest[table_folder(row["schema"], row["table"])] = schema_version(row["fingerprint"], row["relation"])
+        return latest
+
+    def table_records(self) -> list[dict]:
+        """The schema history's `table` records, in LSN order (`relation` None where not recorded)."""
         history = self.read_schema_history()
         if history is None:
-            return {}
-        latest: dict[str, str] = {}
-        for row in (
-            history.filter(pa.compute.equal(history["kind"], "table"))
-            .select(["schema", "table", "fingerprint"])
-            .to_pylist()
-        ):
-            latest[table_folder(row["schema"], row["table"])] = row["fingerprint"]
-        return latest
+            return []
+        names = ["_lsn", "schema", "table", "columns", "key", "fingerprint"]
+        if "relation" in history.column_names:
+            names.append("relation")
+        rows = history.filter(pa.compute.equal(history["kind"], "table")).select(names).to_pylist()
+        return [{"relation": None, **row} for row in rows]

@@ -110,6 +110,9 @@ class CaptureService:
             self.metrics.set_leader(True, epoch)
             log.info("capture.leader", source=self.name, epoch=epoch, lease=lease.kind, identity=lease.identity)
             source = open_source(self.name, self.source_config)
+            use_landed = getattr(source, "use_landed", None)  # PostgreSQL: compares DDL with what landed
+            if use_landed is not None:
+                use_landed(self.zone.table_records)
             try:
                 source.preflight()
                 checkpoint = self._settle_checkpoint(source)

@@ -14,6 +14,7 @@ from capture.merge.app import run_merge
 from capture.sources import open_chunk_source
 from tests.integration.dumping import AlterAt
 from tests.integration.postgres.conftest import make_pg_capture, pg_database  # noqa: F401 - fixtures for `source`
+from tests.servers import wait_for
 from tests.spark.merging import changelog_replay, differences, iceberg_state, reference_state, typed
 from tests.spark.sources import Source, Table, open_source
 
@@ -181,3 +182,32 @@ def test_a_table_dropped_or_renamed_away_and_created_again_merges_to_its_new_row
     state, want = typed(iceberg_state(spark, target)), typed(source.state(table))
     assert set(k[0] for k in want) == set(range(25, 36))
     assert state == want, differences(state, want)
+
+
+@pytest.mark.parametrize("source", ["postgres"], indirect=True)
+def test_a_postgres_table_dropped_and_created_again_merges_to_its_new_rows(source, catalogs, spark):
+    """On main (pgoutput carries no DROP TABLE) the target kept ids 1..14 of the dropped table beside
+    the new table's rows. Now the new relation's first change lands a truncate of the name first."""
+    server, db = source.server, source.database
+    server.execute(DDL["postgres"], database=db)
+    capture = source.capture(flush_interval_s=0.3).start()
+    capture.wait_running()
+    config = source.merge_config(capture.config, catalogs["hadoop"], "replaced_pg")
+    name = f"{source.schema}.tr"
+    server.execute(_insert(range(1, 21), 0, "first"), database=db)
+    source.wait_until_landed(capture)
+    assert run_merge(spark, config, "src", [name])["tables"][0]["log_events"] == 20
+    server.execute("DROP TABLE tr", DDL["postgres"], database=db)
+    published = "SELECT 1 FROM pg_publication_tables WHERE pubname = 'logtide_src' AND tablename = 'tr'"
+    wait_for(lambda: server.query(published, database=db), 30, what="the new tr published")
+    server.execute(_insert(range(15, 31), 100, "second"), database=db)
+    source.wait_until_landed(capture)
+    second = run_merge(spark, config, "src", [name])["tables"][0]
+    assert second["truncates"] == 1
+
+    table = Table("tr", ("id",), TYPES)
+    target = f"`{config.merge.catalog_name}`.`{config.merge.namespace}`.`{source.schema}__tr`"
+    state, want = typed(iceberg_state(spark, target)), typed(source.state(table))
+    assert set(k[0] for k in want) == set(range(15, 31))
+    assert state == want, differences(state, want)
+    assert capture.stop() == 0

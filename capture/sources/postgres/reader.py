@@ -54,7 +54,7 @@ from __future__ import annotations
 import contextlib
 import select
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from datetime import UTC, datetime
 from struct import Struct
@@ -99,6 +99,7 @@ class PgOutputReader:
         acknowledged: int,
         hold_s: float,
         frontier: int = 0,
+        landed: Callable[[], list[dict[str, Any]]] | None = None,
     ) -> None:
         self.name = name
         self.config = config
@@ -115,6 +116,7 @@ class PgOutputReader:
         self._frontier = frontier  # the last frontier handed over (encoded): the checkpoint's at first
         self._cursor: Any = None
         self._tables: dict[int, TableInfo] = {}
+        self.landed = landed  # the landed schema history's `table` records (columns, relation OID per table)
 
     # -- feedback (called by the service, same thread, between items) -------------------------
 
@@ -134,6 +136,7 @@ class PgOutputReader:
         try:
             self._catalog = catalog
             self._types = TypeCatalog(catalog)
+            self._relations = schema_change.Relations(self.landed() if self.landed is not None else [])
             cursor = conn.cursor()
             try:
                 cursor.start_replication(
@@ -225,9 +228,10 @@ class PgOutputReader:
                     yield from self._ends(group.hand_over())
                 run_oid = b""
                 described = self._describe(relation)
-                previous = self._tables.get(relation.oid)
-                if previous is not None and described.captured and not described.watermark:
-                    schema_change.say(self.name, self._catalog, relation.oid, previous.schema, described.schema)
+                if described.captured and not described.watermark:  # stops here on refused DDL
+                    empty = self._relations.check(self.name, self.config, self._catalog, relation.oid, described.schema)
+                    if empty and group.open:  # before the new relation's first change (schema_change.py)
+                        yield from group.truncate([TableSchema(s, t, (), ()) for s, t in empty])
                 self._tables[relation.oid] = described
             elif kind == 84:  # T: one Truncate per captured relation it lists (CASCADE included)
                 truncate = pgoutput.parse_truncate(buf)
@@ -311,6 +315,6 @@ class PgOutputReader:
             if not key and relation.replica_identity in ("d", "i"):
                 key = identity
             captured = watermark or self._loggable(relation, identity, key)
-        described = TableSchema(schema_name, table_name, tuple(columns), key)
+        described = TableSchema(schema_name, table_name, tuple(columns), key, relation=relation.oid)
         key_only_missing = tuple(n for n in names if n not in identity)
         return TableInfo(described, builders, described.key_indexes, identity, key_only_missing, captured, watermark)

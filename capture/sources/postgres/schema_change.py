@@ -1,19 +1,36 @@
-"""DDL that changes what rows read without one row event, named when capture sees it.
+"""DDL that changes what rows read without one row event: capture stops before it lands, or
+(accepted) names it with the dump that repairs it.
 
 pgoutput carries no DDL: capture learns of it from the Relation message sent before a table's
 next change. Some of it changes every row while the log stays silent: ADD COLUMN with a DEFAULT
-(stored in the catalog, or a table rewrite for a volatile one), RENAME COLUMN (the targets get a
-new column, NULL in rows not changed since, and keep the old one), ALTER COLUMN TYPE (a rewrite,
-`USING` may change values) and RENAME TABLE (the new name's target gets only rows changed from
-then on; the old one's never changes again). Capture cannot know those rows; it names the table,
-what changed and the dump that repairs it (`capture.rows_changed_without_events`). A column
-added without a default is NULL in every row, as in the targets: nothing is said.
+(stored in the catalog, or a table rewrite for a volatile one), RENAME COLUMN (the targets would
+get a new column, NULL in rows not changed since, and keep the old one), ALTER COLUMN TYPE (a
+rewrite, `USING` may change values). A column added without a default is NULL in every row, as
+in the targets: it passes. Each Relation message of a captured table is compared with what capture
+last landed (or accepted) under that name (`Relations`, from the schema history's `table` records
+at start: so DDL made while capture was stopped is found, and a restart finds it again). With
+`column_rewrites: refuse` (the default) capture stops (ColumnRewriteError) before the change that
+carried the message lands; `accept` warns (`capture.column_rewrite_accepted`) and goes on.
+
+Relations are matched by OID (`TableSchema.relation`, landed with each `table` record):
+- a captured name with a new OID (DROP TABLE and CREATE TABLE, or another table renamed in):
+  a Truncate of the name lands before the new relation's first change, so the targets lose the
+  old table's rows (as MariaDB's DROP TABLE does); the new relation's rows come from its changes
+  and, for rows it held before its first logged change, a dump (`capture.table_replaced` names it);
+- a known OID under another captured name (ALTER TABLE a RENAME TO b, b captured): the rename
+  brings a's rows under b without row events. `table_renames: refuse` stops capture
+  (TableRenameError); `accept` warns, empties both names (truncates) and goes on; a dump of b
+  brings its rows. A table renamed in from a name capture never saw (not captured, not
+  published) cannot be told from a new one: it is the first case.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
+from capture.config import SourceConfig
+from capture.errors import ColumnRewriteError, TableRenameError
 from capture.events import TableSchema
 from capture.log import get_logger
 from capture.sources.postgres.connection import query
@@ -27,13 +44,74 @@ FILLED_SQL = (
 )
 
 
-def changes(catalog: Any, oid: int, old: TableSchema, new: TableSchema) -> list[str]:
-    """What changed rows without row events between two descriptions of one relation."""
+Table = tuple[str, str]
+
+
+@dataclass
+class Known:
+    """A captured name as last landed or accepted: its columns (name -> source type) and relation."""
+
+    columns: dict[str, str]
+    relation: int | None
+
+
+class Relations:
+    """What capture last landed or accepted per captured name, and the name each relation OID had."""
+
+    def __init__(self, records: list[dict[str, Any]]) -> None:
+        self.by_name: dict[Table, Known] = {}
+        self.by_oid: dict[int, Table] = {}
+        for row in records:  # in LSN order: the last record of a name wins
+            columns = {c["name"]: c["source_type"] for c in row["columns"] or ()}
+            self._record((row["schema"], row["table"]), columns, row["relation"])
+
+    def _record(self, name: Table, columns: dict[str, str], relation: int | None) -> None:
+        self.by_name[name] = Known(columns, relation)
+        if relation is not None:
+            self.by_oid[relation] = name
+
+    def check(self, source: str, config: SourceConfig, catalog: Any, oid: int, new: TableSchema) -> list[Table]:
+        """Judge the Relation message of captured table `new` (relation `oid`): raise ColumnRewriteError
+        or TableRenameError (refuse), or warn (accept); return the names to empty (truncates) before
+        the relation's next change."""
+        name = (new.schema, new.table)
+        known = self.by_name.get(name)
+        moved_from = self.by_oid.get(oid)
+        after = {c.name: c.source_type for c in new.columns}
+        empty: list[Table] = []
+        if moved_from is not None and moved_from != name:  # a captured table renamed onto this name
+            check_rename(source, config, moved_from, name)
+            empty.append(name)
+            old = self.by_name.get(moved_from)
+            if old is not None and old.relation == oid:  # the old name still stood for it: it is gone
+                empty.append(moved_from)
+                del self.by_name[moved_from]
+        elif known is not None and known.relation is not None and known.relation != oid:
+            empty.append(name)  # dropped and created again (or renamed in from a name never seen)
+            log.warning(
+                "capture.table_replaced",
+                source=source,
+                table=_text(name),
+                relation=oid,
+                replaces=known.relation,
+                reason="a new relation under a captured name (DROP TABLE and CREATE TABLE, or a table renamed in): "
+                "the old table's rows are emptied (a truncate) before the new one's first change; rows the new one "
+                "held before that change are not in the log",
+                action=f"if it held rows before (renamed in, or filled before it was published): logtide dump "
+                f"--source {source} --table {_text(name)}",
+            )
+        elif known is not None:
+            found = changes(catalog, oid, known.columns, after)
+            if found:
+                check_column_rewrite(source, config, name, found)
+        self._record(name, after, oid)
+        return empty
+
+
+def changes(catalog: Any, oid: int, before: dict[str, str], after: dict[str, str]) -> list[str]:
+    """What changed rows without row events between two descriptions (name -> source type) of one
+    relation."""
     found = []
-    if (old.schema, old.table) != (new.schema, new.table):
-        found.append(f"renamed from {old.qualified_name}")
-    before = {c.name: c.source_type for c in old.columns}
-    after = {c.name: c.source_type for c in new.columns}
     added = [name for name in after if name not in before]
     gone = [name for name in before if name not in after]
     if added and gone:  # a rename looks like a drop and an add: the column held values
@@ -48,20 +126,59 @@ def changes(catalog: Any, oid: int, old: TableSchema, new: TableSchema) -> list[
     return found
 
 
-def say(source: str, catalog: Any, oid: int, old: TableSchema, new: TableSchema) -> None:
-    """Log `capture.rows_changed_without_events` when `changes` finds something."""
-    found = changes(catalog, oid, old, new)
-    if found:
-        log.warning(
-            "capture.rows_changed_without_events",
-            source=source,
-            table=new.qualified_name,
-            change="; ".join(found),
-            reason="PostgreSQL logs no row for such DDL: rows not changed since keep NULL, their old values or their "
-            "old table's name in the targets",
-            action=f"logtide dump --source {source} --table {new.qualified_name}"
-            + (f" (and drop the target of {old.qualified_name})" if old.qualified_name != new.qualified_name else ""),
+def check_column_rewrite(source: str, config: SourceConfig, name: Table, found: list[str]) -> None:
+    """Stop capture (ColumnRewriteError), or with `column_rewrites: accept` log a warning naming the table."""
+    table, change = _text(name), "; ".join(found)
+    dump = f"logtide dump --source {source} --table {table}"
+    if config.column_rewrites == "refuse":
+        raise ColumnRewriteError(
+            f"source {source!r}: captured table {table} was altered in a way that gives its existing rows new "
+            f"values without row events: {change} (its Relation message compared with the schema capture landed "
+            "for it, so DDL made while capture was stopped counts too). PostgreSQL logs no rows for such DDL, so "
+            "the targets would show NULL, old values, or a renamed column's values under the old name in every "
+            "row no later change or dump carries. Nothing of the change that revealed it has landed. Ways out: "
+            "(1) set `column_rewrites: accept` on the source and restart: capture warns and goes on; then dump "
+            f"the table to repair its targets ({dump}); (2) leave the table out of capture (exclude). Restarted "
+            "with `column_rewrites: refuse`, capture stops here again"
         )
+    log.warning(
+        "capture.column_rewrite_accepted",
+        source=source,
+        table=table,
+        change=change,
+        reason="column_rewrites: accept. PostgreSQL logs no row for such DDL: rows not changed since keep NULL "
+        "or their old values in the targets",
+        action=dump,
+    )
+
+
+def check_rename(source: str, config: SourceConfig, old: Table, new: Table) -> None:
+    """Stop capture (TableRenameError) at a captured table renamed onto a captured name, or with
+    `table_renames: accept` log a warning naming both."""
+    dump = f"logtide dump --source {source} --table {_text(new)}"
+    if config.table_renames == "refuse":
+        raise TableRenameError(
+            f"source {source!r}: captured table {_text(old)} was renamed to {_text(new)} (its relation OID now "
+            f"carries that name): the rename brings its rows under {_text(new)} without row events, so the "
+            f"targets of {_text(new)} would keep the rows the old table of that name had and miss these, and "
+            f"those of {_text(old)} would keep rows that moved. Nothing of the change that revealed it has "
+            "landed. Ways out: (1) set `table_renames: accept` on the source and restart: capture warns, empties "
+            f"{_text(old)} and {_text(new)} (truncates) and goes on; then dump {_text(new)} to bring its rows "
+            f"({dump}); (2) leave these tables out of capture (exclude). Restarted with `table_renames: refuse`, "
+            "capture stops here again"
+        )
+    log.warning(
+        "capture.table_rename_accepted",
+        source=source,
+        tables=f"{_text(old)},{_text(new)}",
+        reason=f"table_renames: accept. {_text(old)} was renamed to {_text(new)}: both are emptied (truncates) and "
+        f"{_text(new)} misses the rows it brought",
+        action=dump,
+    )
+
+
+def _text(name: Table) -> str:
+    return f"{name[0]}.{name[1]}"
 
 
 def _rewrites(old: str, new: str) -> bool:

@@ -8,7 +8,7 @@ only moves forward through `acknowledge`, called after the checkpoint is written
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from threading import Event
 from typing import Any
 
@@ -43,6 +43,12 @@ class PostgresSource:
         self._reader: PgOutputReader | None = None
         self._acknowledged = 0
         self._lag_conn: Any = None
+        self.landed: Callable[[], list[dict[str, Any]]] | None = None  # set by the service (`use_landed`)
+
+    def use_landed(self, records: Callable[[], list[dict[str, Any]]]) -> None:
+        """The landing zone's schema-history `table` records (LandingZone.table_records): what was
+        landed per table, which the reader compares each Relation message with (schema_change.py)."""
+        self.landed = records
 
     def _slot(self, conn: Any) -> tuple[Any, ...] | None:
         rows = query(conn, SLOT_SQL, (self.slot,))
@@ -142,7 +148,16 @@ class PostgresSource:
         # read-only: the checkpoint's frontier (it stands below `lsn`; reader.py `_idle_end`)
         frontier = int(resume.get("frontier_at", Lsn(start).encode()))
         self._reader = PgOutputReader(
-            self.name, self.config, self.slot, self.publication, start, stop, self._acknowledged, hold_s, frontier
+            self.name,
+            self.config,
+            self.slot,
+            self.publication,
+            start,
+            stop,
+            self._acknowledged,
+            hold_s,
+            frontier,
+            self.landed,
         )
         return iter(self._reader)
 
