@@ -188,6 +188,11 @@ class Harness:
         return Result(self.kit.kind, self.seed, self.findings, self.facts, self.workdir)
 
     def _run_seed(self) -> None:
+        # a seed run again (a soak's kept warehouse) starts from no targets: its landing zone is new,
+        # and the merge refuses targets merged from another one
+        if self.spark.sql(f"SHOW NAMESPACES IN {self.catalog}").filter(f"namespace = '{self.source}'").count():
+            for row in self.spark.sql(f"SHOW TABLES IN {self.catalog}.{self.source}").collect():
+                self.spark.sql(f"DROP TABLE {self.catalog}.{self.source}.{row.tableName}")
         self.kit.create(self.tables)
         live, next_n = populate(self.kit, self.tables, self.scale.rows, self.seed)
         self.config_path = self._write_config()
