@@ -22,13 +22,12 @@ from dataclasses import dataclass
 from capture.config import SourceConfig
 from capture.errors import ColumnRewriteError
 from capture.log import get_logger
-from capture.sources.mysql.statements import _name, _tokens, _upper
+from capture.sources.mysql.statements import parse_alter
 
 log = get_logger(__name__)
 
 Table = tuple[str, str]
 
-_ALTER_SKIP = {"ONLINE", "IGNORE", "OFFLINE"}
 # ADD followed by these adds no column
 _NOT_A_COLUMN = {
     "INDEX", "KEY", "CONSTRAINT", "PRIMARY", "UNIQUE", "FOREIGN", "FULLTEXT", "SPATIAL", "PARTITION", "PERIOD",
@@ -50,19 +49,7 @@ def column_rewrite(statement: str, schema: str, thread_specific: bool = False) -
     those LOG_EVENT_THREAD_SPECIFIC_F)."""
     if thread_specific or "alter" not in statement[:40].lower():
         return None
-    tokens = _tokens(statement)
-    words = [_upper(t) for t in tokens]
-    if not words or words[0] != "ALTER":
-        return None
-    i = 1
-    while i < len(words) and words[i] in _ALTER_SKIP:
-        i += 1
-    if i >= len(words) or words[i] != "TABLE":
-        return None
-    i += 1
-    if words[i : i + 2] == ["IF", "EXISTS"]:
-        i += 2
-    table, i = _name(tokens, i, schema)
+    tokens, words, table, i = parse_alter(statement, schema)
     if table is None:
         return None
     found: list[str] = []

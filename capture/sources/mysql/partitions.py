@@ -26,14 +26,13 @@ from capture.config import SourceConfig
 from capture.errors import PartitionChangeError
 from capture.log import get_logger
 from capture.sources.mysql.connection import query
-from capture.sources.mysql.statements import _name, _tokens, _upper
+from capture.sources.mysql.statements import _name, parse_alter
 
 log = get_logger(__name__)
 
 Table = tuple[str, str]
 
 # ALTER [ONLINE] [IGNORE] TABLE [IF EXISTS] name
-_ALTER_SKIP = {"ONLINE", "IGNORE", "OFFLINE"}
 
 
 @dataclass(frozen=True)
@@ -57,19 +56,7 @@ def partition_change(statement: str, schema: str) -> PartitionChange | None:
     default database), or None when it keeps every row where it was (or is no ALTER TABLE)."""
     if "partition" not in statement.lower():  # the common case, cheaply
         return None
-    tokens = _tokens(statement)
-    words = [_upper(t) for t in tokens]
-    if not words or words[0] != "ALTER":
-        return None
-    i = 1
-    while i < len(words) and words[i] in _ALTER_SKIP:
-        i += 1
-    if i >= len(words) or words[i] != "TABLE":
-        return None
-    i += 1
-    if words[i : i + 2] == ["IF", "EXISTS"]:
-        i += 2
-    table, i = _name(tokens, i, schema)
+    tokens, words, table, i = parse_alter(statement, schema)
     if table is None:
         return None
     for n in range(i, len(words) - 1):

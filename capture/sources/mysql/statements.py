@@ -96,6 +96,33 @@ def _name(tokens: list[_Token], i: int, schema: str) -> tuple[Table | None, int]
     return (str(parts[-2]), str(parts[-1])), i
 
 
+_ALTER_SKIP = {"ONLINE", "IGNORE", "OFFLINE"}
+
+
+def parse_alter(statement: str, schema: str) -> tuple[list[_Token], list[str], Table | None, int]:
+    """An ALTER TABLE statement's tokens, their keywords (`_upper`), the table it names and the index
+    of its first clause (see `alter_table_name`)."""
+    tokens = _tokens(statement)
+    words = [_upper(t) for t in tokens]
+    return (tokens, words, *alter_table_name(tokens, words, schema))
+
+
+def alter_table_name(tokens: list[_Token], words: list[str], schema: str) -> tuple[Table | None, int]:
+    """The table an `ALTER [ONLINE | OFFLINE] [IGNORE] TABLE [IF EXISTS] t ...` statement names
+    (`words`: `_upper` of `tokens`) and the index of its first clause; None when it is none."""
+    if not words or words[0] != "ALTER":
+        return None, 0
+    i = 1
+    while i < len(words) and words[i] in _ALTER_SKIP:
+        i += 1
+    if i >= len(words) or words[i] != "TABLE":
+        return None, i
+    i += 1
+    if words[i : i + 2] == ["IF", "EXISTS"]:
+        i += 2
+    return _name(tokens, i, schema)
+
+
 def _skip(tokens: list[_Token], i: int, words: set[str]) -> int:
     while i < len(tokens) and _upper(tokens[i]) in words:
         i += 1

@@ -21,13 +21,12 @@ from dataclasses import dataclass
 from capture.config import SourceConfig
 from capture.errors import TableRenameError
 from capture.log import get_logger
-from capture.sources.mysql.statements import _name, _tokens, _upper
+from capture.sources.mysql.statements import _name, _tokens, _upper, alter_table_name
 
 log = get_logger(__name__)
 
 Table = tuple[str, str]
 
-_ALTER_SKIP = {"ONLINE", "IGNORE", "OFFLINE"}
 _NOT_A_TABLE_RENAME = {"COLUMN", "INDEX", "KEY"}  # ALTER TABLE t RENAME COLUMN|INDEX|KEY a TO b
 
 
@@ -113,15 +112,7 @@ def _rename(tokens: list, words: list[str], schema: str) -> TableMoves | None:
 
 def _alter_rename(tokens: list, words: list[str], schema: str) -> TableMoves | None:
     """ALTER [ONLINE] [IGNORE] TABLE [IF EXISTS] a ..., RENAME [TO | AS | =] b (not RENAME COLUMN/INDEX/KEY)."""
-    i = 1
-    while i < len(words) and words[i] in _ALTER_SKIP:
-        i += 1
-    if i >= len(words) or words[i] != "TABLE":
-        return None
-    i += 1
-    if words[i : i + 2] == ["IF", "EXISTS"]:
-        i += 2
-    table, i = _name(tokens, i, schema)
+    table, i = alter_table_name(tokens, words, schema)
     if table is None:
         return None
     depth = 0
