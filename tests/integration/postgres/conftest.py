@@ -3,8 +3,9 @@ capture service (a real child process) configured for it with a slot of its own.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -57,3 +58,19 @@ def make_pg_capture(postgres: PostgreSQL, pg_database: str, tmp_path: Path) -> I
             "include": ["public.*"],
         },
     )
+
+
+@pytest.fixture
+def start_pg_capture(postgres: PostgreSQL, pg_database: str, make_pg_capture) -> Callable[..., Any]:
+    """Return a function that runs its setup statements in the test's database, then starts
+    capture (keyword arguments as for make_pg_capture) and waits until it streams: the first
+    steps of most capture tests."""
+
+    def start(*setup: str, **options: Any):
+        if setup:
+            postgres.execute(*setup, database=pg_database)
+        capture = make_pg_capture(**options).start()
+        capture.wait_running()
+        return capture
+
+    return start

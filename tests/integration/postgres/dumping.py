@@ -14,10 +14,12 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from capture.dump.control import DumpSettings
+from capture.dump.engine import DumpRequest
 from capture.landing.chunks import META_KEY, ChunkMeta
 from capture.sources.postgres.connection import parse_lsn
 from tests.integration.dumping import Workload as SharedWorkload
-from tests.integration.dumping import reconciled_state  # noqa: F401 - the same for both sources
+from tests.integration.dumping import open_engine, reconciled_state
 from tests.servers import PostgreSQL, wait_for
 
 
@@ -119,3 +121,41 @@ def rewrite_chunk_meta(chunk: pa.Table, path: Path, meta: ChunkMeta) -> None:
     would do had the chunk been read with other knowledge (say, without its snapshot)."""
     schema = chunk.schema.with_metadata({**chunk.schema.metadata, META_KEY: meta.to_json()})
     pq.write_table(chunk.cast(schema), path)
+
+
+def dump_table(capture, table: str, chunk_size: int = 2) -> dict:
+    """Dump `public.<table>` in small chunks (several chunks even for a few rows)."""
+    engine, source = open_engine(capture)
+    try:
+        return engine.run(DumpRequest(tables=[f"public.{table}"], settings=DumpSettings(chunk_size=chunk_size)))
+    finally:
+        source.close()
+
+
+def published_tables(postgres, database: str) -> list[str]:
+    """The `schema.table` names capture's publication holds now."""
+    rows = postgres.query(
+        "SELECT schemaname || '.' || tablename FROM pg_publication_tables WHERE pubname = 'logtide_src' ORDER BY 1",
+        database=database,
+    )
+    return [r[0] for r in rows]
+
+
+def change_and_land(postgres, database: str, capture, *statements: str) -> None:
+    """Run `statements` and wait until capture has landed them."""
+    postgres.execute(*statements, database=database)
+    wait_until_landed(postgres, database, capture)
+
+
+def assert_target_is_source(capture, postgres, database: str, table: str, key: tuple[str, ...] = ("id",)) -> None:
+    """The reconciled target of `public.<table>` equals the source table, row for row."""
+    state, _ = reconciled_state(capture, "public", table)
+    assert state == table_state(postgres, database, table, key), table
+
+
+def assert_target_holds_source(capture, postgres, database: str, table: str) -> None:
+    """As assert_target_is_source, over the source's columns only: a target holds every column it
+    ever saw, NULL where no event or chunk carried one, and dropped ones stay."""
+    state, _ = reconciled_state(capture, "public", table)
+    source = table_state(postgres, database, table)
+    assert {k: {c: row.get(c) for c in source[k]} for k, row in state.items()} == source, table

@@ -17,31 +17,24 @@ from capture.dump.control import DumpSettings
 from capture.dump.engine import DumpEngine, DumpRequest
 from capture.errors import UnusableTableError
 from capture.sources import open_chunk_source
-from tests.integration.dumping import AlterAt, open_engine
-from tests.integration.postgres.dumping import reconciled_state, table_state, wait_until_landed
+from tests.integration.dumping import AlterAt
+from tests.integration.postgres.dumping import (
+    assert_target_holds_source,
+    assert_target_is_source,
+    change_and_land,
+    dump_table,
+    published_tables,
+    reconciled_state,
+    table_state,
+    wait_until_landed,
+)
 from tests.servers import wait_for
 
 pytestmark = pytest.mark.integration
 
 
-def _published(postgres, database: str) -> list[str]:
-    rows = postgres.query(
-        "SELECT schemaname || '.' || tablename FROM pg_publication_tables WHERE pubname = 'logtide_src' ORDER BY 1",
-        database=database,
-    )
-    return [r[0] for r in rows]
-
-
-def _dump(capture, table: str) -> dict:
-    engine, source = open_engine(capture)
-    try:
-        return engine.run(DumpRequest(tables=[f"public.{table}"], settings=DumpSettings(chunk_size=2)))
-    finally:
-        source.close()
-
-
-def test_an_identity_index_without_the_key_is_refused_not_diverged(postgres, pg_database, make_pg_capture):
-    postgres.execute(
+def test_an_identity_index_without_the_key_is_refused_not_diverged(postgres, pg_database, start_pg_capture):
+    capture = start_pg_capture(
         "CREATE TABLE accounts (id int PRIMARY KEY, email text NOT NULL UNIQUE, v int)",
         "INSERT INTO accounts SELECT i, 'u' || i, i FROM generate_series(1, 6) i",
         "ALTER TABLE accounts REPLICA IDENTITY USING INDEX accounts_email_key",
@@ -50,33 +43,30 @@ def test_an_identity_index_without_the_key_is_refused_not_diverged(postgres, pg_
         "CREATE UNIQUE INDEX orders_id_line ON orders (id, line)",
         "ALTER TABLE orders REPLICA IDENTITY USING INDEX orders_id_line",
         "INSERT INTO orders SELECT i, i, i FROM generate_series(1, 6) i",
-        database=pg_database,
     )
-    capture = make_pg_capture().start()
-    capture.wait_running()
     try:
-        _dump(capture, "accounts")
+        dump_table(capture, "accounts")
     except UnusableTableError as exc:  # refused: named, with what to do
         assert exc.table == "public.accounts"
         assert "REPLICA IDENTITY USING INDEX" in exc.reason and "(email)" in exc.reason and "(id)" in exc.reason
         assert 'ALTER TABLE "public"."accounts" REPLICA IDENTITY DEFAULT' in exc.fix
-        assert "public.accounts" not in _published(postgres, pg_database)
+        assert "public.accounts" not in published_tables(postgres, pg_database)
         line = next(x for x in capture.log().splitlines() if "publication.table_left_out" in x and "accounts" in x)
         assert "REPLICA IDENTITY DEFAULT" in line
     else:  # or it reconciles to the source
-        postgres.execute(
+        change_and_land(
+            postgres,
+            pg_database,
+            capture,
             "UPDATE accounts SET id = 10 WHERE id = 1",  # key change, identity columns untouched: no old key
             "DELETE FROM accounts WHERE id = 2",  # old image: email only
-            database=pg_database,
         )
-        wait_until_landed(postgres, pg_database, capture)
-        state, _ = reconciled_state(capture, "public", "accounts")
-        assert state == table_state(postgres, pg_database, "accounts")
-    _dump(capture, "orders")
-    postgres.execute("UPDATE orders SET id = 10 WHERE id = 1", "DELETE FROM orders WHERE id = 2", database=pg_database)
-    wait_until_landed(postgres, pg_database, capture)
-    state, _ = reconciled_state(capture, "public", "orders")
-    assert state == table_state(postgres, pg_database, "orders")
+        assert_target_is_source(capture, postgres, pg_database, "accounts")
+    dump_table(capture, "orders")
+    change_and_land(
+        postgres, pg_database, capture, "UPDATE orders SET id = 10 WHERE id = 1", "DELETE FROM orders WHERE id = 2"
+    )
+    assert_target_is_source(capture, postgres, pg_database, "orders")
 
     # set while capture streams: taken out by the next sync and refused by dumps from then on
     postgres.execute(
@@ -84,27 +74,24 @@ def test_an_identity_index_without_the_key_is_refused_not_diverged(postgres, pg_
         "ALTER TABLE orders REPLICA IDENTITY USING INDEX orders_line",
         database=pg_database,
     )
-    wait_for(lambda: "public.orders" not in _published(postgres, pg_database), 30, what="orders taken out")
+    wait_for(lambda: "public.orders" not in published_tables(postgres, pg_database), 30, what="orders taken out")
     with pytest.raises(UnusableTableError, match="REPLICA IDENTITY USING INDEX"):
-        _dump(capture, "orders")
+        dump_table(capture, "orders")
     assert capture.stop() == 0
 
 
-def test_an_unlogged_table_is_refused_and_breaks_nothing_else(postgres, pg_database, make_pg_capture):
-    postgres.execute(
+def test_an_unlogged_table_is_refused_and_breaks_nothing_else(postgres, pg_database, start_pg_capture):
+    capture = start_pg_capture(
         "CREATE UNLOGGED TABLE cache (id int PRIMARY KEY, v int)",
         "INSERT INTO cache SELECT i, i FROM generate_series(1, 5) i",
         "CREATE TABLE keyed (id int PRIMARY KEY, v int)",
-        database=pg_database,
     )
-    capture = make_pg_capture().start()
-    capture.wait_running()
-    published = _published(postgres, pg_database)
+    published = published_tables(postgres, pg_database)
     assert "public.keyed" in published and "public.cache" not in published
     line = next(x for x in capture.log().splitlines() if "publication.table_left_out" in x and "cache" in x)
     assert "UNLOGGED" in line and "SET LOGGED" in line
     with pytest.raises(UnusableTableError, match="UNLOGGED") as refused:
-        _dump(capture, "cache")
+        dump_table(capture, "cache")
     assert refused.value.table == "public.cache" and "SET LOGGED" in refused.value.fix
     # the publication still follows the other tables: one created later is published and dumped
     postgres.execute(
@@ -112,131 +99,126 @@ def test_an_unlogged_table_is_refused_and_breaks_nothing_else(postgres, pg_datab
         "INSERT INTO later SELECT i, i FROM generate_series(1, 5) i",
         database=pg_database,
     )
-    wait_for(lambda: "public.later" in _published(postgres, pg_database), 30, what="later published")
-    _dump(capture, "later")
-    postgres.execute("UPDATE later SET v = -v WHERE id < 3", "DELETE FROM later WHERE id = 5", database=pg_database)
-    wait_until_landed(postgres, pg_database, capture)
-    state, _ = reconciled_state(capture, "public", "later")
-    assert state == table_state(postgres, pg_database, "later")
+    wait_for(lambda: "public.later" in published_tables(postgres, pg_database), 30, what="later published")
+    dump_table(capture, "later")
+    change_and_land(
+        postgres, pg_database, capture, "UPDATE later SET v = -v WHERE id < 3", "DELETE FROM later WHERE id = 5"
+    )
+    assert_target_is_source(capture, postgres, pg_database, "later")
 
     # SET LOGGED: from then on the log carries it; published by the next sync, then dumped
     postgres.execute("ALTER TABLE cache SET LOGGED", database=pg_database)
-    wait_for(lambda: "public.cache" in _published(postgres, pg_database), 30, what="cache published")
+    wait_for(lambda: "public.cache" in published_tables(postgres, pg_database), 30, what="cache published")
     added = "event=publication.table_added source=src publication=logtide_src table=public.cache"
     wait_for(lambda: added in capture.log(), 10, what="the publication.table_added line")
     assert "logtide dump --source src --table public.cache" in next(x for x in capture.log().splitlines() if added in x)
-    _dump(capture, "cache")
-    postgres.execute("UPDATE cache SET v = 0 WHERE id = 1", "DELETE FROM cache WHERE id = 2", database=pg_database)
-    wait_until_landed(postgres, pg_database, capture)
-    state, _ = reconciled_state(capture, "public", "cache")
-    assert state == table_state(postgres, pg_database, "cache")
+    dump_table(capture, "cache")
+    change_and_land(
+        postgres, pg_database, capture, "UPDATE cache SET v = 0 WHERE id = 1", "DELETE FROM cache WHERE id = 2"
+    )
+    assert_target_is_source(capture, postgres, pg_database, "cache")
     assert capture.stop() == 0
 
 
-def test_an_unlogged_table_under_a_publication_of_all_tables_is_refused(postgres, pg_database, make_pg_capture):
+def test_an_unlogged_table_under_a_publication_of_all_tables_is_refused(postgres, pg_database, start_pg_capture):
     """PostgreSQL leaves unlogged tables out of a FOR ALL TABLES publication without a word; a dump
     must not land rows whose changes will never come."""
-    postgres.execute(
+    capture = start_pg_capture(
         "CREATE UNLOGGED TABLE cache (id int PRIMARY KEY, v int)",
         "INSERT INTO cache SELECT i, i FROM generate_series(1, 5) i",
         "CREATE PUBLICATION logtide_src FOR ALL TABLES",
-        database=pg_database,
     )
-    capture = make_pg_capture().start()
-    capture.wait_running()
     try:
-        _dump(capture, "cache")
+        dump_table(capture, "cache")
     except UnusableTableError as exc:
         assert exc.table == "public.cache" and "UNLOGGED" in exc.reason and "SET LOGGED" in exc.fix
     else:
-        postgres.execute("UPDATE cache SET v = 0 WHERE id = 1", "DELETE FROM cache WHERE id = 2", database=pg_database)
-        wait_until_landed(postgres, pg_database, capture)
-        state, _ = reconciled_state(capture, "public", "cache")
-        assert state == table_state(postgres, pg_database, "cache")
+        change_and_land(
+            postgres, pg_database, capture, "UPDATE cache SET v = 0 WHERE id = 1", "DELETE FROM cache WHERE id = 2"
+        )
+        assert_target_is_source(capture, postgres, pg_database, "cache")
     assert capture.stop() == 0
 
 
-def test_a_deferrable_key_swapped_in_one_statement(postgres, pg_database, make_pg_capture):
+def test_a_deferrable_key_swapped_in_one_statement(postgres, pg_database, start_pg_capture):
     """A DEFERRABLE unique constraint lets one statement swap keys (`SET id = 3 - id`); pgoutput sends
     it as two key changes, 1 -> 2 then 2 -> 1, whose second's old key 2 is the row that was there
     before, not the one the first made: replayed in order the second deletes the first's row."""
-    postgres.execute(
+    capture = start_pg_capture(
         "CREATE TABLE ranks (id int PRIMARY KEY DEFERRABLE, v text)",
         "ALTER TABLE ranks REPLICA IDENTITY FULL",  # a deferrable key is no replica identity
         "INSERT INTO ranks VALUES (1, 'a'), (2, 'b'), (3, 'c')",
         "CREATE TABLE slots (id int NOT NULL, pos int NOT NULL, v text, UNIQUE (pos) DEFERRABLE INITIALLY DEFERRED)",
         "ALTER TABLE slots REPLICA IDENTITY FULL",
         "INSERT INTO slots VALUES (1, 1, 'a'), (2, 2, 'b'), (3, 3, 'c')",
-        database=pg_database,
     )
-    capture = make_pg_capture().start()
-    capture.wait_running()
     refused = set()
     for table in ("ranks", "slots"):
         try:
-            _dump(capture, table)
+            dump_table(capture, table)
         except UnusableTableError as exc:
             assert exc.table == f"public.{table}" and "DEFERRABLE" in exc.reason, exc
             refused.add(table)
-    postgres.execute(
+    change_and_land(
+        postgres,
+        pg_database,
+        capture,
         "UPDATE ranks SET id = 3 - id WHERE id < 3",
         "UPDATE slots SET pos = 3 - pos WHERE pos < 3",
-        database=pg_database,
     )
-    wait_until_landed(postgres, pg_database, capture)
     for table, key in (("ranks", ("id",)), ("slots", ("pos",))):
         if table not in refused:
-            state, _ = reconciled_state(capture, "public", table)
-            assert state == table_state(postgres, pg_database, table, key), table
+            assert_target_is_source(capture, postgres, pg_database, table, key)
     assert capture.stop() == 0
 
 
-def test_a_deferrable_primary_key_is_no_replica_identity(postgres, pg_database, make_pg_capture):
+def test_a_deferrable_primary_key_is_no_replica_identity(postgres, pg_database, start_pg_capture):
     """PostgreSQL does not take a DEFERRABLE primary key as replica identity: published, the table's
     UPDATEs and DELETEs fail in the application, so capture must leave it out."""
-    postgres.execute(
+    capture = start_pg_capture(
         "CREATE TABLE ranks (id int PRIMARY KEY DEFERRABLE, v int)",
         "INSERT INTO ranks VALUES (1, 1), (2, 2)",
-        database=pg_database,
     )
-    capture = make_pg_capture().start()
-    capture.wait_running()
     postgres.execute("UPDATE ranks SET v = 3", "DELETE FROM ranks WHERE id = 2", database=pg_database)
-    assert "public.ranks" not in _published(postgres, pg_database)
+    assert "public.ranks" not in published_tables(postgres, pg_database)
     line = next(x for x in capture.log().splitlines() if "publication.table_left_out" in x and "ranks" in x)
     assert 'ALTER TABLE \\"public\\".\\"ranks\\" REPLICA IDENTITY FULL' in line
     assert capture.stop() == 0
 
 
 def test_ddl_that_changes_rows_without_row_events_is_named_with_the_dump_that_repairs_it(
-    postgres, pg_database, make_pg_capture
+    postgres, pg_database, start_pg_capture
 ):
     """ADD COLUMN ... DEFAULT, RENAME COLUMN, ALTER COLUMN TYPE ... USING and RENAME TABLE change what
     every row reads without one row event: the targets keep NULL, or the old value, or the old
     name, for rows not changed since. Capture cannot know the rows: by default it stops
     (test_pg_table_ddl.py); accepted, it names the table and the dump that repairs it, and that
     dump does."""
-    postgres.execute(
+    capture = start_pg_capture(
         "CREATE TABLE items (id int PRIMARY KEY, v int, note text)",
         "INSERT INTO items SELECT i, i, 'n' || i FROM generate_series(1, 6) i",
         "CREATE TABLE plain (id int PRIMARY KEY, v int)",
         "INSERT INTO plain SELECT i, i FROM generate_series(1, 3) i",
         "CREATE TABLE old_name (id int PRIMARY KEY, v int)",
         "INSERT INTO old_name SELECT i, i FROM generate_series(1, 3) i",
-        database=pg_database,
+        column_rewrites="accept",
+        table_renames="accept",
     )
-    capture = make_pg_capture(column_rewrites="accept", table_renames="accept").start()
-    capture.wait_running()
     for table in ("items", "plain", "old_name"):
-        _dump(capture, table)
-    postgres.execute(  # a change first, so that capture knows each table before the DDL
+        dump_table(capture, table)
+    # a change first, so that capture knows each table before the DDL
+    change_and_land(
+        postgres,
+        pg_database,
+        capture,
         "UPDATE items SET v = 0 WHERE id = 6",
         "UPDATE plain SET v = 0 WHERE id = 3",
         "UPDATE old_name SET v = 0 WHERE id = 3",
-        database=pg_database,
     )
-    wait_until_landed(postgres, pg_database, capture)
-    postgres.execute(
+    change_and_land(
+        postgres,
+        pg_database,
+        capture,
         "ALTER TABLE items ADD COLUMN flag int NOT NULL DEFAULT 7",
         "ALTER TABLE items RENAME COLUMN note TO label",
         "ALTER TABLE items ALTER COLUMN v TYPE bigint USING v * 10",
@@ -245,9 +227,7 @@ def test_ddl_that_changes_rows_without_row_events_is_named_with_the_dump_that_re
         "UPDATE plain SET v = -1 WHERE id = 1",
         "ALTER TABLE old_name RENAME TO new_name",
         "UPDATE new_name SET v = -1 WHERE id = 1",
-        database=pg_database,
     )
-    wait_until_landed(postgres, pg_database, capture)
     lines = [x for x in capture.log().splitlines() if "capture.column_rewrite_accepted" in x]
     assert len(lines) == 1, lines
     items = lines[0]
@@ -259,30 +239,27 @@ def test_ddl_that_changes_rows_without_row_events_is_named_with_the_dump_that_re
     assert not any("table=public.plain" in x for x in lines)
     # the dump it names brings the targets back to the source; the old name's target is emptied
     for table in ("items", "new_name"):
-        _dump(capture, table)
+        dump_table(capture, table)
     wait_until_landed(postgres, pg_database, capture)
     for table in ("items", "new_name", "plain"):
-        state, _ = reconciled_state(capture, "public", table)
-        source = table_state(postgres, pg_database, table)
         # a target holds every column, NULL where no event or chunk carried one; dropped ones stay
-        assert {k: {c: row.get(c) for c in source[k]} for k, row in state.items()} == source, table
+        assert_target_holds_source(capture, postgres, pg_database, table)
     assert reconciled_state(capture, "public", "old_name")[0] == {}
     assert capture.stop() == 0
 
 
-def test_prepared_subtransaction_heavy_and_savepoint_transactions_across_a_dump(postgres, pg_database, make_pg_capture):
+def test_prepared_subtransaction_heavy_and_savepoint_transactions_across_a_dump(
+    postgres, pg_database, start_pg_capture
+):
     """Transactions open across chunks' snapshots in the shapes that could fool the visibility rule
     (capture/sources/postgres/read_view.py) or the log's order: two-phase commits prepared before the
     dump and committed between a chunk's LOW and its SELECT or between its SELECT and HIGH; a
     transaction of 80 subtransactions (past the 64 a snapshot holds: suboverflow) with key changes,
     committed mid-dump; savepoints rolled back over key changes; DELETE then INSERT of one key."""
-    postgres.execute(
+    capture = start_pg_capture(
         "CREATE TABLE ledger (id int PRIMARY KEY, v int)",
         "INSERT INTO ledger SELECT i, i FROM generate_series(1, 200) i",
-        database=pg_database,
     )
-    capture = make_pg_capture().start()
-    capture.wait_running()
     postgres.execute(
         "BEGIN; UPDATE ledger SET v = -1 WHERE id IN (5, 50, 185); DELETE FROM ledger WHERE id = 60;"
         " UPDATE ledger SET id = 1060 WHERE id = 70; PREPARE TRANSACTION 'p1'",
@@ -327,18 +304,15 @@ def test_prepared_subtransaction_heavy_and_savepoint_transactions_across_a_dump(
     assert capture.stop() == 0
 
 
-def test_an_array_of_a_type_with_another_delimiter_lands_its_elements(postgres, pg_database, make_pg_capture):
+def test_an_array_of_a_type_with_another_delimiter_lands_its_elements(postgres, pg_database, start_pg_capture):
     """box separates array elements with ';' (pg_type.typdelim): '{(1,1),(0,0);(2,2),(1,1)}' holds two
     boxes, whose own commas are no delimiters. Split at ',' it landed as three strings on both paths
     (so log and dump agreed with each other, not with the source)."""
-    postgres.execute(
+    capture = start_pg_capture(
         "CREATE TABLE shapes (id int PRIMARY KEY, boxes box[], points point[])",
         "INSERT INTO shapes VALUES (1, '{(1,1),(0,0);(2,2),(1,1)}', '{\"(1,2)\",\"(3,4)\"}')",
-        database=pg_database,
     )
-    capture = make_pg_capture().start()
-    capture.wait_running()
-    _dump(capture, "shapes")
+    dump_table(capture, "shapes")
     postgres.execute(
         "INSERT INTO shapes VALUES (2, ARRAY[box '(5,5),(4,4)', NULL, box '(1,2),(0,1)'], '{}')", database=pg_database
     )
@@ -359,16 +333,13 @@ def test_an_array_of_a_type_with_another_delimiter_lands_its_elements(postgres, 
     assert capture.stop() == 0
 
 
-def test_a_table_renamed_between_chunks_stops_its_dump_with_its_name(postgres, pg_database, make_pg_capture):
+def test_a_table_renamed_between_chunks_stops_its_dump_with_its_name(postgres, pg_database, start_pg_capture):
     """RENAME TABLE while a dump is between chunks: the next chunk would read nothing under the old
     name; the dump must stop and say so, not finish with the rows read so far as if complete."""
-    postgres.execute(
+    capture = start_pg_capture(
         "CREATE TABLE ledger (id int PRIMARY KEY, v int)",
         "INSERT INTO ledger SELECT i, i FROM generate_series(1, 100) i",
-        database=pg_database,
     )
-    capture = make_pg_capture().start()
-    capture.wait_running()
     source = open_chunk_source("src", capture.config.source("src"))
     alter = AlterAt(source, lambda sql: postgres.execute(sql, database=pg_database))
     alter.at(2, "HIGH", "ALTER TABLE ledger RENAME TO ledger_v2")
@@ -382,25 +353,20 @@ def test_a_table_renamed_between_chunks_stops_its_dump_with_its_name(postgres, p
     assert capture.stop() == 0
 
 
-def test_an_unlogged_partition_of_a_published_partitioned_table_is_refused(postgres, pg_database, make_pg_capture):
-    postgres.execute(
+def test_an_unlogged_partition_of_a_published_partitioned_table_is_refused(postgres, pg_database, start_pg_capture):
+    capture = start_pg_capture(
         "CREATE TABLE m (id int PRIMARY KEY, v int) PARTITION BY RANGE (id)",
         "CREATE TABLE m1 PARTITION OF m FOR VALUES FROM (0) TO (100)",
         "CREATE UNLOGGED TABLE m2 PARTITION OF m FOR VALUES FROM (100) TO (200)",
         "INSERT INTO m SELECT i, i FROM generate_series(90, 110) i",
-        database=pg_database,
     )
-    capture = make_pg_capture().start()
-    capture.wait_running()
-    _dump(capture, "m1")
+    dump_table(capture, "m1")
     try:
-        _dump(capture, "m2")
+        dump_table(capture, "m2")
     except UnusableTableError as exc:
         assert exc.table == "public.m2" and "UNLOGGED" in exc.reason and "SET LOGGED" in exc.fix
     else:
-        postgres.execute("UPDATE m SET v = 0 WHERE id IN (95, 105)", database=pg_database)
-        wait_until_landed(postgres, pg_database, capture)
+        change_and_land(postgres, pg_database, capture, "UPDATE m SET v = 0 WHERE id IN (95, 105)")
         for table in ("m1", "m2"):
-            state, _ = reconciled_state(capture, "public", table)
-            assert state == table_state(postgres, pg_database, table), table
+            assert_target_is_source(capture, postgres, pg_database, table)
     assert capture.stop() == 0

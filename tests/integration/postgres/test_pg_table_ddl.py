@@ -17,31 +17,18 @@ from __future__ import annotations
 import pytest
 
 from capture.config import load_config
-from capture.dump.control import DumpSettings
-from capture.dump.engine import DumpRequest
 from capture.status import render, source_status
-from tests.integration.dumping import open_engine
-from tests.integration.postgres.dumping import reconciled_state, table_state, wait_until_landed
+from tests.integration.postgres.dumping import (
+    assert_target_holds_source,
+    change_and_land,
+    dump_table,
+    published_tables,
+    reconciled_state,
+    wait_until_landed,
+)
 from tests.servers import wait_for
 
 pytestmark = pytest.mark.integration
-
-
-def _dump(capture, table: str) -> dict:
-    engine, source = open_engine(capture)
-    try:
-        return engine.run(DumpRequest(tables=[f"public.{table}"], settings=DumpSettings(chunk_size=2)))
-    finally:
-        source.close()
-
-
-def _published(postgres, database: str, table: str) -> bool:
-    rows = postgres.query(
-        "SELECT 1 FROM pg_publication_tables WHERE pubname = 'logtide_src' AND tablename = %s",
-        (table,),
-        database=database,
-    )
-    return bool(rows)
 
 
 def _set(capture, setting: str) -> None:
@@ -49,23 +36,13 @@ def _set(capture, setting: str) -> None:
     capture.config_path.write_text(text)
 
 
-def _same(capture, postgres, database: str, table: str) -> None:
-    state, _ = reconciled_state(capture, "public", table)
-    source = table_state(postgres, database, table)
-    assert {k: {c: row.get(c) for c in source[k]} for k, row in state.items()} == source, table
-
-
-def test_ddl_made_while_capture_was_stopped_stops_it_again_and_again(postgres, pg_database, make_pg_capture):
-    postgres.execute(
+def test_ddl_made_while_capture_was_stopped_stops_it_again_and_again(postgres, pg_database, start_pg_capture):
+    capture = start_pg_capture(
         "CREATE TABLE items (id int PRIMARY KEY, v int)",
         "INSERT INTO items SELECT i, i FROM generate_series(1, 4) i",
-        database=pg_database,
     )
-    capture = make_pg_capture().start()
-    capture.wait_running()
-    _dump(capture, "items")
-    postgres.execute("UPDATE items SET v = 0 WHERE id = 4", database=pg_database)
-    wait_until_landed(postgres, pg_database, capture)
+    dump_table(capture, "items")
+    change_and_land(postgres, pg_database, capture, "UPDATE items SET v = 0 WHERE id = 4")
     assert capture.stop() == 0
     landed = len(capture.events("public", "items"))
     postgres.execute(  # while capture is stopped
@@ -88,31 +65,28 @@ def test_ddl_made_while_capture_was_stopped_stops_it_again_and_again(postgres, p
     assert "capture.column_rewrite_accepted" in capture.log()
     report = source_status(load_config(capture.config_path), "src")
     assert report["column_rewrites"] == "accept" and "column rewrites accepted" in render([report])
-    _dump(capture, "items")  # the dump it names repairs the target
+    dump_table(capture, "items")  # the dump it names repairs the target
     wait_until_landed(postgres, pg_database, capture)
-    _same(capture, postgres, pg_database, "items")
+    assert_target_holds_source(capture, postgres, pg_database, "items")
     assert capture.stop() == 0
 
 
-def test_a_column_renamed_while_capture_runs_stops_it(postgres, pg_database, make_pg_capture):
-    postgres.execute(
+def test_a_column_renamed_while_capture_runs_stops_it(postgres, pg_database, start_pg_capture):
+    capture = start_pg_capture(
         "CREATE TABLE items (id int PRIMARY KEY, note text)",
         "INSERT INTO items SELECT i, 'n' || i FROM generate_series(1, 3) i",
         "CREATE TABLE plain (id int PRIMARY KEY, v int)",
-        database=pg_database,
     )
-    capture = make_pg_capture().start()
-    capture.wait_running()
-    postgres.execute(
-        "UPDATE items SET note = 'x' WHERE id = 3", "INSERT INTO plain VALUES (1, 1)", database=pg_database
+    change_and_land(
+        postgres, pg_database, capture, "UPDATE items SET note = 'x' WHERE id = 3", "INSERT INTO plain VALUES (1, 1)"
     )
-    wait_until_landed(postgres, pg_database, capture)
-    postgres.execute(
+    change_and_land(
+        postgres,
+        pg_database,
+        capture,
         "ALTER TABLE plain ADD COLUMN extra int",  # NULL in every row, as in the target: passes
         "INSERT INTO plain VALUES (2, 2, 2)",
-        database=pg_database,
     )
-    wait_until_landed(postgres, pg_database, capture)
     postgres.execute(
         "ALTER TABLE items RENAME COLUMN note TO label",
         "UPDATE items SET label = 'y' WHERE id = 1",
@@ -123,53 +97,45 @@ def test_a_column_renamed_while_capture_runs_stops_it(postgres, pg_database, mak
     log = capture.log()
     assert "ColumnRewriteError" in log and "public.items" in log and "label" in log and "note" in log
     assert not any(e["after"] and e["after"].get("label") == "y" for e in capture.events("public", "items"))
-    _same(capture, postgres, pg_database, "plain")
+    assert_target_holds_source(capture, postgres, pg_database, "plain")
 
 
-def test_a_table_dropped_and_created_again_is_emptied_in_the_target(postgres, pg_database, make_pg_capture):
+def test_a_table_dropped_and_created_again_is_emptied_in_the_target(postgres, pg_database, start_pg_capture):
     """On main the target kept rows 1 to 3 of the dropped table next to the new table's rows."""
-    postgres.execute(
+    capture = start_pg_capture(
         "CREATE TABLE t (id int PRIMARY KEY, v int)",
         "INSERT INTO t SELECT i, i FROM generate_series(1, 3) i",
-        database=pg_database,
     )
-    capture = make_pg_capture().start()
-    capture.wait_running()
-    _dump(capture, "t")
-    postgres.execute("UPDATE t SET v = 0 WHERE id = 3", database=pg_database)
-    wait_until_landed(postgres, pg_database, capture)
+    dump_table(capture, "t")
+    change_and_land(postgres, pg_database, capture, "UPDATE t SET v = 0 WHERE id = 3")
     postgres.execute("DROP TABLE t", "CREATE TABLE t (id int PRIMARY KEY, v int)", database=pg_database)
-    wait_for(lambda: _published(postgres, pg_database, "t"), 30, what="the new t published")
-    postgres.execute("INSERT INTO t VALUES (10, 10), (11, 11)", database=pg_database)
-    wait_until_landed(postgres, pg_database, capture)
-    _same(capture, postgres, pg_database, "t")
+    wait_for(lambda: "public.t" in published_tables(postgres, pg_database), 30, what="the new t published")
+    change_and_land(postgres, pg_database, capture, "INSERT INTO t VALUES (10, 10), (11, 11)")
+    assert_target_holds_source(capture, postgres, pg_database, "t")
     history = [r for r in capture.zone.read_schema_history().to_pylist() if r["kind"] == "truncate"]
     assert [(r["schema"], r["table"]) for r in history] == [("public", "t")]
     # started again: the new relation is known, nothing is emptied twice
     assert capture.stop() == 0
     capture.start()
     capture.wait_running()
-    postgres.execute("INSERT INTO t VALUES (12, 12)", database=pg_database)
-    wait_until_landed(postgres, pg_database, capture)
-    _same(capture, postgres, pg_database, "t")
+    change_and_land(postgres, pg_database, capture, "INSERT INTO t VALUES (12, 12)")
+    assert_target_holds_source(capture, postgres, pg_database, "t")
     assert "capture.table_replaced" in capture.log()
     assert capture.stop() == 0
 
 
-def test_a_captured_table_renamed_onto_another_captured_name_stops_capture(postgres, pg_database, make_pg_capture):
-    postgres.execute(
+def test_a_captured_table_renamed_onto_another_captured_name_stops_capture(postgres, pg_database, start_pg_capture):
+    capture = start_pg_capture(
         "CREATE TABLE a (id int PRIMARY KEY, v int)",
         "INSERT INTO a SELECT i, i FROM generate_series(1, 3) i",
         "CREATE TABLE b (id int PRIMARY KEY, v int)",
         "INSERT INTO b SELECT i, i FROM generate_series(101, 102) i",
-        database=pg_database,
     )
-    capture = make_pg_capture().start()
-    capture.wait_running()
     for table in ("a", "b"):
-        _dump(capture, table)
-    postgres.execute("UPDATE a SET v = 0 WHERE id = 3", "UPDATE b SET v = 0 WHERE id = 102", database=pg_database)
-    wait_until_landed(postgres, pg_database, capture)
+        dump_table(capture, table)
+    change_and_land(
+        postgres, pg_database, capture, "UPDATE a SET v = 0 WHERE id = 3", "UPDATE b SET v = 0 WHERE id = 102"
+    )
     postgres.execute(
         "DROP TABLE b", "ALTER TABLE a RENAME TO b", "UPDATE b SET v = -1 WHERE id = 1", database=pg_database
     )
@@ -184,9 +150,9 @@ def test_a_captured_table_renamed_onto_another_captured_name_stops_capture(postg
     capture.wait_running()
     wait_until_landed(postgres, pg_database, capture)
     assert "capture.table_rename_accepted" in capture.log()
-    _dump(capture, "b")
+    dump_table(capture, "b")
     wait_until_landed(postgres, pg_database, capture)
-    _same(capture, postgres, pg_database, "b")
+    assert_target_holds_source(capture, postgres, pg_database, "b")
     state, _ = reconciled_state(capture, "public", "a")  # the name is gone: its target is emptied
     assert state == {}
     assert capture.stop() == 0
