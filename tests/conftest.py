@@ -206,6 +206,22 @@ def make_capture(mariadb: MariaDB, tmp_path: Path) -> Iterator:
 
 
 @pytest.fixture
+def start_capture(mariadb: MariaDB, database: str, make_capture) -> Callable[..., CaptureProcess]:
+    """Return a function that runs its setup statements in the test's database, then starts
+    capture of `include` (default: all of the database; keyword arguments as for make_capture)
+    and waits until it streams: the first steps of most capture tests (as start_pg_capture)."""
+
+    def start(*setup: str, include: list[str] | None = None, **options: Any) -> CaptureProcess:
+        if setup:
+            mariadb.execute(*setup, database=database)
+        capture = make_capture(include or [f"{database}.*"], **options).start()
+        capture.wait_running()
+        return capture
+
+    return start
+
+
+@pytest.fixture
 def make_relay(tmp_path: Path) -> Iterator:
     """`logtide relay` for a config (tests/integration/outputs.py RelayProcess); killed afterwards if still running."""
     from tests.integration.outputs import RelayProcess

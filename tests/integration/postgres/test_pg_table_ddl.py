@@ -92,8 +92,7 @@ def test_a_column_renamed_while_capture_runs_stops_it(postgres, pg_database, sta
         "UPDATE items SET label = 'y' WHERE id = 1",
         database=pg_database,
     )
-    wait_for(lambda: capture.process.poll() is not None, 30, what="capture to stop")
-    assert capture.process.returncode == 2
+    assert capture.wait_exit() == 2
     log = capture.log()
     assert "ColumnRewriteError" in log and "public.items" in log and "label" in log and "note" in log
     assert not any(e["after"] and e["after"].get("label") == "y" for e in capture.events("public", "items"))
@@ -139,8 +138,7 @@ def test_a_captured_table_renamed_onto_another_captured_name_stops_capture(postg
     postgres.execute(
         "DROP TABLE b", "ALTER TABLE a RENAME TO b", "UPDATE b SET v = -1 WHERE id = 1", database=pg_database
     )
-    wait_for(lambda: capture.process.poll() is not None, 30, what="capture to stop")
-    assert capture.process.returncode == 2
+    assert capture.wait_exit() == 2
     log = capture.log()
     assert "TableRenameError" in log and "public.a" in log and "public.b" in log and "table_renames: accept" in log
     assert capture.run_to_exit() == 2  # started again: the same
