@@ -88,6 +88,13 @@ class CaptureProcess:
         self.config = load_config(config_path)
         self.zone = LandingZone(self.config.landing.path, source)
 
+    def set_source(self, **settings: Any) -> None:
+        """Change the source's settings in the config file, as an operator edits it before a restart."""
+        raw = yaml.safe_load(self.config_path.read_text())
+        raw["sources"][self.source].update(settings)
+        self.config_path.write_text(yaml.safe_dump(raw))
+        self.config = load_config(self.config_path)
+
     def start(self, *extra: str, env: dict[str, str] | None = None) -> CaptureProcess:
         log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child
         self.process = subprocess.Popen(

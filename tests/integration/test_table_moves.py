@@ -117,8 +117,7 @@ def test_a_rename_into_a_captured_name_stops_capture(mariadb, database, start_ca
     assert [e["_op"] for e in capture.events(database, "a")] == ["c"]  # nothing of the rename or after it
     assert capture.run_to_exit() == 2  # refused again at the same place
 
-    text = capture.config_path.read_text().replace("include:", "table_renames: accept\n    include:")
-    capture.config_path.write_text(text)
+    capture.set_source(table_renames="accept")
     capture.start()
     capture.wait_events(database, "a", 2)
     assert "capture.table_rename_accepted" in capture.log()
