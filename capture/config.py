@@ -20,6 +20,10 @@ from capture.errors import ConfigError
 CONFIG_ENV = "LOGTIDE_CONFIG"
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
+# A change the log cannot carry: refuse (stop with its named error) or accept (warn and go on);
+# capture/sources/policy.py applies it
+Policy = Literal["refuse", "accept"]
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -77,26 +81,26 @@ class SourceConfig(_Strict):
         "each chunk is read in a consistent snapshot placed by the log position (mariadb) or by its snapshot "
         "and WAL positions (postgresql, primary only)",
     )
-    foreign_key_cascades: Literal["refuse", "accept"] = Field(
+    foreign_key_cascades: Policy = Field(
         "refuse",
         description="mariadb/mysql: InnoDB writes no binlog rows for the child rows a cascading foreign key "
         "(ON DELETE/UPDATE CASCADE, SET NULL) changes. refuse: capture does not start (and stops at DDL adding "
         "one) while a captured table is such a child; accept: it warns, and those tables diverge until dumped",
     )
-    partition_changes: Literal["refuse", "accept"] = Field(
+    partition_changes: Policy = Field(
         "refuse",
         description="mariadb/mysql: ALTER TABLE ... DROP, TRUNCATE, EXCHANGE or CONVERT PARTITION remove or move "
         "rows without binlog row events. refuse: capture stops at such a statement on a captured table (nothing "
         "of it lands); accept: it warns and goes on, and those tables diverge until dumped",
     )
-    table_renames: Literal["refuse", "accept"] = Field(
+    table_renames: Policy = Field(
         "refuse",
         description="RENAME TABLE (and ALTER TABLE ... RENAME) bring another table's rows under a name without "
         "row events in the log. refuse: capture stops at a rename into a captured name (nothing of it lands; "
         "postgresql: seen at the renamed table's next change, when capture knew it under its old name); accept: "
         "it warns, empties that table at the rename and goes on, and it misses those rows until dumped",
     )
-    column_rewrites: Literal["refuse", "accept"] = Field(
+    column_rewrites: Policy = Field(
         "refuse",
         description="ALTER TABLE ... ADD COLUMN with a DEFAULT (or NOT NULL, generated), RENAME COLUMN, CHANGE a "
         "b (postgresql: also ALTER COLUMN TYPE) give every existing row a new value without row events in the log. "

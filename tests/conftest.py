@@ -88,6 +88,13 @@ class CaptureProcess:
         self.config = load_config(config_path)
         self.zone = LandingZone(self.config.landing.path, source)
 
+    def set_source(self, **settings: Any) -> None:
+        """Change the source's settings in the config file, as an operator edits it before a restart."""
+        raw = yaml.safe_load(self.config_path.read_text())
+        raw["sources"][self.source].update(settings)
+        self.config_path.write_text(yaml.safe_dump(raw))
+        self.config = load_config(self.config_path)
+
     def start(self, *extra: str, env: dict[str, str] | None = None) -> CaptureProcess:
         log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child
         self.process = subprocess.Popen(
@@ -203,6 +210,22 @@ def make_capture(mariadb: MariaDB, tmp_path: Path) -> Iterator:
             "server_id": next(_server_ids),
         },
     )
+
+
+@pytest.fixture
+def start_capture(mariadb: MariaDB, database: str, make_capture) -> Callable[..., CaptureProcess]:
+    """Return a function that runs its setup statements in the test's database, then starts
+    capture of `include` (default: all of the database; keyword arguments as for make_capture)
+    and waits until it streams: the first steps of most capture tests (as start_pg_capture)."""
+
+    def start(*setup: str, include: list[str] | None = None, **options: Any) -> CaptureProcess:
+        if setup:
+            mariadb.execute(*setup, database=database)
+        capture = make_capture(include or [f"{database}.*"], **options).start()
+        capture.wait_running()
+        return capture
+
+    return start
 
 
 @pytest.fixture

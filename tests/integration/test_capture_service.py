@@ -127,10 +127,8 @@ def test_ddl_goes_to_schema_history_and_new_columns_are_carried(mariadb, databas
     assert versions[1]["key"] == ["id"]
 
 
-def test_sigterm_stops_cleanly_and_restart_resumes_exactly(mariadb, database, make_capture):
-    mariadb.execute("CREATE TABLE t (id INT PRIMARY KEY)", database=database)
-    capture = make_capture([f"{database}.*"]).start()
-    capture.wait_running()
+def test_sigterm_stops_cleanly_and_restart_resumes_exactly(mariadb, database, start_capture):
+    capture = start_capture("CREATE TABLE t (id INT PRIMARY KEY)")
     mariadb.execute("INSERT INTO t SELECT seq FROM seq_1_to_100", database=database)
     capture.wait_events(database, "t", 100)
     assert capture.stop(signal.SIGTERM) == 0
@@ -142,18 +140,15 @@ def test_sigterm_stops_cleanly_and_restart_resumes_exactly(mariadb, database, ma
     assert capture.stop(signal.SIGINT) == 0
 
 
-def test_second_instance_for_the_same_source_is_refused(mariadb, database, make_capture):
-    first = make_capture([f"{database}.*"]).start()
-    first.wait_running()
+def test_second_instance_for_the_same_source_is_refused(database, make_capture, start_capture):
+    start_capture()  # the first instance, left running
     second = make_capture([f"{database}.*"])
     assert second.run_to_exit() == 2
     assert "another capture instance" in second.log()
 
 
-def test_survives_a_database_restart(mariadb, database, make_capture):
-    mariadb.execute("CREATE TABLE t (id INT PRIMARY KEY)", database=database)
-    capture = make_capture([f"{database}.*"]).start()
-    capture.wait_running()
+def test_survives_a_database_restart(mariadb, database, start_capture):
+    capture = start_capture("CREATE TABLE t (id INT PRIMARY KEY)")
     mariadb.execute("INSERT INTO t SELECT seq FROM seq_1_to_50", database=database)
     capture.wait_events(database, "t", 50)
     assert _get(capture, "/health")[0] == 200
@@ -172,10 +167,8 @@ def test_survives_a_database_restart(mariadb, database, make_capture):
     assert health["state"] == "running" and "error" not in health
 
 
-def test_purged_checkpoint_stops_with_instructions_and_reset_recovers(mariadb, database, make_capture):
-    mariadb.execute("CREATE TABLE t (id INT PRIMARY KEY)", database=database)
-    capture = make_capture([f"{database}.*"]).start()
-    capture.wait_running()
+def test_purged_checkpoint_stops_with_instructions_and_reset_recovers(mariadb, database, start_capture):
+    capture = start_capture("CREATE TABLE t (id INT PRIMARY KEY)")
     assert capture.stop() == 0
     before = capture.zone.checkpoint()
     mariadb.execute("INSERT INTO t VALUES (1)", database=database)

@@ -6,32 +6,20 @@ from __future__ import annotations
 
 import pytest
 
-from capture.dump.reconcile import apply, reconcile_table
+from tests.integration.dumping import landed_rows, table_rows
 from tests.servers import wait_for
 
 pytestmark = pytest.mark.integration
 
 
-def _select(mariadb, database: str) -> list[tuple]:
-    with mariadb.connect(database) as conn, conn.cursor() as cursor:
-        cursor.execute("SELECT * FROM mem ORDER BY id")
-        return [tuple(row) for row in cursor.fetchall()]
-
-
-def _landed(capture, database: str) -> list[tuple]:
-    return sorted(tuple(row.values()) for row in apply(reconcile_table(capture.zone, database, "mem")[0]).values())
-
-
-def test_a_memory_table_emptied_by_a_restart_lands_empty(mariadb, database, make_capture):
-    mariadb.execute("CREATE TABLE mem (id INT PRIMARY KEY, v INT) ENGINE=MEMORY", database=database)
-    capture = make_capture([f"{database}.*"]).start()
-    capture.wait_running()
+def test_a_memory_table_emptied_by_a_restart_lands_empty(mariadb, database, start_capture):
+    capture = start_capture("CREATE TABLE mem (id INT PRIMARY KEY, v INT) ENGINE=MEMORY")
     mariadb.execute("INSERT INTO mem VALUES (1, 1), (2, 2)", database=database)
     capture.wait_events(database, "mem", 2)
     mariadb.stop()
     mariadb.start()
-    assert _select(mariadb, database) == []  # the first open logs the emptying
+    assert table_rows(mariadb, database, "mem") == []  # the first open logs the emptying
     mariadb.execute("INSERT INTO mem VALUES (3, 3)", database=database)
-    wait_for(lambda: _landed(capture, database) == [(3, 3)], 60, what="the landed rows to equal the table")
+    wait_for(lambda: landed_rows(capture, database, "mem") == [(3, 3)], 60, what="the landed rows to equal the table")
     assert capture.process is not None and capture.process.poll() is None
     assert capture.stop() == 0

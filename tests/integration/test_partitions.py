@@ -74,8 +74,7 @@ def test_drop_partition_stops_capture_before_it_lands(mariadb, database, make_ca
     assert len(capture.events(database, "t")) == 2
 
     # accepted: a warning, the statement lands as DDL history, capture goes on; a dump repairs the target
-    text = capture.config_path.read_text().replace("include:", "partition_changes: accept\n    include:")
-    capture.config_path.write_text(text)
+    capture.set_source(partition_changes="accept")
     capture.start()
     capture.wait_events(database, "t", 3)  # the insert after the DROP PARTITION
     log = capture.log()

@@ -41,10 +41,8 @@ def _insert_each_in_its_own_transaction(mariadb, database: str, first: int, coun
             cur.execute("INSERT INTO t (id, v) VALUES (%s, %s)", (n, n))
 
 
-def test_lag_grows_while_capture_is_stopped_and_returns_to_zero(mariadb, database, make_capture):
-    mariadb.execute("CREATE TABLE t (id INT PRIMARY KEY, v INT)", database=database)
-    capture = make_capture([f"{database}.*"]).start()
-    capture.wait_running()
+def test_lag_grows_while_capture_is_stopped_and_returns_to_zero(mariadb, database, start_capture):
+    capture = start_capture("CREATE TABLE t (id INT PRIMARY KEY, v INT)")
     _insert_each_in_its_own_transaction(mariadb, database, 1, 5)
     wait_until_landed(mariadb, capture)
     caught_up = _status(capture.config_path)
@@ -95,14 +93,11 @@ def test_status_without_the_database_still_shows_the_landing_zone(mariadb, datab
     assert "source src (mariadb, readonly watermarks)" in text.stdout
 
 
-def test_dump_progress_while_running_paused_killed_and_finished(mariadb, database, make_capture):
-    mariadb.execute(
+def test_dump_progress_while_running_paused_killed_and_finished(mariadb, database, start_capture):
+    capture = start_capture(
         "CREATE TABLE t (id INT PRIMARY KEY, v INT)",
         "INSERT INTO t SELECT seq, seq FROM seq_1_to_400",
-        database=database,
     )
-    capture = make_capture([f"{database}.*"]).start()
-    capture.wait_running()
     table = f"{database}.t"
     cmd = [
         *(sys.executable, "-m", "capture.cli", "--config", str(capture.config_path), "dump", "--source", "src"),
@@ -177,18 +172,15 @@ def test_postgres_lag_is_the_slots_unconfirmed_wal(postgres, request):
 
 @pytest.mark.spark
 @pytest.mark.parametrize("kind", ["hadoop", "jdbc"])
-def test_applied_frontier_is_read_from_iceberg_metadata(mariadb, database, make_capture, request, kind):
+def test_applied_frontier_is_read_from_iceberg_metadata(mariadb, database, start_capture, request, kind):
     session, with_merge = request.getfixturevalue("spark"), request.getfixturevalue("merge_config")
     from capture.merge.app import run_merge
     from capture.merge.table import applied_frontier
 
-    mariadb.execute(
+    capture = start_capture(
         "CREATE TABLE kv (k INT PRIMARY KEY, v INT)",
         "INSERT INTO kv SELECT seq, seq FROM seq_1_to_30",
-        database=database,
     )
-    capture = make_capture([f"{database}.*"]).start()
-    capture.wait_running()
     config = with_merge(capture.config, kind)
     run_dump(capture, f"{database}.kv", 8, config=config.source("src"))
     wait_until_landed(mariadb, capture)

@@ -17,36 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from capture.dump.reconcile import apply, reconcile_table
 from capture.sources.mysql.table_moves import table_moves
+from tests.integration.dumping import landed_rows, table_rows
 from tests.servers import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
-pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(autouse=True)
-def _drop_afterwards(mariadb, database):
-    yield
-    mariadb.execute(f"DROP DATABASE IF EXISTS `{database}`")
-
-
-def _select(mariadb, database: str, table: str) -> list[tuple]:
-    with mariadb.connect(database) as conn, conn.cursor() as cursor:
-        cursor.execute(f"SELECT * FROM {table} ORDER BY id")
-        return [tuple(row) for row in cursor.fetchall()]
-
-
-def _landed(capture, schema: str, table: str) -> list[tuple]:
-    state = apply(reconcile_table(capture.zone, schema, table)[0])
-    return sorted(tuple(row.values()) for row in state.values())
-
-
-def _stopped(capture) -> int:
-    assert capture.process is not None
-    wait_for(lambda: capture.process.poll() is not None, 30, what="capture to stop")
-    return capture.process.returncode
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("drop_database_afterwards")]
 
 
 def test_statements_parsed():
@@ -81,18 +58,16 @@ def test_statements_parsed():
     assert table_moves("CREATE OR REPLACE TEMPORARY TABLE t (id INT)", "d") is None
 
 
-def test_a_table_dropped_or_renamed_away_and_created_again_lands_only_its_new_rows(mariadb, database, make_capture):
+def test_a_table_dropped_or_renamed_away_and_created_again_lands_only_its_new_rows(mariadb, database, start_capture):
     """On main the landed `t` kept (1, 1) and (2, 2), dropped with the old table; `r` kept them
     after it was renamed away (to a name capture leaves out) and created again, and `c` after
     `CREATE OR REPLACE TABLE`."""
-    mariadb.execute(
+    capture = start_capture(
         "CREATE TABLE t (id INT PRIMARY KEY, v INT)",
         "CREATE TABLE r (id INT PRIMARY KEY, v INT)",
         "CREATE TABLE c (id INT PRIMARY KEY, v INT)",
-        database=database,
+        include=[f"{database}.t", f"{database}.r", f"{database}.c"],
     )
-    capture = make_capture([f"{database}.t", f"{database}.r", f"{database}.c"]).start()
-    capture.wait_running()
     for table in ("t", "r", "c"):
         mariadb.execute(f"INSERT INTO {table} VALUES (1, 1), (2, 2)", database=database)
         capture.wait_events(database, table, 2)
@@ -115,28 +90,26 @@ def test_a_table_dropped_or_renamed_away_and_created_again_lands_only_its_new_ro
         cursor.execute("SET SESSION binlog_format = 'ROW'")
         cursor.execute("INSERT INTO c VALUES (6, 6)")
     for table, row in (("t", 9), ("r", 8), ("c", 6)):
-        wait_for(lambda table=table, row=row: (row, row) in _landed(capture, database, table), 30, what=table)
+        wait_for(lambda table=table, row=row: (row, row) in landed_rows(capture, database, table), 30, what=table)
     assert capture.process is not None and capture.process.poll() is None
     assert capture.stop() == 0
     for table in ("t", "r", "c"):
-        assert _landed(capture, database, table) == _select(mariadb, database, table), table
+        assert landed_rows(capture, database, table) == table_rows(mariadb, database, table), table
 
 
-def test_a_rename_into_a_captured_name_stops_capture(mariadb, database, make_capture):
+def test_a_rename_into_a_captured_name_stops_capture(mariadb, database, start_capture):
     """RENAME TABLE a TO tmp, b TO a, tmp TO b (a swap): a's rows are now b's, which the log never
     carried under a's name. On main the landed `a` went on holding a's old rows."""
-    mariadb.execute(
+    capture = start_capture(
         "CREATE TABLE a (id INT PRIMARY KEY, v INT)",
         "CREATE TABLE b (id INT PRIMARY KEY, v INT)",
-        database=database,
+        include=[f"{database}.a"],
     )
-    capture = make_capture([f"{database}.a"]).start()
-    capture.wait_running()
     mariadb.execute("INSERT INTO a VALUES (1, 1)", "INSERT INTO b VALUES (2, 2)", database=database)
     capture.wait_events(database, "a", 1)
     mariadb.execute("RENAME TABLE a TO tmp, b TO a, tmp TO b", "INSERT INTO a VALUES (3, 3)", database=database)
-    assert _select(mariadb, database, "a") == [(2, 2), (3, 3)]
-    assert _stopped(capture) == 2
+    assert table_rows(mariadb, database, "a") == [(2, 2), (3, 3)]
+    assert capture.wait_exit() == 2
     log = capture.log()
     assert "TableRenameError" in log and f"{database}.a" in log
     for way_out in ("table_renames: accept", "dump"):
@@ -144,8 +117,7 @@ def test_a_rename_into_a_captured_name_stops_capture(mariadb, database, make_cap
     assert [e["_op"] for e in capture.events(database, "a")] == ["c"]  # nothing of the rename or after it
     assert capture.run_to_exit() == 2  # refused again at the same place
 
-    text = capture.config_path.read_text().replace("include:", "table_renames: accept\n    include:")
-    capture.config_path.write_text(text)
+    capture.set_source(table_renames="accept")
     capture.start()
     capture.wait_events(database, "a", 2)
     assert "capture.table_rename_accepted" in capture.log()
@@ -154,4 +126,4 @@ def test_a_rename_into_a_captured_name_stops_capture(mariadb, database, make_cap
     assert report[0]["table_renames"] == "accept"
     assert capture.stop() == 0
     # accepted: the rows that came with the rename are missing until a dump; the old ones are gone
-    assert _landed(capture, database, "a") == [(3, 3)]
+    assert landed_rows(capture, database, "a") == [(3, 3)]

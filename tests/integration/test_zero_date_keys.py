@@ -13,7 +13,6 @@ from capture.dump.control import DumpSettings
 from capture.dump.engine import DumpRequest
 from capture.errors import DumpInputError
 from tests.integration.dumping import open_engine
-from tests.servers import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -44,16 +43,13 @@ def test_a_dump_refuses_zero_dates_in_a_key(mariadb, database, make_capture):
     assert result["tables"][0]["rows"] == 6
 
 
-def test_capture_stops_at_a_zero_date_in_a_key(mariadb, database, make_capture):
+def test_capture_stops_at_a_zero_date_in_a_key(mariadb, database, start_capture):
     """On main capture landed ('0000-00-00', 1) and ('2020-00-00', 1) both under the key (NULL, 1):
     the merge keeps one row per key. A zero date outside the key lands as NULL, as before."""
-    mariadb.execute(
+    capture = start_capture(
         "CREATE TABLE z (d DATE NOT NULL, n INT NOT NULL, v INT, PRIMARY KEY (d, n))",
         "CREATE TABLE ok (id INT PRIMARY KEY, d DATE NOT NULL)",
-        database=database,
     )
-    capture = make_capture([f"{database}.*"]).start()
-    capture.wait_running()
     with mariadb.connect(database) as conn, conn.cursor() as cursor:
         cursor.execute("SET SESSION sql_mode = ''")
         cursor.execute("INSERT INTO ok VALUES (1, '0000-00-00')")
@@ -61,8 +57,7 @@ def test_capture_stops_at_a_zero_date_in_a_key(mariadb, database, make_capture):
         assert capture.wait_events(database, "ok", 1)[0]["after"]["d"] is None
         capture.wait_events(database, "z", 1)
         cursor.execute("INSERT INTO z VALUES ('0000-00-00', 1, 2), ('2020-00-00', 1, 3)")
-    wait_for(lambda: capture.process.poll() is not None, 30, what="capture to stop")
-    assert capture.process.returncode == 2
+    assert capture.wait_exit() == 2
     log = capture.log()
     assert f"{database}.z" in log and "zero date in key column 'd'" in log and "exclude" in log
     assert len(capture.events(database, "z")) == 1  # nothing of the refused transaction

@@ -23,6 +23,7 @@ from capture.config import SourceConfig
 from capture.errors import ColumnRewriteError
 from capture.log import get_logger
 from capture.sources.mysql.statements import parse_alter
+from capture.sources.policy import refuse_or_warn
 
 log = get_logger(__name__)
 
@@ -154,10 +155,11 @@ def message(source: str, change: ColumnRewrite, statement: str, where: str) -> s
 def check_column_rewrite(source: str, config: SourceConfig, change: ColumnRewrite, statement: str, where: str) -> None:
     """Stop capture (ColumnRewriteError) at an ALTER TABLE that rewrites a captured table's rows, or
     with `column_rewrites: accept` log a warning naming it."""
-    if config.column_rewrites == "refuse":
-        raise ColumnRewriteError(message(source, change, statement, where))
     name = f"{change.table[0]}.{change.table[1]}"
-    log.warning(
+    refuse_or_warn(
+        config.column_rewrites,
+        ColumnRewriteError(message(source, change, statement, where)),
+        log,
         "capture.column_rewrite_accepted",
         source=source,
         table=name,

@@ -23,6 +23,7 @@ from capture.log import get_logger
 from capture.sources.base import WATERMARK_SCHEMA
 from capture.sources.mysql.connection import query
 from capture.sources.mysql.statements import without_comments
+from capture.sources.policy import refuse_or_warn
 
 log = get_logger(__name__)
 
@@ -123,9 +124,10 @@ def check_cascades(source: str, config: SourceConfig, keys: list[CascadingKey], 
     accept` log a warning naming them."""
     if not keys:
         return
-    if config.foreign_key_cascades == "refuse":
-        raise PreflightError(message(source, keys, where))
-    log.warning(
+    refuse_or_warn(
+        config.foreign_key_cascades,
+        PreflightError(message(source, keys, where)),
+        log,
         "capture.foreign_key_cascades_accepted",
         source=source,
         tables=",".join(sorted({key.child for key in keys})),

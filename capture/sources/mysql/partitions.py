@@ -27,6 +27,7 @@ from capture.errors import PartitionChangeError
 from capture.log import get_logger
 from capture.sources.mysql.connection import query
 from capture.sources.mysql.statements import _name, parse_alter
+from capture.sources.policy import refuse_or_warn
 
 log = get_logger(__name__)
 
@@ -110,10 +111,11 @@ def check_partition_change(
 ) -> None:
     """Stop capture (PartitionChangeError) at a statement that drops or moves rows of captured
     tables by partition, or with `partition_changes: accept` log a warning naming them."""
-    if config.partition_changes == "refuse":
-        raise PartitionChangeError(message(source, change, captured, statement, where))
     names = ",".join(f"{s}.{t}" for s, t in captured)
-    log.warning(
+    refuse_or_warn(
+        config.partition_changes,
+        PartitionChangeError(message(source, change, captured, statement, where)),
+        log,
         "capture.partition_change_accepted",
         source=source,
         tables=names,

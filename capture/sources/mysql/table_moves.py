@@ -22,6 +22,7 @@ from capture.config import SourceConfig
 from capture.errors import TableRenameError
 from capture.log import get_logger
 from capture.sources.mysql.statements import _name, _tokens, _upper, alter_table_name
+from capture.sources.policy import refuse_or_warn
 
 log = get_logger(__name__)
 
@@ -159,10 +160,11 @@ def message(source: str, arrived: list[Table], statement: str, where: str) -> st
 def check_rename(source: str, config: SourceConfig, arrived: list[Table], statement: str, where: str) -> None:
     """Stop capture (TableRenameError) at a RENAME that brings rows under a captured name, or with
     `table_renames: accept` log a warning naming the tables."""
-    if config.table_renames == "refuse":
-        raise TableRenameError(message(source, arrived, statement, where))
     names = ",".join(f"{s}.{t}" for s, t in arrived)
-    log.warning(
+    refuse_or_warn(
+        config.table_renames,
+        TableRenameError(message(source, arrived, statement, where)),
+        log,
         "capture.table_rename_accepted",
         source=source,
         tables=names,

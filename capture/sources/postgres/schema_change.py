@@ -33,6 +33,7 @@ from capture.config import SourceConfig
 from capture.errors import ColumnRewriteError, TableRenameError
 from capture.events import TableSchema
 from capture.log import get_logger
+from capture.sources.policy import refuse_or_warn
 from capture.sources.postgres.connection import query
 
 log = get_logger(__name__)
@@ -130,8 +131,9 @@ def check_column_rewrite(source: str, config: SourceConfig, name: Table, found: 
     """Stop capture (ColumnRewriteError), or with `column_rewrites: accept` log a warning naming the table."""
     table, change = _text(name), "; ".join(found)
     dump = f"logtide dump --source {source} --table {table}"
-    if config.column_rewrites == "refuse":
-        raise ColumnRewriteError(
+    refuse_or_warn(
+        config.column_rewrites,
+        ColumnRewriteError(
             f"source {source!r}: captured table {table} was altered in a way that gives its existing rows new "
             f"values without row events: {change} (its Relation message compared with the schema capture landed "
             "for it, so DDL made while capture was stopped counts too). PostgreSQL logs no rows for such DDL, so "
@@ -140,8 +142,8 @@ def check_column_rewrite(source: str, config: SourceConfig, name: Table, found: 
             "(1) set `column_rewrites: accept` on the source and restart: capture warns and goes on; then dump "
             f"the table to repair its targets ({dump}); (2) leave the table out of capture (exclude). Restarted "
             "with `column_rewrites: refuse`, capture stops here again"
-        )
-    log.warning(
+        ),
+        log,
         "capture.column_rewrite_accepted",
         source=source,
         table=table,
@@ -156,8 +158,9 @@ def check_rename(source: str, config: SourceConfig, old: Table, new: Table) -> N
     """Stop capture (TableRenameError) at a captured table renamed onto a captured name, or with
     `table_renames: accept` log a warning naming both."""
     dump = f"logtide dump --source {source} --table {_text(new)}"
-    if config.table_renames == "refuse":
-        raise TableRenameError(
+    refuse_or_warn(
+        config.table_renames,
+        TableRenameError(
             f"source {source!r}: captured table {_text(old)} was renamed to {_text(new)} (its relation OID now "
             f"carries that name): the rename brings its rows under {_text(new)} without row events, so the "
             f"targets of {_text(new)} would keep the rows the old table of that name had and miss these, and "
@@ -166,8 +169,8 @@ def check_rename(source: str, config: SourceConfig, old: Table, new: Table) -> N
             f"{_text(old)} and {_text(new)} (truncates) and goes on; then dump {_text(new)} to bring its rows "
             f"({dump}); (2) leave these tables out of capture (exclude). Restarted with `table_renames: refuse`, "
             "capture stops here again"
-        )
-    log.warning(
+        ),
+        log,
         "capture.table_rename_accepted",
         source=source,
         tables=f"{_text(old)},{_text(new)}",

@@ -31,11 +31,6 @@ from tests.servers import wait_for
 pytestmark = pytest.mark.integration
 
 
-def _set(capture, setting: str) -> None:
-    text = capture.config_path.read_text().replace("include:", f"{setting}\n    include:")
-    capture.config_path.write_text(text)
-
-
 def test_ddl_made_while_capture_was_stopped_stops_it_again_and_again(postgres, pg_database, start_pg_capture):
     capture = start_pg_capture(
         "CREATE TABLE items (id int PRIMARY KEY, v int)",
@@ -58,7 +53,7 @@ def test_ddl_made_while_capture_was_stopped_stops_it_again_and_again(postgres, p
     assert len(capture.events("public", "items")) == landed  # the change that revealed it did not land
     assert capture.run_to_exit() == 2  # and it stops there again
 
-    _set(capture, "column_rewrites: accept")
+    capture.set_source(column_rewrites="accept")
     capture.start()
     capture.wait_running()
     wait_until_landed(postgres, pg_database, capture)
@@ -92,8 +87,7 @@ def test_a_column_renamed_while_capture_runs_stops_it(postgres, pg_database, sta
         "UPDATE items SET label = 'y' WHERE id = 1",
         database=pg_database,
     )
-    wait_for(lambda: capture.process.poll() is not None, 30, what="capture to stop")
-    assert capture.process.returncode == 2
+    assert capture.wait_exit() == 2
     log = capture.log()
     assert "ColumnRewriteError" in log and "public.items" in log and "label" in log and "note" in log
     assert not any(e["after"] and e["after"].get("label") == "y" for e in capture.events("public", "items"))
@@ -139,13 +133,12 @@ def test_a_captured_table_renamed_onto_another_captured_name_stops_capture(postg
     postgres.execute(
         "DROP TABLE b", "ALTER TABLE a RENAME TO b", "UPDATE b SET v = -1 WHERE id = 1", database=pg_database
     )
-    wait_for(lambda: capture.process.poll() is not None, 30, what="capture to stop")
-    assert capture.process.returncode == 2
+    assert capture.wait_exit() == 2
     log = capture.log()
     assert "TableRenameError" in log and "public.a" in log and "public.b" in log and "table_renames: accept" in log
     assert capture.run_to_exit() == 2  # started again: the same
 
-    _set(capture, "table_renames: accept")
+    capture.set_source(table_renames="accept")
     capture.start()
     capture.wait_running()
     wait_until_landed(postgres, pg_database, capture)
