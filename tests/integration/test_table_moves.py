@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from capture.dump.reconcile import apply, reconcile_table
-from capture.sources.mysql.table_moves import table_moves
+from capture.sources.mysql.table_moves import dropped_database, table_moves
 from tests.servers import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -79,6 +79,16 @@ def test_statements_parsed():
     replaced = table_moves("CREATE OR REPLACE TABLE t (id INT PRIMARY KEY)", "d")
     assert replaced is not None and replaced.removed == (("d", "t"),) and replaced.arrived == ()
     assert table_moves("CREATE OR REPLACE TEMPORARY TABLE t (id INT)", "d") is None
+    assert table_moves("DROP DATABASE d", "d") is None  # `dropped_database`
+    for statement, dropped in (
+        ("DROP DATABASE d", "d"),
+        ("drop schema if exists `my db` /* c */;", "my db"),
+        ("DROP DATABASE IF EXISTS x", "x"),
+        ("DROP TABLE d", None),
+        ("DROP DATABASE", None),
+        ("CREATE DATABASE d", None),
+    ):
+        assert dropped_database(statement) == dropped, statement
 
 
 def test_a_table_dropped_or_renamed_away_and_created_again_lands_only_its_new_rows(mariadb, database, make_capture):
@@ -155,3 +165,30 @@ def test_a_rename_into_a_captured_name_stops_capture(mariadb, database, make_cap
     assert capture.stop() == 0
     # accepted: the rows that came with the rename are missing until a dump; the old ones are gone
     assert _landed(capture, database, "a") == [(3, 3)]
+
+
+def test_a_dropped_database_lands_only_the_rows_of_its_tables_created_again(mariadb, database, make_capture):
+    """DROP DATABASE (DROP SCHEMA) names no table: on main the landed `a` and `b` kept (1, 1) and
+    (2, 2), dropped with their database. `a`'s rows landed before a restart (capture knows the
+    table from the landing zone), `b`'s after it (from the log it reads now); `c` is left out."""
+    create = [f"CREATE TABLE {t} (id INT PRIMARY KEY, v INT)" for t in ("a", "b", "c")]
+    mariadb.execute(*create, database=database)
+    capture = make_capture([f"{database}.a", f"{database}.b"]).start()
+    capture.wait_running()
+    mariadb.execute("INSERT INTO a VALUES (1, 1)", "INSERT INTO c VALUES (1, 1)", database=database)
+    capture.wait_events(database, "a", 1)
+    assert capture.stop() == 0
+    capture.start()
+    capture.wait_running()
+    mariadb.execute("INSERT INTO b VALUES (2, 2)", database=database)
+    capture.wait_events(database, "b", 1)
+    mariadb.execute(f"DROP SCHEMA IF EXISTS `{database}`", f"CREATE DATABASE `{database}`")
+    mariadb.execute(*create, "INSERT INTO a VALUES (9, 9)", "INSERT INTO b VALUES (8, 8)", database=database)
+    capture.wait_events(database, "b", 2)
+    mariadb.execute(f"DROP DATABASE `{database}`", f"CREATE DATABASE `{database}`")
+    mariadb.execute(*create[:1], "INSERT INTO a VALUES (7, 7)", database=database)
+    capture.wait_events(database, "a", 3)
+    assert capture.process is not None and capture.process.poll() is None
+    assert capture.stop() == 0
+    assert _landed(capture, database, "a") == _select(mariadb, database, "a") == [(7, 7)]
+    assert _landed(capture, database, "b") == []  # dropped with the database, not created again

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from threading import Event
 from typing import Any
@@ -64,7 +64,7 @@ from capture.sources.mysql.statements import (
     written_tables,
 )
 from capture.sources.mysql.table_maps import BinlogColumn, TableMap, TableMapCache
-from capture.sources.mysql.table_moves import check_rename, table_moves
+from capture.sources.mysql.table_moves import check_rename, dropped_database, table_moves
 from capture.sources.mysql.types import table_schema
 from capture.sources.table_keys import log_key
 
@@ -193,6 +193,7 @@ class BinlogReader:
         resume: dict[str, Any],
         stop: Event,
         cascades: set[CascadingKey] | None = None,
+        landed: Callable[[], set[tuple[str, str]]] | None = None,
     ) -> None:
         self.name = name
         self.config = config
@@ -204,6 +205,8 @@ class BinlogReader:
         # cascading foreign keys of captured tables already accepted (foreign_key_cascades: accept)
         self._cascades = cascades if cascades is not None else set()
         self._captured: dict[tuple[str, str], bool] = {}
+        self._landed = landed  # the tables the landing zone holds (`_dropped_database`)
+        self._mapped: set[tuple[str, str]] = set()  # captured tables whose rows this reader read
         # statement-logged writes of tables capture leaves out: what the catalog says they hide (`_statement_logged`)
         self._hidden: dict[tuple[frozenset[tuple[str, str]], frozenset[str]], list[str]] = {}
         self._catalog: pymysql.connections.Connection | None = None  # key lookups (`_key`), opened once needed
@@ -363,7 +366,7 @@ class BinlogReader:
                 # emptied the session's temporary table of that name, not the captured table (DROP and
                 # RENAME: `table_moves`)
                 temporary = bool(data[ev.BODY - 2] & THREAD_SPECIFIC)
-                emptied = self._table_moves(schema, statement, temporary, log_pos)
+                emptied = self._table_moves(schema, statement, temporary, log_pos) or self._dropped_database(statement)
                 rewrite = column_rewrite(statement, schema, temporary)
                 rewritten = None if rewrite is None else self._named(rewrite.table)
                 if rewritten is not None and rewritten[0] != WATERMARK_SCHEMA and self.captured(*rewritten):
@@ -483,6 +486,17 @@ class BinlogReader:
         emptied = captured(moves.removed)
         return emptied + [t for t in arrived if t not in emptied]
 
+    def _dropped_database(self, statement: str) -> list[tuple[str, str]]:
+        """The captured tables a DROP DATABASE empties, each to land as a truncate: those of the
+        database whose rows this reader read, or that the landing zone holds (log events, dump
+        chunks). A table created there since the last of those, with no rows yet, has none to take."""
+        dropped = dropped_database(statement)
+        if dropped is None:
+            return []
+        schema = self._named((dropped, ""))[0]
+        known = self._mapped | (self._landed() if self._landed is not None else set())
+        return sorted(t for t in known if t[0] == schema and schema != WATERMARK_SCHEMA and self.captured(*t))
+
     def _partition_change(self, change: PartitionChange, statement: str, log_pos: int) -> PartitionChange | None:
         """A partition statement that drops or moves rows (`partitions`): None when it changes no
         captured table's landed rows; the change when it is reproduced (TRUNCATE PARTITION ALL of a
@@ -525,6 +539,7 @@ class BinlogReader:
         (`table_maps`)."""
         compiled = table_map.compiled
         if compiled is None:
+            self._mapped.add((table_map.schema, table_map.table))
             if any(col.type in OLD_TEMPORAL for col in table_map.columns):
                 self._refuse_old_fractions(table_map)
             if any(col.type == FIELD_TYPE.STRING and col.character_set_name == "binary" for col in table_map.columns):

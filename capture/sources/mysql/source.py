@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from threading import Event
 from typing import Any
 
@@ -59,6 +59,12 @@ class MySqlSource:
         self.where = f"{name} ({config.kind} {config.host}:{config.port})"
         self._lag_conn: pymysql.connections.Connection | None = None
         self._cascades: set[CascadingKey] = set()  # cascading keys accepted (foreign_key_cascades: accept)
+        self._landed: Callable[[], set[tuple[str, str]]] | None = None  # tables the landing zone holds
+
+    def use_landed_tables(self, landed: Callable[[], set[tuple[str, str]]]) -> None:
+        """How to list the tables the landing zone holds (log events or dump chunks): a DROP
+        DATABASE empties those of its database (`BinlogReader._dropped_database`)."""
+        self._landed = landed
 
     def preflight(self) -> None:
         """Server settings and grants, the keys the configuration names, captured children of
@@ -133,7 +139,7 @@ class MySqlSource:
             )
 
     def read(self, resume: dict[str, Any], stop: Event, hold_s: float = 0.0) -> Iterator[LogItem]:
-        return iter(BinlogReader(self.name, self.config, resume, stop, self._cascades))
+        return iter(BinlogReader(self.name, self.config, resume, stop, self._cascades, self._landed))
 
     def acknowledge(self, resume: dict[str, Any]) -> None:
         """Nothing to tell the server: a binlog reader keeps no position there."""

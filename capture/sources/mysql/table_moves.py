@@ -1,13 +1,15 @@
 """DDL that takes a table's rows away from its name, or brings another table's rows under one.
 
-MariaDB/MySQL log `DROP TABLE`, `RENAME TABLE a TO b`, `ALTER TABLE a RENAME TO b` and MariaDB's
-`CREATE OR REPLACE TABLE` as the statement only: no row events for the rows that leave a name or
-arrive under one. Landed as DDL history alone, a table dropped (or renamed away) and created again
+MariaDB/MySQL log `DROP TABLE`, `DROP DATABASE`, `RENAME TABLE a TO b`, `ALTER TABLE a RENAME TO
+b` and MariaDB's `CREATE OR REPLACE TABLE` as the statement only: no row events for the rows that
+leave a name or arrive under one. Landed as DDL history alone, a table dropped (or renamed away) and created again
 under its name kept every old row in its landed rows and targets (`RENAME TABLE events TO
 events_2026, events_new TO events`; `DROP TABLE t; CREATE TABLE t`).
 
 What the log can reproduce is reproduced: a name a statement takes away holds no rows after it,
-so it lands as a truncate (a table created under it later starts empty, or its rows are logged).
+so it lands as a truncate (a table created under it later starts empty, or its rows are logged);
+DROP DATABASE names no table, so every captured table of the database capture knows (from the log
+it reads and from what landed: `dropped_database`) lands a truncate.
 A name a RENAME brings rows under holds rows the log never carried under that name: capture stops
 at the statement (nothing of it lands; a restart stops there again), unless the source sets
 `table_renames: accept` (then it warns, lands the truncate, and goes on; a dump of the table
@@ -65,6 +67,21 @@ def table_moves(statement: str, schema: str, thread_specific: bool = False) -> T
         table, _ = _name(tokens, 4, schema)
         return None if table is None else TableMoves((table,))
     return None
+
+
+def dropped_database(statement: str) -> str | None:
+    """The database a logged `DROP {DATABASE | SCHEMA} [IF EXISTS] db` drops with every table in
+    it (the statement names none of them); None for any other statement."""
+    if "drop" not in statement[:40].lower():
+        return None
+    tokens = _tokens(statement)
+    words = [_upper(t) for t in tokens]
+    if words[:1] != ["DROP"] or len(words) < 3 or words[1] not in ("DATABASE", "SCHEMA"):
+        return None
+    i = 4 if words[2:4] == ["IF", "EXISTS"] else 2
+    if i >= len(tokens) or not tokens[i].name or words[i + 1 : i + 2] not in ([], [";"]):
+        return None
+    return str(tokens[i])
 
 
 def _drop(tokens: list, words: list[str], schema: str) -> TableMoves | None:
