@@ -64,7 +64,7 @@ from capture.sources.mysql.statements import (
     written_tables,
 )
 from capture.sources.mysql.table_maps import BinlogColumn, TableMap, TableMapCache
-from capture.sources.mysql.table_moves import check_rename, dropped_database, table_moves
+from capture.sources.mysql.table_moves import check_rename, dropped_database, table_moves, temporary_tables
 from capture.sources.mysql.types import table_schema
 from capture.sources.table_keys import log_key
 
@@ -207,6 +207,8 @@ class BinlogReader:
         self._captured: dict[tuple[str, str], bool] = {}
         self._landed = landed  # the tables the landing zone holds (`_dropped_database`)
         self._mapped: set[tuple[str, str]] = set()  # captured tables whose rows this reader read
+        # sessions' temporary tables (by thread id) as their logged DDL shows them (`_table_moves`)
+        self._temporary: dict[int, set[tuple[str, str]]] = {}
         # statement-logged writes of tables capture leaves out: what the catalog says they hide (`_statement_logged`)
         self._hidden: dict[tuple[frozenset[tuple[str, str]], frozenset[str]], list[str]] = {}
         self._catalog: pymysql.connections.Connection | None = None  # key lookups (`_key`), opened once needed
@@ -366,7 +368,9 @@ class BinlogReader:
                 # emptied the session's temporary table of that name, not the captured table (DROP and
                 # RENAME: `table_moves`)
                 temporary = bool(data[ev.BODY - 2] & THREAD_SPECIFIC)
-                emptied = self._table_moves(schema, statement, temporary, log_pos) or self._dropped_database(statement)
+                thread = int.from_bytes(data[ev.BODY : ev.BODY + 4], "little")
+                emptied = self._table_moves(schema, statement, temporary, thread, log_pos)
+                emptied = emptied or self._dropped_database(statement)
                 rewrite = column_rewrite(statement, schema, temporary)
                 rewritten = None if rewrite is None else self._named(rewrite.table)
                 if rewritten is not None and rewritten[0] != WATERMARK_SCHEMA and self.captured(*rewritten):
@@ -388,6 +392,8 @@ class BinlogReader:
             elif kind == ev.EXECUTE_LOAD_QUERY:  # the file's blocks came before it: no rows
                 schema, statement = ev.query_parts(data, end, post_header[ev.EXECUTE_LOAD_QUERY])
                 self._statement_logged(schema, statement, log_pos)
+            elif kind == ev.FORMAT_DESCRIPTION and int.from_bytes(data[ev.BODY + 52 : ev.BODY + 56], "little"):
+                self._temporary.clear()  # written at a server start (`created` set): its sessions are gone
             elif kind == ev.ROTATE:
                 self.file = data[ev.BODY + 8 : end].decode()
                 file_seq = file_number(self.file) << 32
@@ -468,11 +474,21 @@ class BinlogReader:
             check_cascades(self.name, self.config, [gone], where.replace("made", "added a cascading key to"))
             self._cascades.add(gone)
 
-    def _table_moves(self, schema: str, statement: str, temporary: bool, log_pos: int) -> list[tuple[str, str]]:
+    def _table_moves(
+        self, schema: str, statement: str, temporary: bool, thread: int, log_pos: int
+    ) -> list[tuple[str, str]]:
         """The captured names a DROP TABLE, RENAME or CREATE OR REPLACE TABLE empties (`table_moves`),
         each to land as a truncate; a RENAME that brings rows under a captured name stops capture
-        here (`table_renames: refuse`) or warns (accept: the name is emptied as well)."""
-        moves = table_moves(statement, schema, temporary)
+        here (`table_renames: refuse`) or warns (accept: the name is emptied as well). A session
+        logging statements logs its temporary tables' DDL, flagged (`temporary`) but for RENAME
+        TABLE: the temporary tables of each session (`thread`) are followed so that a RENAME TABLE
+        of one (shadowing a captured name, say) moves no captured table's rows."""
+        if temporary:
+            temporary_tables(statement, schema, self._temporary.setdefault(thread, set()), self._named)
+        sessions = self._temporary.get(thread)
+        moves = table_moves(statement, schema, temporary, sessions, self._named)
+        if sessions is not None and not sessions:
+            del self._temporary[thread]
         if moves is None:
             return []
 
