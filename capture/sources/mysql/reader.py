@@ -40,8 +40,9 @@ from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE
 from capture.sources.mysql import binlog_events as ev
 from capture.sources.mysql.binlog_events import BinlogStream
 from capture.sources.mysql.catalog import column_names, data_types, fractional_columns, system_period, table_keys
-from capture.sources.mysql.column_rewrites import check_column_rewrite, column_rewrite
-from capture.sources.mysql.connection import ER_SPECIFIC_ACCESS_DENIED, connection_settings, translate
+from capture.sources.mysql.column_rewrites import Columns, check_column_rewrite, column_rewrite, columns_after
+from capture.sources.mysql.column_types import from_binlog
+from capture.sources.mysql.connection import ER_SPECIFIC_ACCESS_DENIED, connection_settings, query, translate
 from capture.sources.mysql.foreign_keys import (
     MAY_ADD,
     CascadingKey,
@@ -60,6 +61,7 @@ from capture.sources.mysql.statements import (
     called_functions,
     created_by_select,
     hidden_writes,
+    parse_alter,
     truncated_table,
     written_tables,
 )
@@ -207,6 +209,10 @@ class BinlogReader:
         self._captured: dict[tuple[str, str], bool] = {}
         self._landed = landed  # the tables the landing zone holds (`_dropped_database`)
         self._mapped: set[tuple[str, str]] = set()  # captured tables whose rows this reader read
+        # the table map read last of each captured table, and the column types ALTERs gave it since
+        # (`_columns`): what a MODIFY of a type is judged against
+        self._maps: dict[tuple[str, str], TableMap] = {}
+        self._altered: dict[tuple[str, str], tuple[TableMap | None, Columns | None]] = {}
         # sessions' temporary tables (by thread id) as their logged DDL shows them (`_table_moves`)
         self._temporary: dict[int, set[tuple[str, str]]] = {}
         # statement-logged writes of tables capture leaves out: what the catalog says they hide (`_statement_logged`)
@@ -310,6 +316,8 @@ class BinlogReader:
             elif kind == ev.TABLE_MAP:
                 table_map = table_maps.get(data[ev.BODY : end], post_header[ev.TABLE_MAP])
                 tables[table_map.table_id] = table_map
+                if self.captured(table_map.schema, table_map.table):
+                    self._maps[table_map.schema, table_map.table] = table_map
             elif kind == ev.XID:
                 in_transaction = False
                 yield self._end(log_pos, file_seq, pending_gtid, commit_ts)
@@ -371,10 +379,12 @@ class BinlogReader:
                 thread = int.from_bytes(data[ev.BODY : ev.BODY + 4], "little")
                 emptied = self._table_moves(schema, statement, temporary, thread, log_pos)
                 emptied = emptied or self._dropped_database(statement)
-                rewrite = column_rewrite(statement, schema, temporary)
+                rewrite = column_rewrite(statement, schema, temporary, self._columns, self._default_charset)
                 rewritten = None if rewrite is None else self._named(rewrite.table)
                 if rewritten is not None and rewritten[0] != WATERMARK_SCHEMA and self.captured(*rewritten):
                     check_column_rewrite(self.name, self.config, rewrite, statement, f"{self.file}:{log_pos}")
+                if not temporary and "alter" in statement[:40].lower():
+                    self._alter_columns(schema, statement)
                 self._hidden.clear()  # DDL may have created or dropped a trigger, view or function
                 yield SchemaChange(lsn, txid, commit_ts, schema, statement)
                 truncated = None if temporary else truncated_table(schema, statement)
@@ -385,6 +395,9 @@ class BinlogReader:
                     yield Truncate(lsn, txid, commit_ts, *truncated)
                 for index, gone in enumerate(emptied):
                     yield Truncate(Lsn(lsn.major, index), txid, commit_ts, *gone)
+                for gone in [truncated, *emptied] if truncated is not None else emptied:
+                    self._maps.pop(gone, None)
+                    self._altered[gone] = (None, None)  # its landed rows are gone: no MODIFY changes them
                 if standalone or not in_transaction:
                     standalone = False
                     yield self._end(log_pos, file_seq, pending_gtid, commit_ts)
@@ -501,6 +514,45 @@ class BinlogReader:
             check_rename(self.name, self.config, arrived, statement, f"{self.file}:{log_pos}")
         emptied = captured(moves.removed)
         return emptied + [t for t in arrived if t not in emptied]
+
+    def _columns(self, table: tuple[str, str]) -> Columns | None:
+        """The column types of a captured table before the ALTER being read (`column_rewrite`): from
+        the table map read last, as the ALTERs since changed them; None when no landed row of it can
+        change (a table capture leaves out, one emptied since: no rows read since a truncate, a drop;
+        one the landing zone does not hold); empty when capture cannot tell them (rows landed before
+        it started, none read since)."""
+        table = self._named(table)
+        if table[0] == WATERMARK_SCHEMA or not self.captured(*table):
+            return None
+        last = self._maps.get(table)
+        altered = self._altered.get(table)
+        if altered is not None and altered[0] is last:
+            return altered[1]
+        if last is not None:
+            return {col.name.lower(): from_binlog(col) for col in last.columns}
+        return {} if self._landed is not None and table in self._landed() else None
+
+    def _default_charset(self, table: tuple[str, str]) -> str | None:
+        """The table's default charset, as the catalog shows it now (None when it has no such table)."""
+        rows = query(
+            self._catalog_connection(),
+            "SELECT c.CHARACTER_SET_NAME FROM information_schema.TABLES t JOIN"
+            " information_schema.COLLATION_CHARACTER_SET_APPLICABILITY c ON c.COLLATION_NAME = t.TABLE_COLLATION"
+            " WHERE t.TABLE_SCHEMA = %s AND t.TABLE_NAME = %s",
+            self._named(table),
+        )
+        return str(rows[0][0]) if rows else None
+
+    def _alter_columns(self, schema: str, statement: str) -> None:
+        """Follow the column types of the captured table an ALTER TABLE (landed) changes (`_columns`)."""
+        table = parse_alter(statement, schema)[2]
+        if table is None:
+            return
+        table = self._named(table)
+        before = self._columns(table)
+        if before is not None:
+            after = columns_after(statement, schema, before, self._default_charset)
+            self._altered[table] = (self._maps.get(table), after)
 
     def _dropped_database(self, statement: str) -> list[tuple[str, str]]:
         """The captured tables a DROP DATABASE empties, each to land as a truncate: those of the
