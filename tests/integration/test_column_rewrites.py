@@ -153,6 +153,7 @@ def test_type_changes_judged():
         "ALTER TABLE t MODIFY v CHAR(20)",  # trailing spaces dropped
         "ALTER TABLE t MODIFY t VARCHAR(100)",
         "ALTER TABLE t MODIFY ts DATETIME",
+        "ALTER TABLE t MODIFY ts TIMESTAMP(6)",  # another type; NOT NULL unless declared NULL
         "ALTER TABLE t CONVERT TO CHARACTER SET latin1",
         "ALTER TABLE t CHANGE COLUMN n n SMALLINT",
         "ALTER TABLE t MODIFY v VARCHAR(20) CHARACTER SET latin1",
@@ -178,6 +179,8 @@ def test_type_changes_judged():
         "ALTER TABLE t MODIFY f DOUBLE",
         "ALTER TABLE t MODIFY ts DATETIME(6)",
         "ALTER TABLE t CONVERT TO CHARACTER SET utf8mb4",
+        "ALTER TABLE t CONVERT TO CHARSET 'utf8mb4' COLLATE 'utf8mb4_bin'",
+        "ALTER TABLE t MODIFY l VARCHAR(12) CHARACTER SET 'utf8mb4', ALGORITHM=COPY, LOCK=SHARED",
         "ALTER TABLE t ADD COLUMN z INT NULL",
     ):
         assert clauses(keeps) == (), keeps

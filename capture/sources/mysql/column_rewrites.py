@@ -108,7 +108,7 @@ def _converted_to(tokens: list, words: list[str], charset: Callable[[], str | No
     at = 4 if words[2:4] == ["CHARACTER", "SET"] else 3
     if at >= len(tokens):
         return None
-    name = str(tokens[at])
+    name = str(tokens[at]).strip("'")
     return (charset() or "") if name.upper() == "DEFAULT" else name
 
 

@@ -198,10 +198,10 @@ def parse_definition(tokens: list, words: list[str], default_charset: str | None
             nullable = False
         elif word in ("CHARSET", "CHARACTER") and i + 1 < len(words):
             i += 1 + (word == "CHARACTER")  # CHARACTER SET x
-            charset = _charset_name(str(tokens[i])) if i < len(tokens) else None
+            charset = _charset_name(str(tokens[i]).strip("'")) if i < len(tokens) else None
         elif word == "COLLATE" and i + 1 < len(tokens) and charset is None:
             i += 1
-            collation = str(tokens[i]).lower()
+            collation = str(tokens[i]).strip("'").lower()
             charset = _charset_name("binary" if collation == "binary" else collation.split("_")[0])
         elif word in ("DEFAULT", "COMMENT", "ON", "CHECK", "REFERENCES", "AS", "GENERATED", "INVISIBLE"):
             if word == "DEFAULT" and i + 1 < len(words) and words[i + 1] == "(":
@@ -209,7 +209,8 @@ def parse_definition(tokens: list, words: list[str], default_charset: str | None
                 continue
             i += 1  # one argument: a value, a comment, ... (NOT NULL may still follow)
         i += 1
-    nullable = True if nullable is None else nullable
+    if nullable is None:  # a TIMESTAMP not declared NULL is NOT NULL under explicit_defaults_for_timestamp=OFF
+        nullable = name != "TIMESTAMP"
     if name == "SERIAL":
         return ColumnType("int", rank=5, unsigned=True, nullable=False)
     if name in _INT_NAMES:
