@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 
 from capture.dump.reconcile import apply, reconcile_table
+from capture.landing.reader import landed_tables
+from capture.landing.zone import LandingZone, table_folder
 from capture.sources.mysql.table_moves import dropped_database, table_moves, temporary_tables
 from tests.servers import wait_for
 
@@ -243,3 +245,13 @@ def test_renames_of_temporary_tables_in_a_session_logging_statements_leave_captu
     assert capture.process.poll() is None, capture.log()[-3000:]
     assert capture.stop() == 0
     assert _landed(capture, database, "c") == _select(mariadb, database, "c") == [(1, 1), (2, 2), (3, 3)]
+
+
+def test_landed_tables_lists_log_folders_and_dumped_tables(tmp_path):
+    """What a DROP DATABASE empties besides the tables whose rows the reader read: every table the
+    landing zone holds, dumped ones (chunks only) too."""
+    zone = LandingZone(tmp_path, "src")
+    (zone.log_dir / table_folder("shop", "a")).mkdir(parents=True)
+    (zone.root / "chunks" / "d1" / table_folder("shop", "b.c")).mkdir(parents=True)
+    (zone.root / "chunks" / "d1" / "progress.json").write_text("{}")
+    assert landed_tables(zone) == {("shop", "a"), ("shop", "b.c")}
