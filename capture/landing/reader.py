@@ -228,6 +228,15 @@ def landed_tables(zone: LandingZone) -> set[tuple[str, str]]:
     return names
 
 
+def schema_history_records(zone: LandingZone) -> list[dict]:
+    """The committed schema history's records in LSN order (kind, schema, table, statement, columns)."""
+    history = zone.read_schema_history()
+    if history is None:
+        return []
+    names = [n for n in ("_lsn", "kind", "schema", "table", "statement", "columns") if n in history.column_names]
+    return history.select(names).to_pylist()
+
+
 def merge_tables(zone: LandingZone) -> list[str]:
     """`db.table` of every table with log events or dump chunks (what a merge can merge), the
     watermark table left out."""

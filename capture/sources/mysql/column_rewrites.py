@@ -19,12 +19,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from capture.config import SourceConfig
 from capture.errors import ColumnRewriteError
 from capture.log import get_logger
-from capture.sources.mysql.column_types import ColumnType, converted, lossy, parse_definition
-from capture.sources.mysql.statements import parse_alter
+from capture.sources.mysql.column_types import ColumnType, converted, from_source_type, lossy, parse_definition
+from capture.sources.mysql.statements import _tokens, parse_alter
 
 log = get_logger(__name__)
 
@@ -293,3 +294,33 @@ def check_column_rewrite(source: str, config: SourceConfig, change: ColumnRewrit
         reason="column_rewrites: accept. " + "; ".join(change.clauses),
         action=f"dump {name} to repair it (as of the dump)",
     )
+
+
+def landed_column_types(
+    history: list[dict[str, Any]], default_charset: Callable[[Table], str | None]
+) -> dict[Table, Columns]:
+    """Each table's column types as the landed schema history shows them last (`history`: its
+    records in LSN order, `kind`, `schema`, `table`, `statement`, `columns`): its last `table`
+    record's (`from_source_type`: a string column is not known), with the ALTER TABLE statements
+    of it since applied (`columns_after`); none once another DDL statement names the table (or
+    drops a database of its name)."""
+    found: dict[Table, Columns] = {}
+    for record in history:
+        if record["kind"] == "table":
+            columns = {}
+            for column in record["columns"] or []:
+                known = from_source_type(column["source_type"] or "")
+                if known is not None:
+                    columns[column["name"].lower()] = known
+            found[record["schema"], record["table"]] = columns
+        elif record["kind"] == "ddl" and found:
+            statement, schema = record["statement"] or "", record["schema"] or ""
+            altered = parse_alter(statement, schema)[2] if "alter" in statement[:40].lower() else None
+            words = {str(t).lower() for t in _tokens(statement)}
+            dropped = "drop" in words and ("database" in words or "schema" in words)
+            for table in list(found):
+                if altered is not None and altered == table:
+                    found[table] = columns_after(statement, schema, found[table], default_charset)
+                elif table[1].lower() in words or (dropped and table[0].lower() in words):
+                    del found[table]
+    return found

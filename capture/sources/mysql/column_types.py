@@ -350,3 +350,28 @@ def lossy(old: ColumnType, new: ColumnType) -> str | None:
     elif old.family == new.family:
         kept = old.family in ("date", "year")
     return None if kept else change
+
+
+def from_source_type(source_type: str) -> ColumnType | None:
+    """The type a landed `table` record's source type names, where it is the whole type (integers,
+    DECIMAL, FLOAT, DOUBLE, temporal types, BIT: `types.column_type`); None for the string types,
+    whose record names neither length nor charset. Nullability is not recorded: not known."""
+    words = source_type.lower().replace("(", " ").replace(")", " ").replace(",", " ").split()
+    if not words:
+        return None
+    name, numbers = words[0], [int(w) for w in words[1:] if w.isdigit()]
+    unsigned = "unsigned" in words
+    ints = {"tinyint": 1, "smallint": 2, "mediumint": 3, "int": 4, "bigint": 5}
+    if name in ints:
+        return ColumnType("int", rank=ints[name], unsigned=unsigned, nullable=None)
+    if name == "decimal" and len(numbers) == 2:
+        return ColumnType("decimal", precision=numbers[0], scale=numbers[1], nullable=None)
+    if name in ("float", "double"):
+        return ColumnType(name, nullable=None)
+    if name in ("datetime", "timestamp", "time") and len(numbers) == 1:
+        return ColumnType(name, scale=numbers[0], nullable=None)
+    if name in ("date", "year"):
+        return ColumnType(name, nullable=None)
+    if name == "bit" and len(numbers) == 1:
+        return ColumnType("bit", length=numbers[0], nullable=None)
+    return None

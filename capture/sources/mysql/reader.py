@@ -40,7 +40,13 @@ from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE
 from capture.sources.mysql import binlog_events as ev
 from capture.sources.mysql.binlog_events import BinlogStream
 from capture.sources.mysql.catalog import column_names, data_types, fractional_columns, system_period, table_keys
-from capture.sources.mysql.column_rewrites import Columns, check_column_rewrite, column_rewrite, columns_after
+from capture.sources.mysql.column_rewrites import (
+    Columns,
+    check_column_rewrite,
+    column_rewrite,
+    columns_after,
+    landed_column_types,
+)
 from capture.sources.mysql.column_types import from_binlog
 from capture.sources.mysql.connection import ER_SPECIFIC_ACCESS_DENIED, connection_settings, query, translate
 from capture.sources.mysql.foreign_keys import (
@@ -196,6 +202,7 @@ class BinlogReader:
         stop: Event,
         cascades: set[CascadingKey] | None = None,
         landed: Callable[[], set[tuple[str, str]]] | None = None,
+        history: Callable[[], list[dict]] | None = None,
     ) -> None:
         self.name = name
         self.config = config
@@ -207,7 +214,9 @@ class BinlogReader:
         # cascading foreign keys of captured tables already accepted (foreign_key_cascades: accept)
         self._cascades = cascades if cascades is not None else set()
         self._captured: dict[tuple[str, str], bool] = {}
-        self._landed = landed  # the tables the landing zone holds (`_dropped_database`)
+        self._landed = landed  # the tables the landing zone holds (`_dropped_database`, `_columns`)
+        self._history = history  # its schema history's records (`_columns`)
+        self._landed_types: dict[tuple[str, str], Columns] | None = None  # from them, read once needed
         self._mapped: set[tuple[str, str]] = set()  # captured tables whose rows this reader read
         # the table map read last of each captured table, and the column types ALTERs gave it since
         # (`_columns`): what a MODIFY of a type is judged against
@@ -519,8 +528,10 @@ class BinlogReader:
         """The column types of a captured table before the ALTER being read (`column_rewrite`): from
         the table map read last, as the ALTERs since changed them; None when no landed row of it can
         change (a table capture leaves out, one emptied since: no rows read since a truncate, a drop;
-        one the landing zone does not hold); empty when capture cannot tell them (rows landed before
-        it started, none read since)."""
+        one the landing zone does not hold). Rows landed before the reader started and none read
+        since: the types the landed schema history shows (integers, DECIMAL, FLOAT, DOUBLE, temporal,
+        BIT, as its ALTERs since changed them: `landed_column_types`), the others not known (a
+        change of them is refused)."""
         table = self._named(table)
         if table[0] == WATERMARK_SCHEMA or not self.captured(*table):
             return None
@@ -530,7 +541,12 @@ class BinlogReader:
             return altered[1]
         if last is not None:
             return {col.name.lower(): from_binlog(col) for col in last.columns}
-        return {} if self._landed is not None and table in self._landed() else None
+        if self._landed is None or table not in self._landed():
+            return None
+        if self._landed_types is None:  # as landed before this reader started (no DDL of the table since)
+            history = self._history() if self._history is not None else []
+            self._landed_types = landed_column_types(history, self._default_charset)
+        return dict(self._landed_types.get(table, {}))
 
     def _default_charset(self, table: tuple[str, str]) -> str | None:
         """The table's default charset, as the catalog shows it now (None when it has no such table)."""
