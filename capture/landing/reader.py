@@ -219,6 +219,24 @@ def chunk_files(zone: LandingZone, schema: str, table: str) -> list[Path]:
     return [p for dump in sorted(base.iterdir()) for p in dump_chunk_files(zone, dump.name, schema, table)]
 
 
+def landed_tables(zone: LandingZone) -> set[tuple[str, str]]:
+    """(schema, table) of every table with log events or dump chunks in the landing zone."""
+    names = set(zone.tables())
+    base = zone.root / "chunks"
+    if base.is_dir():
+        names |= {folder_table(p.name) for d in base.iterdir() if d.is_dir() for p in d.iterdir() if p.is_dir()}
+    return names
+
+
+def schema_history_records(zone: LandingZone) -> list[dict]:
+    """The committed schema history's records in LSN order (kind, schema, table, statement, columns)."""
+    history = zone.read_schema_history()
+    if history is None:
+        return []
+    names = [n for n in ("_lsn", "kind", "schema", "table", "statement", "columns") if n in history.column_names]
+    return history.select(names).to_pylist()
+
+
 def merge_tables(zone: LandingZone) -> list[str]:
     """`db.table` of every table with log events or dump chunks (what a merge can merge), the
     watermark table left out."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from functools import partial
 
 from capture.config import LogtideConfig
 from capture.coordination import Lease, open_lease
@@ -23,6 +24,7 @@ from capture.errors import LeaseLostError, PositionWentBackwardsError, SourceCon
 from capture.events import ChangeBatch, Heartbeat, Lsn, SchemaChange, TransactionEnd, Truncate
 from capture.landing import Checkpoint, LandingZone
 from capture.landing.log_writer import LogWriter
+from capture.landing.reader import landed_tables, schema_history_records
 from capture.log import get_logger
 from capture.service.metrics import CaptureMetrics, serve_metrics
 from capture.sources import open_source
@@ -113,6 +115,10 @@ class CaptureService:
             use_landed = getattr(source, "use_landed", None)  # PostgreSQL: compares DDL with what landed
             if use_landed is not None:
                 use_landed(self.zone.table_records)
+            # MariaDB/MySQL: what DROP DATABASE empties, the column types a MODIFY is judged against
+            use_landed_tables = getattr(source, "use_landed_tables", None)
+            if use_landed_tables is not None:
+                use_landed_tables(partial(landed_tables, self.zone), partial(schema_history_records, self.zone))
             try:
                 source.preflight()
                 checkpoint = self._settle_checkpoint(source)

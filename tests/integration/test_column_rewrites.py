@@ -7,10 +7,14 @@ name, in every row no later change carried. Now capture stops at them on a captu
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 import pytest
 
 from capture.dump.reconcile import apply, reconcile_table
-from capture.sources.mysql.column_rewrites import column_rewrite
+from capture.sources.mysql.column_rewrites import column_rewrite, columns_after, landed_column_types
+from capture.sources.mysql.column_types import ColumnType
+from tests.servers import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("drop_database_afterwards")]
 
@@ -105,3 +109,143 @@ def test_an_alter_that_rewrites_rows_stops_capture(mariadb, database, start_capt
         {"id": 3, "w": None, "c": 5},  # landed before the rename: as v
         {"id": 4, "w": 4, "c": 5},
     ]
+
+
+def test_type_changes_judged():
+    """MODIFY / CHANGE of a type and CONVERT TO CHARACTER SET against the types before
+    (`column_types`): what may give a value another value is a rewrite, a provably lossless
+    widening is not."""
+    before = {
+        "v": ColumnType("varchar", length=10, charset="utf8mb4"),
+        "l": ColumnType("varchar", length=10, charset="latin1"),
+        "t": ColumnType("text", length=65535, charset="utf8mb4"),
+        "n": ColumnType("int", rank=4),
+        "k": ColumnType("int", rank=4, nullable=False),
+        "d": ColumnType("decimal", precision=10, scale=4),
+        "e": ColumnType("enum", values=("a", "b", "c"), charset="utf8mb4"),
+        "f": ColumnType("double"),
+        "ts": ColumnType("datetime", scale=6),
+    }
+
+    def clauses(statement: str, default: str = "utf8mb4") -> tuple[str, ...]:
+        found = column_rewrite(statement, "d", columns=lambda table: before, default_charset=lambda table: default)
+        return () if found is None else found.clauses
+
+    for rewrites in (
+        "ALTER TABLE t MODIFY v VARCHAR(3)",
+        "ALTER TABLE t MODIFY COLUMN n TINYINT",
+        "ALTER TABLE t MODIFY n INT UNSIGNED",
+        "ALTER TABLE t MODIFY n INT NOT NULL",  # a NULL becomes 0
+        "ALTER TABLE t MODIFY d DECIMAL(10,2)",
+        "ALTER TABLE t MODIFY d DECIMAL(8,4)",
+        "ALTER TABLE t MODIFY e ENUM('a','x','c')",  # b renamed: its rows become ''
+        "ALTER TABLE t MODIFY f FLOAT",
+        "ALTER TABLE t MODIFY v CHAR(20)",  # trailing spaces dropped
+        "ALTER TABLE t MODIFY t VARCHAR(100)",
+        "ALTER TABLE t MODIFY ts DATETIME",
+        "ALTER TABLE t MODIFY ts TIMESTAMP(6)",  # another type; NOT NULL unless declared NULL
+        "ALTER TABLE t CONVERT TO CHARACTER SET latin1",
+        "ALTER TABLE t CHANGE COLUMN n n SMALLINT",
+        "ALTER TABLE t MODIFY v VARCHAR(20) CHARACTER SET latin1",
+        "ALTER TABLE t MODIFY n DOUBLE",  # not judged lossless: taken as a rewrite
+        "ALTER TABLE t MODIFY unknown INT",  # a column capture has no type of
+        "ALTER TABLE t MODIFY n GEOGRAPHY",
+    ):
+        assert clauses(rewrites), rewrites
+    assert clauses("ALTER TABLE t MODIFY v VARCHAR(20)", default="latin1")  # the table's charset: latin1
+    for keeps in (
+        "ALTER TABLE t MODIFY v VARCHAR(20)",
+        "ALTER TABLE t MODIFY v VARCHAR(10) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin DEFAULT 'x' COMMENT 'not null'",
+        "ALTER TABLE t MODIFY v TEXT",
+        "ALTER TABLE t MODIFY l VARCHAR(10) CHARACTER SET utf8mb4",
+        "ALTER TABLE t MODIFY t MEDIUMTEXT",
+        "ALTER TABLE t MODIFY n BIGINT",
+        "ALTER TABLE t MODIFY n BIGINT NULL DEFAULT NULL",
+        "ALTER TABLE t MODIFY n DECIMAL(12,0)",
+        "ALTER TABLE t MODIFY k BIGINT NOT NULL",
+        "ALTER TABLE t CHANGE n n BIGINT",
+        "ALTER TABLE t MODIFY d DECIMAL(14,6)",
+        "ALTER TABLE t MODIFY e ENUM('c','b','a','d')",  # reordered, one added: values kept by name
+        "ALTER TABLE t MODIFY f DOUBLE",
+        "ALTER TABLE t MODIFY ts DATETIME(6)",
+        "ALTER TABLE t CONVERT TO CHARACTER SET utf8mb4",
+        "ALTER TABLE t CONVERT TO CHARSET 'utf8mb4' COLLATE 'utf8mb4_bin'",
+        "ALTER TABLE t MODIFY l VARCHAR(12) CHARACTER SET 'utf8mb4', ALGORITHM=COPY, LOCK=SHARED",
+        "ALTER TABLE t ADD COLUMN z INT NULL",
+    ):
+        assert clauses(keeps) == (), keeps
+    history = [
+        {"kind": "table", "schema": "d", "table": "t", "statement": None, "columns": [
+            {"name": "n", "source_type": "int"}, {"name": "v", "source_type": "varchar"},
+            {"name": "d", "source_type": "decimal(10,4)"}, {"name": "u", "source_type": "bigint unsigned"},
+        ]},
+        {"kind": "ddl", "schema": "d", "table": None, "statement": "ALTER TABLE t MODIFY v CHAR(9)", "columns": None},
+        {"kind": "table", "schema": "d", "table": "o", "statement": None, "columns": []},
+        {"kind": "ddl", "schema": "d", "table": None, "statement": "CREATE TABLE o2 LIKE o", "columns": None},
+    ]  # fmt: skip
+    landed = landed_column_types(history, lambda table: "utf8mb4")
+    assert set(landed) == {("d", "t")}  # o: named by a later statement
+    assert landed["d", "t"]["n"] == ColumnType("int", rank=4, nullable=None) and landed["d", "t"]["v"].family == "char"
+    assert landed["d", "t"]["u"].unsigned and landed["d", "t"]["d"].scale == 4
+    after = columns_after(
+        "ALTER TABLE t MODIFY v VARCHAR(20), ADD z BIGINT, DROP f, RENAME COLUMN n TO m", "d", before, str
+    )
+    assert after["v"].length == 20 and after["z"].rank == 5 and "f" not in after and after["m"] == before["n"]
+
+
+def test_a_narrowing_modify_stops_capture_and_a_widening_does_not(mariadb, database, make_capture):
+    """A MODIFY that narrows or converts a type changes stored values with no row events (outside
+    strict mode silently: `sql_mode=''`). On main capture went on: the landed row 1 kept
+    'abcdefgh', 1000, 1.2346, 'a' and 1.123456789 where the source shows 'abc', 127, 1.2, '' and
+    1.12346. A lossless widening (VARCHAR(10) to VARCHAR(20), INT to BIGINT, a nullable column
+    added) keeps capture running."""
+    mariadb.execute(
+        "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(10), n INT, d DECIMAL(10,4), e ENUM('a','b'), f DOUBLE)"
+        " DEFAULT CHARSET utf8mb4",
+        database=database,
+    )
+    capture = make_capture([f"{database}.t"]).start()
+    capture.wait_running()
+    mariadb.execute("INSERT INTO t VALUES (1, 'abcdefgh', 1000, 1.2346, 'a', 1.123456789)", database=database)
+    capture.wait_events(database, "t", 1)
+    mariadb.execute(
+        "ALTER TABLE t MODIFY v VARCHAR(20), MODIFY d DECIMAL(12,4), MODIFY e ENUM('b','a','c'), ADD COLUMN w INT NULL",
+        "INSERT INTO t (id, v) VALUES (2, 'x')",
+        "ALTER TABLE t MODIFY v VARCHAR(30)",  # no row in between: judged against the ALTER before
+        "INSERT INTO t (id, v) VALUES (3, 'y')",
+        database=database,
+    )
+    capture.wait_events(database, "t", 3)
+    assert capture.stop() == 0
+    capture.start()  # no row of t read since: the types as the landed schema history shows them
+    capture.wait_running()
+    mariadb.execute("ALTER TABLE t MODIFY n BIGINT", "INSERT INTO t (id, v) VALUES (4, 'z')", database=database)
+    capture.wait_events(database, "t", 4)
+    assert capture.process is not None and capture.process.poll() is None
+
+    with mariadb.connect(database) as conn, conn.cursor() as cursor:
+        cursor.execute("SET SESSION sql_mode = ''")
+        cursor.execute(
+            "ALTER TABLE t MODIFY v VARCHAR(3), MODIFY n TINYINT, MODIFY d DECIMAL(12,1), MODIFY e ENUM('x','b','c'),"
+            " MODIFY f FLOAT"
+        )
+        cursor.execute("INSERT INTO t (id, v) VALUES (5, 'q')")
+    assert _select(mariadb, database, "t")[0] == {
+        "id": 1, "v": "abc", "n": 127, "d": Decimal("1.2"), "e": "", "f": pytest.approx(1.12346, abs=1e-5), "w": None
+    }  # fmt: skip
+    wait_for(lambda: capture.process.poll() is not None, 30, what="capture to stop")
+    assert capture.process.returncode == 2
+    log = capture.log()
+    assert "ColumnRewriteError" in log and f"{database}.t" in log
+    for clause in (
+        "MODIFY v from VARCHAR(30)",
+        "MODIFY n from BIGINT",
+        "MODIFY d from DECIMAL(12,4)",
+        "MODIFY e",
+        "MODIFY f",
+    ):
+        assert clause in log, clause
+    for way_out in ("column_rewrites: accept", "dump"):
+        assert way_out in log
+    assert len(capture.events(database, "t")) == 4  # nothing of the ALTER or after it
+    assert capture.run_to_exit() == 2  # stops there again

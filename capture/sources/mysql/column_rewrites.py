@@ -17,12 +17,15 @@ follow is refused there).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from capture.config import SourceConfig
 from capture.errors import ColumnRewriteError
 from capture.log import get_logger
-from capture.sources.mysql.statements import parse_alter
+from capture.sources.mysql.column_types import ColumnType, converted, from_source_type, lossy, parse_definition
+from capture.sources.mysql.statements import _tokens, parse_alter
 from capture.sources.policy import refuse_or_warn
 
 log = get_logger(__name__)
@@ -44,19 +47,144 @@ class ColumnRewrite:
     clauses: tuple[str, ...]
 
 
-def column_rewrite(statement: str, schema: str, thread_specific: bool = False) -> ColumnRewrite | None:
+Columns = dict[str, ColumnType]  # a table's columns by lowercased name
+
+
+def column_rewrite(
+    statement: str,
+    schema: str,
+    thread_specific: bool = False,
+    columns: Callable[[Table], Columns | None] | None = None,
+    default_charset: Callable[[Table], str | None] = lambda table: None,
+) -> ColumnRewrite | None:
     """What an ALTER TABLE statement does to the values existing rows show (`schema`: the event's
     default database); None when nothing (or no ALTER TABLE, or a temporary table's: MariaDB flags
-    those LOG_EVENT_THREAD_SPECIFIC_F)."""
+    those LOG_EVENT_THREAD_SPECIFIC_F). `columns`: the table's column types before the statement
+    (`column_types`; an empty dict when capture cannot tell them, None when no landed row can
+    change), which judges MODIFY / CHANGE of a type and CONVERT TO CHARACTER SET; without it those
+    pass. `default_charset`: the table's, for a string column whose new definition names none."""
     if thread_specific or "alter" not in statement[:40].lower():
         return None
     tokens, words, table, i = parse_alter(statement, schema)
     if table is None:
         return None
+    before = None if columns is None else columns(table)
     found: list[str] = []
     for clause in _split(tokens[i:], words[i:]):
         found += _clause(*clause)
+        if before is not None:
+            found += _type_change(*clause, before, lambda: default_charset(table))
     return ColumnRewrite(table, tuple(found)) if found else None
+
+
+# a definition starting with these is a string type: it takes the table's charset unless it names one
+_STRING_TYPES = {
+    "CHAR", "CHARACTER", "VARCHAR", "VARCHAR2", "TINYTEXT", "TEXT", "MEDIUMTEXT", "LONGTEXT", "LONG", "ENUM", "SET",
+}  # fmt: skip
+
+
+def _new_type(tokens: list, words: list[str], charset: Callable[[], str | None]) -> ColumnType | None:
+    return parse_definition(tokens, words, charset() if words and words[0] in _STRING_TYPES else None)
+
+
+def _modified(tokens: list, words: list[str]) -> tuple[str, str, int] | None:
+    """MODIFY [COLUMN] [IF EXISTS] c def | CHANGE [COLUMN] [IF EXISTS] old new def: the old and the
+    new name and where the definition starts."""
+    if words[0] not in ("MODIFY", "CHANGE"):
+        return None
+    i = 1 + (len(words) > 1 and words[1] == "COLUMN")
+    if words[i : i + 2] == ["IF", "EXISTS"]:
+        i += 2
+    if i >= len(tokens):
+        return None
+    if words[0] == "MODIFY":
+        return str(tokens[i]), str(tokens[i]), i + 1
+    return (str(tokens[i]), str(tokens[i + 1]), i + 2) if i + 1 < len(tokens) else None
+
+
+def _converted_to(tokens: list, words: list[str], charset: Callable[[], str | None]) -> str | None:
+    """CONVERT TO {CHARACTER SET | CHARSET} cs [COLLATE c]: cs (DEFAULT: the table's, as the catalog
+    shows it); None for any other clause."""
+    if words[:2] != ["CONVERT", "TO"] or len(words) < 4:
+        return None
+    at = 4 if words[2:4] == ["CHARACTER", "SET"] else 3
+    if at >= len(tokens):
+        return None
+    name = str(tokens[at]).strip("'")
+    return (charset() or "") if name.upper() == "DEFAULT" else name
+
+
+def _type_change(tokens: list, words: list[str], before: Columns, charset: Callable[[], str | None]) -> list[str]:
+    """A MODIFY / CHANGE of a column's type, or a CONVERT TO CHARACTER SET, that may give existing
+    rows other values (`column_types.lossy`), as clauses for the message."""
+    unknown = "capture has read no row of the table since it started, so it cannot tell the type before"
+    modified = _modified(tokens, words)
+    if modified is not None:
+        old_name, _, at = modified
+        new = _new_type(tokens[at:], words[at:], charset)
+        old = before.get(old_name.lower())
+        if new is None:
+            return [f"{words[0]} {old_name} to a type capture cannot judge ({' '.join(tokens[at : at + 3])} ...)"]
+        if old is None:
+            return [f"{words[0]} {old_name} to {new.describe()} ({unknown})"]
+        why = lossy(old, new)
+        return [] if why is None else [f"{words[0]} {old_name} from {why} (existing values are converted)"]
+    target = _converted_to(tokens, words, charset)
+    if target is None:
+        return []
+    if not before:
+        return [f"CONVERT TO CHARACTER SET {target} ({unknown})"]
+    found = []
+    for name, old in before.items():
+        why = lossy(old, converted(old, target))
+        if why is not None:
+            found.append(f"CONVERT TO CHARACTER SET {target}: {name} from {why} (existing values are converted)")
+    return found
+
+
+def columns_after(
+    statement: str, schema: str, before: Columns, default_charset: Callable[[Table], str | None]
+) -> Columns:
+    """The column types after an ALTER TABLE statement of the table `before` describes: its
+    MODIFY, CHANGE, ADD, DROP, RENAME COLUMN and CONVERT TO CHARACTER SET applied (a type capture
+    cannot parse: not known)."""
+    tokens, words, table, i = parse_alter(statement, schema)
+    if table is None:
+        return before
+    after = dict(before)
+    charset = lambda: default_charset(table)  # noqa: E731
+    for t, w in _split(tokens[i:], words[i:]):
+        modified = _modified(t, w)
+        if modified is not None:
+            old, new, at = modified
+            after.pop(old.lower(), None)
+            found = _new_type(t[at:], w[at:], charset)
+            if found is not None:
+                after[new.lower()] = found
+        elif w[0] == "ADD":
+            n = 1 + (len(w) > 1 and w[1] == "COLUMN")
+            n += 3 if w[n : n + 3] == ["IF", "NOT", "EXISTS"] else 0
+            if n >= len(w) or w[n] in _NOT_A_COLUMN:
+                continue
+            parts = _split(t[n + 1 : -1], w[n + 1 : -1]) if w[n] == "(" else [(t[n:], w[n:])]
+            for pt, pw in parts:
+                found = _new_type(pt[1:], pw[1:], charset) if len(pt) > 1 else None
+                if found is not None:
+                    after[str(pt[0]).lower()] = found
+        elif w[0] == "DROP" and len(w) > 1 and w[1] not in _NOT_A_COLUMN:
+            n = 1 + (w[1] == "COLUMN")
+            n += 2 if w[n : n + 2] == ["IF", "EXISTS"] else 0
+            if n < len(t):
+                after.pop(str(t[n]).lower(), None)
+        elif w[:2] == ["RENAME", "COLUMN"] and len(t) > 4:
+            moved = after.pop(str(t[2]).lower(), None)
+            if moved is not None:
+                after[str(t[4]).lower()] = moved
+        else:
+            target = _converted_to(t, w, charset)
+            if target is not None:
+                after = {name: converted(col, target) for name, col in after.items()}
+    return after
 
 
 def _split(tokens: list, words: list[str]) -> list[tuple[list, list[str]]]:
@@ -168,3 +296,33 @@ def check_column_rewrite(source: str, config: SourceConfig, change: ColumnRewrit
         reason="column_rewrites: accept. " + "; ".join(change.clauses),
         action=f"dump {name} to repair it (as of the dump)",
     )
+
+
+def landed_column_types(
+    history: list[dict[str, Any]], default_charset: Callable[[Table], str | None]
+) -> dict[Table, Columns]:
+    """Each table's column types as the landed schema history shows them last (`history`: its
+    records in LSN order, `kind`, `schema`, `table`, `statement`, `columns`): its last `table`
+    record's (`from_source_type`: a string column is not known), with the ALTER TABLE statements
+    of it since applied (`columns_after`); none once another DDL statement names the table (or
+    drops a database of its name)."""
+    found: dict[Table, Columns] = {}
+    for record in history:
+        if record["kind"] == "table":
+            columns = {}
+            for column in record["columns"] or []:
+                known = from_source_type(column["source_type"] or "")
+                if known is not None:
+                    columns[column["name"].lower()] = known
+            found[record["schema"], record["table"]] = columns
+        elif record["kind"] == "ddl" and found:
+            statement, schema = record["statement"] or "", record["schema"] or ""
+            altered = parse_alter(statement, schema)[2] if "alter" in statement[:40].lower() else None
+            words = {str(t).lower() for t in _tokens(statement)}
+            dropped = "drop" in words and ("database" in words or "schema" in words)
+            for table in list(found):
+                if altered is not None and altered == table:
+                    found[table] = columns_after(statement, schema, found[table], default_charset)
+                elif table[1].lower() in words or (dropped and table[0].lower() in words):
+                    del found[table]
+    return found

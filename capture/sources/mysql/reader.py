@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from threading import Event
 from typing import Any
@@ -40,8 +40,15 @@ from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE
 from capture.sources.mysql import binlog_events as ev
 from capture.sources.mysql.binlog_events import BinlogStream
 from capture.sources.mysql.catalog import column_names, data_types, fractional_columns, system_period, table_keys
-from capture.sources.mysql.column_rewrites import check_column_rewrite, column_rewrite
-from capture.sources.mysql.connection import ER_SPECIFIC_ACCESS_DENIED, connection_settings, translate
+from capture.sources.mysql.column_rewrites import (
+    Columns,
+    check_column_rewrite,
+    column_rewrite,
+    columns_after,
+    landed_column_types,
+)
+from capture.sources.mysql.column_types import from_binlog
+from capture.sources.mysql.connection import ER_SPECIFIC_ACCESS_DENIED, connection_settings, query, translate
 from capture.sources.mysql.foreign_keys import (
     MAY_ADD,
     CascadingKey,
@@ -60,11 +67,12 @@ from capture.sources.mysql.statements import (
     called_functions,
     created_by_select,
     hidden_writes,
+    parse_alter,
     truncated_table,
     written_tables,
 )
 from capture.sources.mysql.table_maps import BinlogColumn, TableMap, TableMapCache
-from capture.sources.mysql.table_moves import check_rename, table_moves
+from capture.sources.mysql.table_moves import check_rename, dropped_database, table_moves, temporary_tables
 from capture.sources.mysql.types import table_schema
 from capture.sources.table_keys import log_key
 
@@ -193,6 +201,8 @@ class BinlogReader:
         resume: dict[str, Any],
         stop: Event,
         cascades: set[CascadingKey] | None = None,
+        landed: Callable[[], set[tuple[str, str]]] | None = None,
+        history: Callable[[], list[dict]] | None = None,
     ) -> None:
         self.name = name
         self.config = config
@@ -204,6 +214,16 @@ class BinlogReader:
         # cascading foreign keys of captured tables already accepted (foreign_key_cascades: accept)
         self._cascades = cascades if cascades is not None else set()
         self._captured: dict[tuple[str, str], bool] = {}
+        self._landed = landed  # the tables the landing zone holds (`_dropped_database`, `_columns`)
+        self._history = history  # its schema history's records (`_columns`)
+        self._landed_types: dict[tuple[str, str], Columns] | None = None  # from them, read once needed
+        self._mapped: set[tuple[str, str]] = set()  # captured tables whose rows this reader read
+        # the table map read last of each captured table, and the column types ALTERs gave it since
+        # (`_columns`): what a MODIFY of a type is judged against
+        self._maps: dict[tuple[str, str], TableMap] = {}
+        self._altered: dict[tuple[str, str], tuple[TableMap | None, Columns | None]] = {}
+        # sessions' temporary tables (by thread id) as their logged DDL shows them (`_table_moves`)
+        self._temporary: dict[int, set[tuple[str, str]]] = {}
         # statement-logged writes of tables capture leaves out: what the catalog says they hide (`_statement_logged`)
         self._hidden: dict[tuple[frozenset[tuple[str, str]], frozenset[str]], list[str]] = {}
         self._catalog: pymysql.connections.Connection | None = None  # key lookups (`_key`), opened once needed
@@ -305,6 +325,8 @@ class BinlogReader:
             elif kind == ev.TABLE_MAP:
                 table_map = table_maps.get(data[ev.BODY : end], post_header[ev.TABLE_MAP])
                 tables[table_map.table_id] = table_map
+                if self.captured(table_map.schema, table_map.table):
+                    self._maps[table_map.schema, table_map.table] = table_map
             elif kind == ev.XID:
                 in_transaction = False
                 yield self._end(log_pos, file_seq, pending_gtid, commit_ts)
@@ -363,11 +385,15 @@ class BinlogReader:
                 # emptied the session's temporary table of that name, not the captured table (DROP and
                 # RENAME: `table_moves`)
                 temporary = bool(data[ev.BODY - 2] & THREAD_SPECIFIC)
-                emptied = self._table_moves(schema, statement, temporary, log_pos)
-                rewrite = column_rewrite(statement, schema, temporary)
+                thread = int.from_bytes(data[ev.BODY : ev.BODY + 4], "little")
+                emptied = self._table_moves(schema, statement, temporary, thread, log_pos)
+                emptied = emptied or self._dropped_database(statement)
+                rewrite = column_rewrite(statement, schema, temporary, self._columns, self._default_charset)
                 rewritten = None if rewrite is None else self._named(rewrite.table)
                 if rewritten is not None and rewritten[0] != WATERMARK_SCHEMA and self.captured(*rewritten):
                     check_column_rewrite(self.name, self.config, rewrite, statement, f"{self.file}:{log_pos}")
+                if not temporary and "alter" in statement[:40].lower():
+                    self._alter_columns(schema, statement)
                 self._hidden.clear()  # DDL may have created or dropped a trigger, view or function
                 yield SchemaChange(lsn, txid, commit_ts, schema, statement)
                 truncated = None if temporary else truncated_table(schema, statement)
@@ -378,6 +404,9 @@ class BinlogReader:
                     yield Truncate(lsn, txid, commit_ts, *truncated)
                 for index, gone in enumerate(emptied):
                     yield Truncate(Lsn(lsn.major, index), txid, commit_ts, *gone)
+                for gone in [truncated, *emptied] if truncated is not None else emptied:
+                    self._maps.pop(gone, None)
+                    self._altered[gone] = (None, None)  # its landed rows are gone: no MODIFY changes them
                 if standalone or not in_transaction:
                     standalone = False
                     yield self._end(log_pos, file_seq, pending_gtid, commit_ts)
@@ -385,6 +414,8 @@ class BinlogReader:
             elif kind == ev.EXECUTE_LOAD_QUERY:  # the file's blocks came before it: no rows
                 schema, statement = ev.query_parts(data, end, post_header[ev.EXECUTE_LOAD_QUERY])
                 self._statement_logged(schema, statement, log_pos)
+            elif kind == ev.FORMAT_DESCRIPTION and int.from_bytes(data[ev.BODY + 52 : ev.BODY + 56], "little"):
+                self._temporary.clear()  # written at a server start (`created` set): its sessions are gone
             elif kind == ev.ROTATE:
                 self.file = data[ev.BODY + 8 : end].decode()
                 file_seq = file_number(self.file) << 32
@@ -465,11 +496,21 @@ class BinlogReader:
             check_cascades(self.name, self.config, [gone], where.replace("made", "added a cascading key to"))
             self._cascades.add(gone)
 
-    def _table_moves(self, schema: str, statement: str, temporary: bool, log_pos: int) -> list[tuple[str, str]]:
+    def _table_moves(
+        self, schema: str, statement: str, temporary: bool, thread: int, log_pos: int
+    ) -> list[tuple[str, str]]:
         """The captured names a DROP TABLE, RENAME or CREATE OR REPLACE TABLE empties (`table_moves`),
         each to land as a truncate; a RENAME that brings rows under a captured name stops capture
-        here (`table_renames: refuse`) or warns (accept: the name is emptied as well)."""
-        moves = table_moves(statement, schema, temporary)
+        here (`table_renames: refuse`) or warns (accept: the name is emptied as well). A session
+        logging statements logs its temporary tables' DDL, flagged (`temporary`) but for RENAME
+        TABLE: the temporary tables of each session (`thread`) are followed so that a RENAME TABLE
+        of one (shadowing a captured name, say) moves no captured table's rows."""
+        if temporary:
+            temporary_tables(statement, schema, self._temporary.setdefault(thread, set()), self._named)
+        sessions = self._temporary.get(thread)
+        moves = table_moves(statement, schema, temporary, sessions, self._named)
+        if sessions is not None and not sessions:
+            del self._temporary[thread]
         if moves is None:
             return []
 
@@ -482,6 +523,63 @@ class BinlogReader:
             check_rename(self.name, self.config, arrived, statement, f"{self.file}:{log_pos}")
         emptied = captured(moves.removed)
         return emptied + [t for t in arrived if t not in emptied]
+
+    def _columns(self, table: tuple[str, str]) -> Columns | None:
+        """The column types of a captured table before the ALTER being read (`column_rewrite`): from
+        the table map read last, as the ALTERs since changed them; None when no landed row of it can
+        change (a table capture leaves out, one emptied since: no rows read since a truncate, a drop;
+        one the landing zone does not hold). Rows landed before the reader started and none read
+        since: the types the landed schema history shows (integers, DECIMAL, FLOAT, DOUBLE, temporal,
+        BIT, as its ALTERs since changed them: `landed_column_types`), the others not known (a
+        change of them is refused)."""
+        table = self._named(table)
+        if table[0] == WATERMARK_SCHEMA or not self.captured(*table):
+            return None
+        last = self._maps.get(table)
+        altered = self._altered.get(table)
+        if altered is not None and altered[0] is last:
+            return altered[1]
+        if last is not None:
+            return {col.name.lower(): from_binlog(col) for col in last.columns}
+        if self._landed is None or table not in self._landed():
+            return None
+        if self._landed_types is None:  # as landed before this reader started (no DDL of the table since)
+            history = self._history() if self._history is not None else []
+            self._landed_types = landed_column_types(history, self._default_charset)
+        return dict(self._landed_types.get(table, {}))
+
+    def _default_charset(self, table: tuple[str, str]) -> str | None:
+        """The table's default charset, as the catalog shows it now (None when it has no such table)."""
+        rows = query(
+            self._catalog_connection(),
+            "SELECT c.CHARACTER_SET_NAME FROM information_schema.TABLES t JOIN"
+            " information_schema.COLLATION_CHARACTER_SET_APPLICABILITY c ON c.COLLATION_NAME = t.TABLE_COLLATION"
+            " WHERE t.TABLE_SCHEMA = %s AND t.TABLE_NAME = %s",
+            self._named(table),
+        )
+        return str(rows[0][0]) if rows else None
+
+    def _alter_columns(self, schema: str, statement: str) -> None:
+        """Follow the column types of the captured table an ALTER TABLE (landed) changes (`_columns`)."""
+        table = parse_alter(statement, schema)[2]
+        if table is None:
+            return
+        table = self._named(table)
+        before = self._columns(table)
+        if before is not None:
+            after = columns_after(statement, schema, before, self._default_charset)
+            self._altered[table] = (self._maps.get(table), after)
+
+    def _dropped_database(self, statement: str) -> list[tuple[str, str]]:
+        """The captured tables a DROP DATABASE empties, each to land as a truncate: those of the
+        database whose rows this reader read, or that the landing zone holds (log events, dump
+        chunks). A table created there since the last of those, with no rows yet, has none to take."""
+        dropped = dropped_database(statement)
+        if dropped is None:
+            return []
+        schema = self._named((dropped, ""))[0]
+        known = self._mapped | (self._landed() if self._landed is not None else set())
+        return sorted(t for t in known if t[0] == schema and schema != WATERMARK_SCHEMA and self.captured(*t))
 
     def _partition_change(self, change: PartitionChange, statement: str, log_pos: int) -> PartitionChange | None:
         """A partition statement that drops or moves rows (`partitions`): None when it changes no
@@ -525,6 +623,7 @@ class BinlogReader:
         (`table_maps`)."""
         compiled = table_map.compiled
         if compiled is None:
+            self._mapped.add((table_map.schema, table_map.table))
             if any(col.type in OLD_TEMPORAL for col in table_map.columns):
                 self._refuse_old_fractions(table_map)
             if any(col.type == FIELD_TYPE.STRING and col.character_set_name == "binary" for col in table_map.columns):

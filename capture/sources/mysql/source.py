@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from threading import Event
 from typing import Any
 
@@ -59,6 +59,16 @@ class MySqlSource:
         self.where = f"{name} ({config.kind} {config.host}:{config.port})"
         self._lag_conn: pymysql.connections.Connection | None = None
         self._cascades: set[CascadingKey] = set()  # cascading keys accepted (foreign_key_cascades: accept)
+        self._landed: Callable[[], set[tuple[str, str]]] | None = None  # tables the landing zone holds
+        self._history: Callable[[], list[dict]] | None = None  # its schema history's records
+
+    def use_landed_tables(
+        self, landed: Callable[[], set[tuple[str, str]]], history: Callable[[], list[dict]] | None = None
+    ) -> None:
+        """How to list the tables the landing zone holds (log events or dump chunks): a DROP
+        DATABASE empties those of its database (`BinlogReader._dropped_database`); and to read its
+        schema history: the column types a MODIFY is judged against (`BinlogReader._columns`)."""
+        self._landed, self._history = landed, history
 
     def preflight(self) -> None:
         """Server settings and grants, the keys the configuration names, captured children of
@@ -133,7 +143,7 @@ class MySqlSource:
             )
 
     def read(self, resume: dict[str, Any], stop: Event, hold_s: float = 0.0) -> Iterator[LogItem]:
-        return iter(BinlogReader(self.name, self.config, resume, stop, self._cascades))
+        return iter(BinlogReader(self.name, self.config, resume, stop, self._cascades, self._landed, self._history))
 
     def acknowledge(self, resume: dict[str, Any]) -> None:
         """Nothing to tell the server: a binlog reader keeps no position there."""
