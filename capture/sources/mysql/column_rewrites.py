@@ -24,7 +24,14 @@ from typing import Any
 from capture.config import SourceConfig
 from capture.errors import ColumnRewriteError
 from capture.log import get_logger
-from capture.sources.mysql.column_types import ColumnType, converted, from_source_type, lossy, parse_definition
+from capture.sources.mysql.column_types import (
+    ColumnType,
+    converted,
+    from_definition,
+    from_source_type,
+    lossy,
+    parse_definition,
+)
 from capture.sources.mysql.statements import _tokens, parse_alter
 from capture.sources.policy import refuse_or_warn
 
@@ -300,21 +307,34 @@ def check_column_rewrite(source: str, config: SourceConfig, change: ColumnRewrit
 
 def landed_column_types(
     history: list[dict[str, Any]], default_charset: Callable[[Table], str | None]
-) -> dict[Table, Columns]:
+) -> tuple[dict[Table, Columns], set[Table]]:
     """Each table's column types as the landed schema history shows them last (`history`: its
     records in LSN order, `kind`, `schema`, `table`, `statement`, `columns`): its last `table`
-    record's (`from_source_type`: a string column is not known), with the ALTER TABLE statements
-    of it since applied (`columns_after`); none once another DDL statement names the table (or
-    drops a database of its name)."""
+    record's, with the ALTER TABLE statements of it since applied (`columns_after`); none once
+    another DDL statement names the table (or drops a database of its name). A record's column
+    types are its columns' `definition`s (the whole type as the table map gave it:
+    `column_types.definition`); a record landed before those were recorded has none, and its
+    types are what `from_source_type` reads (a string type, the nullability: not known). Also
+    returned: the tables whose types come from such a record."""
     found: dict[Table, Columns] = {}
+    partial: set[Table] = set()
     for record in history:
         if record["kind"] == "table":
-            columns = {}
+            columns, table = {}, (record["schema"], record["table"])
+            whole = bool(record["columns"])
             for column in record["columns"] or []:
-                known = from_source_type(column["source_type"] or "")
+                text = column.get("definition")
+                known = from_definition(text) if text else None
+                if known is None:
+                    whole = False
+                    known = from_source_type(column["source_type"] or "")
                 if known is not None:
                     columns[column["name"].lower()] = known
-            found[record["schema"], record["table"]] = columns
+            found[table] = columns
+            if whole:
+                partial.discard(table)
+            else:
+                partial.add(table)
         elif record["kind"] == "ddl" and found:
             statement, schema = record["statement"] or "", record["schema"] or ""
             altered = parse_alter(statement, schema)[2] if "alter" in statement[:40].lower() else None
@@ -325,4 +345,5 @@ def landed_column_types(
                     found[table] = columns_after(statement, schema, found[table], default_charset)
                 elif table[1].lower() in words or (dropped and table[0].lower() in words):
                     del found[table]
-    return found
+                    partial.discard(table)
+    return found, partial
