@@ -195,12 +195,24 @@ def test_type_changes_judged():
     quoted = ColumnType("set", values=("a,b", "it's", "\\", "é"), charset="latin1", nullable=False)
     assert from_definition(definition(quoted)) == quoted and from_definition("varchar") is None
     email = {"name": "Email", "source_type": "varchar", "definition": definition(ColumnType("varchar", length=255))}
-    history = [
-        {"kind": "table", "schema": "d", "table": "u", "statement": None, "columns": [email]},
-        {"kind": "ddl", "schema": "d", "table": None, "statement": "ALTER TABLE u MODIFY email VARCHAR(320) NOT NULL"},
-    ]
+    keeping = (  # name u, change none of its columns
+        "CREATE UNIQUE INDEX IF NOT EXISTS u_email ON u (email)",
+        "DROP INDEX u_email ON d.u",
+        "OPTIMIZE TABLE u",
+        "CREATE DEFINER=`root`@`localhost` TRIGGER u_bi BEFORE INSERT ON u FOR EACH ROW SET NEW.email = 'u'",
+        "CREATE OR REPLACE ALGORITHM=MERGE VIEW uv AS SELECT * FROM u",
+        "ALTER TABLE orders ADD FOREIGN KEY (uid) REFERENCES u (id)",
+        "ALTER TABLE u MODIFY email VARCHAR(320) NOT NULL",
+        "TRUNCATE TABLE u",
+    )
+    history = [{"kind": "table", "schema": "d", "table": "u", "statement": None, "columns": [email]}]
+    history += [{"kind": "ddl", "schema": "d", "table": None, "statement": s, "columns": None} for s in keeping]
     landed, partial = landed_column_types(history, lambda table: None)
     assert landed == {("d", "u"): {"email": ColumnType("varchar", length=320, nullable=False)}} and not partial
+    replacing_u = ("ALTER TABLE u2 RENAME TO u", "RENAME TABLE u TO u1, u2 TO u", "CREATE OR REPLACE TABLE u (i INT)")
+    for replacing in replacing_u:
+        moved = [*history, {"kind": "ddl", "schema": "d", "table": None, "statement": replacing, "columns": None}]
+        assert landed_column_types(moved, lambda table: None)[0] == {}, replacing
     after = columns_after(
         "ALTER TABLE t MODIFY v VARCHAR(20), ADD z BIGINT, DROP f, RENAME COLUMN n TO m", "d", before, str
     )
@@ -307,10 +319,14 @@ def test_a_restart_judges_the_whole_types_before(mariadb, database, make_capture
 
     # widenings, each after a restart with no row of users read: capture goes on, later rows land
     at = restart()
-    mariadb.execute("ALTER TABLE users MODIFY email VARCHAR(320) NOT NULL", database=database)
-    _wait_statement(capture, "VARCHAR(320)")
+    mariadb.execute(
+        "ALTER TABLE users MODIFY email VARCHAR(320) NOT NULL",
+        "CREATE INDEX users_email ON users (email)",  # names users, changes no column
+        database=database,
+    )
+    _wait_statement(capture, "users_email")
     running(at)
-    assert capture.stop() == 0  # no row since: the next start replays this ALTER on the landed record
+    assert capture.stop() == 0  # no row since: the next start replays these on the landed record
     at = restart()
     mariadb.execute(
         "ALTER TABLE users MODIFY email VARCHAR(320) NULL, MODIFY kind ENUM('c','b','a') NOT NULL",
