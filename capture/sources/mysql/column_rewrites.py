@@ -311,13 +311,13 @@ def landed_column_types(
     """Each table's column types as the landed schema history shows them last (`history`: its
     records in LSN order, `kind`, `schema`, `table`, `statement`, `columns`): its last `table`
     record's, with the ALTER TABLE statements of it since applied (`columns_after`); none once
-    another DDL statement names the table (or drops a database of its name) that may change it. A record's column
-    types are its columns' `definition`s (the whole type as the table map gave it:
-    `column_types.definition`); a record landed before those were recorded has none, and its
-    types are what `from_source_type` reads (a string type, the nullability: not known). Also
-    returned: the tables whose types come from such a record. Statements that change no column
-    (`CREATE INDEX ... ON t`, OPTIMIZE, a trigger or view, an ALTER of another table that renames
-    none) keep the types."""
+    another DDL statement that may change it names the table (or drops a database of its name).
+    Statements that change no column keep them (`_keeps_types`: `CREATE INDEX ... ON t`, OPTIMIZE,
+    a trigger or view; an ALTER of another table that renames none). A record's column types are
+    its columns' `definition`s (the whole type as the table map gave it: `column_types.definition`);
+    a record landed before those were recorded has none, and its types are what `from_source_type`
+    reads (a string type, the nullability: not known). Also returned: the tables whose types come
+    from such a record."""
     found: dict[Table, Columns] = {}
     partial: set[Table] = set()
     for record in history:
