@@ -65,6 +65,19 @@ class Column:
     name: str
     arrow_type: pa.DataType
     source_type: str  # the database's own spelling, e.g. "bigint unsigned", "decimal(65,30)"
+    # the column's whole definition as the source reads it back (MariaDB/MySQL: length, charset,
+    # ENUM values, signedness, nullability, from the table map: `column_types.definition`), landed
+    # in the schema history's `table` records; None where the source gives none. Not part of the
+    # fingerprint nor of equality.
+    definition: str | None = field(default=None, compare=False)
+
+
+def definitions_digest(definitions: list[str | None]) -> str | None:
+    """What tells a table's column definitions apart (None when there are none): a new one lands a
+    new `table` record of the schema history (`zone.schema_version`)."""
+    if not any(definitions):
+        return None
+    return hashlib.sha1("\x1f".join(d or "" for d in definitions).encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -101,6 +114,11 @@ class TableSchema:
     def fingerprint(self) -> str:
         text = "|".join(f"{c.name}:{c.source_type}" for c in self.columns) + "|key:" + ",".join(self.key)
         return hashlib.sha1(text.encode()).hexdigest()[:16]
+
+    @cached_property
+    def definitions(self) -> str | None:
+        """`definitions_digest` of its columns' definitions."""
+        return definitions_digest([c.definition for c in self.columns])
 
     @cached_property
     def row_type(self) -> pa.StructType:

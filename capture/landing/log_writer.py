@@ -61,7 +61,17 @@ SCHEMA_HISTORY_SCHEMA = pa.schema(
         pa.field("statement", pa.string()),
         pa.field(
             "columns",
-            pa.list_(pa.struct([("name", pa.string()), ("type", pa.string()), ("source_type", pa.string())])),
+            # definition: the source's whole column definition (Column.definition; null where none)
+            pa.list_(
+                pa.struct(
+                    [
+                        ("name", pa.string()),
+                        ("type", pa.string()),
+                        ("source_type", pa.string()),
+                        ("definition", pa.string()),
+                    ]
+                )
+            ),
         ),
         pa.field("key", pa.list_(pa.string())),
         pa.field("fingerprint", pa.string()),
@@ -151,7 +161,10 @@ def _envelope(piece: pa.Table, watermark: bool) -> pa.Table:
 
 
 def table_schema_record(lsn: Lsn, txid: str, ts: Any, table: TableSchema) -> tuple[Any, ...]:
-    columns = [{"name": c.name, "type": str(c.arrow_type), "source_type": c.source_type} for c in table.columns]
+    columns = [
+        {"name": c.name, "type": str(c.arrow_type), "source_type": c.source_type, "definition": c.definition}
+        for c in table.columns
+    ]
     return (
         lsn.encode(),
         txid,
@@ -293,8 +306,9 @@ class LogWriter:
         folder = self._folders.get((table.schema, table.table))
         if folder is None:
             folder = self._folders[(table.schema, table.table)] = table_folder(table.schema, table.table)
-        if self._fingerprints.get(folder) != schema_version(table.fingerprint, table.relation):
-            self._fingerprints[folder] = schema_version(table.fingerprint, table.relation)
+        version = schema_version(table.fingerprint, table.relation, table.definitions)
+        if self._fingerprints.get(folder) != version:
+            self._fingerprints[folder] = version
             history = self._buffer(SCHEMA_HISTORY, "", None)
             self._append(history, table_schema_record(Lsn.decode(piece.first), batch.txid, batch.commit_ts, table))
         buffer = self._buffer(folder, table.fingerprint, table)

@@ -15,7 +15,7 @@ import pyarrow.compute
 import pyarrow.parquet as pq
 
 from capture.errors import LockHeldError
-from capture.events import Lsn
+from capture.events import Lsn, definitions_digest
 from capture.landing.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from capture.landing.files import TMP_PREFIX, fenced_rename, fsync_dir, parse_segment_name, segments
 from capture.log import get_logger
@@ -26,9 +26,12 @@ SCHEMA_HISTORY = "schema_history"
 
 
 @functools.lru_cache(maxsize=4096)
-def schema_version(fingerprint: str, relation: int | None) -> str:
-    """What a new `table` record is written for: another schema, or (PostgreSQL) another relation."""
-    return fingerprint if relation is None else f"{fingerprint}@{relation}"
+def schema_version(fingerprint: str, relation: int | None, definitions: str | None = None) -> str:
+    """What a new `table` record is written for: another schema, (PostgreSQL) another relation, or
+    (MariaDB/MySQL) other column definitions (`TableSchema.definitions`: a longer VARCHAR, another
+    charset; also where the last record has none, as one landed before they were recorded)."""
+    version = fingerprint if relation is None else f"{fingerprint}@{relation}"
+    return version if definitions is None else f"{version}#{definitions}"
 
 
 def table_folder(schema: str, table: str) -> str:
@@ -159,7 +162,10 @@ class LandingZone:
         """Folder -> `schema_version` of the table schema last recorded in the schema history."""
         latest: dict[str, str] = {}
         for row in self.table_records():
-            latest[table_folder(row["schema"], row["table"])] = schema_version(row["fingerprint"], row["relation"])
+            definitions = definitions_digest([c.get("definition") for c in row["columns"] or []])
+            latest[table_folder(row["schema"], row["table"])] = schema_version(
+                row["fingerprint"], row["relation"], definitions
+            )
         return latest
 
     def table_records(self) -> list[dict]:

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 from decimal import Decimal
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from capture.dump.reconcile import apply, reconcile_table
+from capture.landing.log_writer import SCHEMA_HISTORY_SCHEMA
 from capture.sources.mysql.column_rewrites import column_rewrite, columns_after, landed_column_types
-from capture.sources.mysql.column_types import ColumnType
+from capture.sources.mysql.column_types import ColumnType, definition, from_definition
 from tests.servers import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("drop_database_afterwards")]
@@ -183,10 +186,33 @@ def test_type_changes_judged():
         {"kind": "table", "schema": "d", "table": "o", "statement": None, "columns": []},
         {"kind": "ddl", "schema": "d", "table": None, "statement": "CREATE TABLE o2 LIKE o", "columns": None},
     ]  # fmt: skip
-    landed = landed_column_types(history, lambda table: "utf8mb4")
-    assert set(landed) == {("d", "t")}  # o: named by a later statement
+    landed, partial = landed_column_types(history, lambda table: "utf8mb4")
+    assert set(landed) == {("d", "t")} and partial == {("d", "t")}  # o: named by a later statement
     assert landed["d", "t"]["n"] == ColumnType("int", rank=4, nullable=None) and landed["d", "t"]["v"].family == "char"
     assert landed["d", "t"]["u"].unsigned and landed["d", "t"]["d"].scale == 4
+    for kept in before.values():  # the whole type, as the schema history's records carry it
+        assert from_definition(definition(kept)) == kept
+    quoted = ColumnType("set", values=("a,b", "it's", "\\", "é"), charset="latin1", nullable=False)
+    assert from_definition(definition(quoted)) == quoted and from_definition("varchar") is None
+    email = {"name": "Email", "source_type": "varchar", "definition": definition(ColumnType("varchar", length=255))}
+    keeping = (  # name u, change none of its columns
+        "CREATE UNIQUE INDEX IF NOT EXISTS u_email ON u (email)",
+        "DROP INDEX u_email ON d.u",
+        "OPTIMIZE TABLE u",
+        "CREATE DEFINER=`root`@`localhost` TRIGGER u_bi BEFORE INSERT ON u FOR EACH ROW SET NEW.email = 'u'",
+        "CREATE OR REPLACE ALGORITHM=MERGE VIEW uv AS SELECT * FROM u",
+        "ALTER TABLE orders ADD FOREIGN KEY (uid) REFERENCES u (id)",
+        "ALTER TABLE u MODIFY email VARCHAR(320) NOT NULL",
+        "TRUNCATE TABLE u",
+    )
+    history = [{"kind": "table", "schema": "d", "table": "u", "statement": None, "columns": [email]}]
+    history += [{"kind": "ddl", "schema": "d", "table": None, "statement": s, "columns": None} for s in keeping]
+    landed, partial = landed_column_types(history, lambda table: None)
+    assert landed == {("d", "u"): {"email": ColumnType("varchar", length=320, nullable=False)}} and not partial
+    replacing_u = ("ALTER TABLE u2 RENAME TO u", "RENAME TABLE u TO u1, u2 TO u", "CREATE OR REPLACE TABLE u (i INT)")
+    for replacing in replacing_u:
+        moved = [*history, {"kind": "ddl", "schema": "d", "table": None, "statement": replacing, "columns": None}]
+        assert landed_column_types(moved, lambda table: None)[0] == {}, replacing
     after = columns_after(
         "ALTER TABLE t MODIFY v VARCHAR(20), ADD z BIGINT, DROP f, RENAME COLUMN n TO m", "d", before, str
     )
@@ -249,3 +275,160 @@ def test_a_narrowing_modify_stops_capture_and_a_widening_does_not(mariadb, datab
         assert way_out in log
     assert len(capture.events(database, "t")) == 4  # nothing of the ALTER or after it
     assert capture.run_to_exit() == 2  # stops there again
+
+
+def _wait_statement(capture, text: str) -> None:
+    """Wait until a DDL statement containing `text` has landed in the schema history (capture
+    stopping first fails, with its log)."""
+
+    def landed() -> bool:
+        if capture.process.poll() is not None:
+            raise AssertionError(f"capture exited with {capture.process.returncode}:\n{capture.log()[-3000:]}")
+        history = capture.zone.read_schema_history()
+        return history is not None and any(text in (s or "") for s in history["statement"].to_pylist())
+
+    wait_for(landed, 30, what=f"{text!r} to land")
+
+
+def test_a_restart_judges_the_whole_types_before(mariadb, database, make_capture):
+    """After a restart, before capture has read a row of the table, a MODIFY is judged against the
+    whole types the landed schema history records (as the table map gave them: lengths, charsets,
+    ENUM values, nullability). On main the history named no string length nor nullability, and
+    capture stopped at the ordinary widening `MODIFY email VARCHAR(320) NOT NULL` ("cannot tell the
+    type before"); narrowings of a VARCHAR, an ENUM and an INT across a restart still stop it."""
+    mariadb.execute(
+        "CREATE TABLE users (id INT PRIMARY KEY, email VARCHAR(255) NOT NULL, kind ENUM('a','b') NOT NULL,"
+        " n INT, note VARCHAR(10)) DEFAULT CHARSET utf8mb4",
+        database=database,
+    )
+    capture = make_capture([f"{database}.users"]).start()
+    capture.wait_running()
+    mariadb.execute("INSERT INTO users VALUES (1, 'ann@example.com', 'b', 1000, 'abcdefgh')", database=database)
+    capture.wait_events(database, "users", 1)
+    assert capture.stop() == 0
+
+    def restart() -> int:
+        at = len(capture.log())
+        capture.start()
+        capture.wait_running()
+        return at
+
+    def running(at: int) -> None:
+        assert capture.process is not None and capture.process.poll() is None, capture.log()[at:]
+        assert "ColumnRewriteError" not in capture.log()[at:]
+
+    # widenings, each after a restart with no row of users read: capture goes on, later rows land
+    at = restart()
+    mariadb.execute(
+        "ALTER TABLE users MODIFY email VARCHAR(320) NOT NULL",
+        "CREATE INDEX users_email ON users (email)",  # names users, changes no column
+        database=database,
+    )
+    _wait_statement(capture, "users_email")
+    running(at)
+    assert capture.stop() == 0  # no row since: the next start replays these on the landed record
+    at = restart()
+    mariadb.execute(
+        "ALTER TABLE users MODIFY email VARCHAR(320) NULL, MODIFY kind ENUM('c','b','a') NOT NULL",
+        "INSERT INTO users VALUES (2, 'bob@example.com', 'c', 2, 'x')",
+        database=database,
+    )
+    capture.wait_events(database, "users", 2)
+    running(at)
+    assert capture.stop() == 0
+    at = restart()
+    mariadb.execute(
+        "ALTER TABLE users MODIFY note VARCHAR(10) CHARACTER SET utf8mb4 NULL DEFAULT 'n'",  # the same type
+        "INSERT INTO users VALUES (3, 'cy@example.com', 'a', 3, 'y')",
+        database=database,
+    )
+    capture.wait_events(database, "users", 3)
+    running(at)
+    assert capture.stop() == 0
+
+    # narrowings after a restart: capture stops, nothing of them lands; accepted once to go on
+    rows = 3
+    for statement, clause in (
+        ("ALTER TABLE users MODIFY email VARCHAR(5)", "MODIFY email from VARCHAR(320)"),
+        ("ALTER TABLE users MODIFY kind ENUM('x','b','a') NOT NULL", "MODIFY kind from ENUM('c', 'b', 'a')"),
+        ("ALTER TABLE users MODIFY n TINYINT", "MODIFY n from INT to TINYINT"),
+        ("ALTER TABLE users MODIFY note VARCHAR(10) NOT NULL", "NOT NULL: a NULL becomes"),
+    ):
+        at = len(capture.log())
+        capture.start()
+        capture.wait_running()
+        with mariadb.connect(database) as conn, conn.cursor() as cursor:
+            cursor.execute("SET SESSION sql_mode = ''")
+            cursor.execute(statement)
+            cursor.execute(f"INSERT INTO users (id, email, kind) VALUES ({rows + 1}, 'z', 'b')")
+        assert capture.wait_exit() == 2, capture.log()[at:]
+        log = capture.log()[at:]
+        assert "ColumnRewriteError" in log and f"{database}.users" in log and clause in log, log
+        assert "cannot tell the type before" not in log
+        assert len(capture.events(database, "users")) == rows  # nothing of the ALTER or after it
+        capture.set_source(column_rewrites="accept")
+        capture.start()
+        rows += 1
+        capture.wait_events(database, "users", rows)
+        assert capture.stop() == 0
+        capture.set_source(column_rewrites="refuse")
+    assert _select(mariadb, database, "users")[0] == {
+        "id": 1, "email": "ann@e", "kind": "b", "n": 127, "note": "abcdefgh"
+    }  # fmt: skip
+
+
+def _as_landed_before_definitions(capture) -> None:
+    """Rewrite the schema history as a version that recorded no column definitions wrote it."""
+    old_columns = pa.list_(pa.struct([("name", pa.string()), ("type", pa.string()), ("source_type", pa.string())]))
+    at = SCHEMA_HISTORY_SCHEMA.get_field_index("columns")
+    schema = SCHEMA_HISTORY_SCHEMA.set(at, pa.field("columns", old_columns))
+    for path in sorted(capture.zone.history_dir.glob("*.parquet")):
+        rows = pq.read_table(path).to_pylist()
+        for row in rows:
+            for column in row["columns"] or []:
+                column.pop("definition")
+        pq.write_table(pa.Table.from_pylist(rows, schema), path)
+
+
+def test_an_older_landing_zone_falls_back_and_catches_up(mariadb, database, make_capture):
+    """A landing zone whose schema history has no column definitions (landed by an older version):
+    after a restart a MODIFY of a string type is judged as before (refused: the type before is not
+    known), with a warning that says why; the next row of the table read lands a record with them,
+    and a widening after the next restart goes on."""
+    mariadb.execute(
+        "CREATE TABLE users (id INT PRIMARY KEY, email VARCHAR(255) NOT NULL) DEFAULT CHARSET utf8mb4",
+        database=database,
+    )
+    capture = make_capture([f"{database}.users"]).start()
+    capture.wait_running()
+    mariadb.execute("INSERT INTO users VALUES (1, 'ann@example.com')", database=database)
+    capture.wait_events(database, "users", 1)
+    assert capture.stop() == 0
+    _as_landed_before_definitions(capture)
+
+    at = len(capture.log())
+    capture.start()
+    capture.wait_running()
+    mariadb.execute("ALTER TABLE users MODIFY email VARCHAR(320) NOT NULL", database=database)
+    assert capture.wait_exit() == 2
+    log = capture.log()[at:]
+    assert "capture.column_types_partly_known" in log and "older landing zone" in log
+    assert "ColumnRewriteError" in log and "cannot tell the type before" in log
+    capture.set_source(column_rewrites="accept")
+    capture.start()
+    mariadb.execute("INSERT INTO users VALUES (2, 'bob@example.com')", database=database)
+    capture.wait_events(database, "users", 2)
+    assert capture.stop() == 0
+    capture.set_source(column_rewrites="refuse")
+
+    at = len(capture.log())
+    capture.start()
+    capture.wait_running()
+    mariadb.execute(
+        "ALTER TABLE users MODIFY email VARCHAR(400) NOT NULL",
+        "INSERT INTO users VALUES (3, 'cy@example.com')",
+        database=database,
+    )
+    capture.wait_events(database, "users", 3)
+    assert capture.process.poll() is None and "ColumnRewriteError" not in capture.log()[at:]
+    assert capture.stop() == 0

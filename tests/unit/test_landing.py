@@ -110,6 +110,34 @@ def test_schema_history_holds_ddl_and_table_versions(tmp_path):
     }
 
 
+def test_a_table_record_lands_again_when_column_definitions_change(tmp_path):
+    """MariaDB/MySQL columns carry their whole type (`Column.definition`: a VARCHAR's length, its
+    charset, nullability), which the fingerprint leaves out: a new definition lands a new `table`
+    record, as does the first one after a record without any (a landing zone written before them)."""
+
+    def schema(email: str | None) -> TableSchema:
+        return TableSchema("shop", "orders", (T.columns[0], Column("v", pa.string(), "varchar", email)), ("id",))
+
+    old, d255, d320 = schema(None), schema('{"length":255}'), schema('{"length":320}')
+    assert old.fingerprint == d255.fingerprint == d320.fingerprint and old.definitions is None
+    zone, writer = _writer(tmp_path)
+    for major, table in zip((10, 12, 14, 16), (old, d255, d255, d320), strict=True):
+        writer.add(ChangeBatch(table, f"0-1-{major}", NOW, False, [Change(Lsn(major), Op.CREATE, None, (major, "x"))]))
+        writer.end_transaction(_end(major + 1))
+    writer.commit()
+    history = zone.read_schema_history().to_pylist()
+    assert [[c["definition"] for c in h["columns"]] for h in history] == [
+        [None, None],
+        [None, '{"length":255}'],
+        [None, '{"length":320}'],
+    ]
+    restarted = LogWriter(zone, zone.checkpoint(), flush_interval_s=60, max_buffer_rows=1000)
+    restarted.add(ChangeBatch(d320, "0-1-20", NOW, False, [Change(Lsn(20), Op.CREATE, None, (20, "x"))]))
+    restarted.end_transaction(_end(21))
+    restarted.commit()
+    assert len(zone.read_schema_history()) == 3  # the last record's definitions: none again
+
+
 def test_a_second_writer_is_locked_out(tmp_path):
     zone = LandingZone(tmp_path, "src")
     with (

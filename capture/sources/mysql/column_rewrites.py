@@ -24,8 +24,15 @@ from typing import Any
 from capture.config import SourceConfig
 from capture.errors import ColumnRewriteError
 from capture.log import get_logger
-from capture.sources.mysql.column_types import ColumnType, converted, from_source_type, lossy, parse_definition
-from capture.sources.mysql.statements import _tokens, parse_alter
+from capture.sources.mysql.column_types import (
+    ColumnType,
+    converted,
+    from_definition,
+    from_source_type,
+    lossy,
+    parse_definition,
+)
+from capture.sources.mysql.statements import parse_alter
 from capture.sources.policy import refuse_or_warn
 
 log = get_logger(__name__)
@@ -300,29 +307,71 @@ def check_column_rewrite(source: str, config: SourceConfig, change: ColumnRewrit
 
 def landed_column_types(
     history: list[dict[str, Any]], default_charset: Callable[[Table], str | None]
-) -> dict[Table, Columns]:
+) -> tuple[dict[Table, Columns], set[Table]]:
     """Each table's column types as the landed schema history shows them last (`history`: its
     records in LSN order, `kind`, `schema`, `table`, `statement`, `columns`): its last `table`
-    record's (`from_source_type`: a string column is not known), with the ALTER TABLE statements
-    of it since applied (`columns_after`); none once another DDL statement names the table (or
-    drops a database of its name)."""
+    record's, with the ALTER TABLE statements of it since applied (`columns_after`); none once
+    another DDL statement that may change it names the table (or drops a database of its name).
+    Statements that change no column keep them (`_keeps_types`: `CREATE INDEX ... ON t`, OPTIMIZE,
+    a trigger or view; an ALTER of another table that renames none). A record's column types are
+    its columns' `definition`s (the whole type as the table map gave it: `column_types.definition`);
+    a record landed before those were recorded has none, and its types are what `from_source_type`
+    reads (a string type, the nullability: not known). Also returned: the tables whose types come
+    from such a record."""
     found: dict[Table, Columns] = {}
+    partial: set[Table] = set()
     for record in history:
         if record["kind"] == "table":
-            columns = {}
+            columns, table = {}, (record["schema"], record["table"])
+            whole = bool(record["columns"])
             for column in record["columns"] or []:
-                known = from_source_type(column["source_type"] or "")
+                text = column.get("definition")
+                known = from_definition(text) if text else None
+                if known is None:
+                    whole = False
+                    known = from_source_type(column["source_type"] or "")
                 if known is not None:
                     columns[column["name"].lower()] = known
-            found[record["schema"], record["table"]] = columns
+            found[table] = columns
+            if whole:
+                partial.discard(table)
+            else:
+                partial.add(table)
         elif record["kind"] == "ddl" and found:
             statement, schema = record["statement"] or "", record["schema"] or ""
-            altered = parse_alter(statement, schema)[2] if "alter" in statement[:40].lower() else None
-            words = {str(t).lower() for t in _tokens(statement)}
+            tokens, keywords, altered, _ = parse_alter(statement, schema)
+            words = {str(t).lower() for t in tokens}
             dropped = "drop" in words and ("database" in words or "schema" in words)
+            # an ALTER of another table keeps this one's columns unless it renames a table to its name
+            keeps = _keeps_types(keywords) or (altered is not None and "RENAME" not in keywords)
             for table in list(found):
                 if altered is not None and altered == table:
                     found[table] = columns_after(statement, schema, found[table], default_charset)
+                elif keeps:
+                    continue
                 elif table[1].lower() in words or (dropped and table[0].lower() in words):
                     del found[table]
-    return found
+                    partial.discard(table)
+    return found, partial
+
+
+# statements that may name a table but leave its columns as they are (or, TRUNCATE, empty it)
+_KEEPING = {"ANALYZE", "OPTIMIZE", "REPAIR", "CHECK", "GRANT", "REVOKE", "TRUNCATE"}
+# CREATE / DROP of these objects: none changes a table's columns (CREATE INDEX ... ON t)
+_KEEPING_OBJECTS = {"INDEX", "TRIGGER", "VIEW", "PROCEDURE", "FUNCTION", "EVENT"}
+_OTHER_OBJECTS = {"TABLE", "DATABASE", "SCHEMA", "SEQUENCE", "SERVER", "USER", "ROLE", "PACKAGE", "TABLESPACE"}
+
+
+def _keeps_types(words: list[str]) -> bool:
+    """A DDL statement (`words`: its keywords) that changes no column of any table."""
+    if not words:
+        return False
+    if words[0] in _KEEPING:
+        return True
+    if words[0] in ("CREATE", "DROP"):
+        for word in words[1:20]:  # past OR REPLACE, UNIQUE, DEFINER = `u`@`h`, ALGORITHM = ..., SQL SECURITY
+            if word in _KEEPING_OBJECTS:
+                return True
+            if word in _OTHER_OBJECTS or word == "(":
+                return False
+    return False

@@ -17,12 +17,16 @@ rewrite, as a type capture cannot parse is.
 
 The old type comes from the table map the reader read last for the table (binlog_row_metadata=
 FULL: lengths, charsets, ENUM values, signedness, nullability), followed through the ALTERs since
-(`columns_after` in `column_rewrites`); the new one from the clause's text (`parse_definition`).
+(`columns_after` in `column_rewrites`); when the reader has read no row of the table since it
+started, from the landed schema history, whose `table` records carry each column's type as the
+table map gave it (`definition`; records landed before they did: `from_source_type`, which knows
+no string type nor nullability). The new one comes from the clause's text (`parse_definition`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import json
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from pymysqlreplication.constants import FIELD_TYPE
@@ -350,6 +354,32 @@ def lossy(old: ColumnType, new: ColumnType) -> str | None:
     elif old.family == new.family:
         kept = old.family in ("date", "year")
     return None if kept else change
+
+
+_DEFAULTS = {f.name: f.default for f in fields(ColumnType)}
+
+
+def definition(t: ColumnType) -> str:
+    """A column type as JSON text, for the schema history's `table` records (`Column.definition`):
+    its fields other than their defaults, `family` always (`{"family": "varchar", "length": 320,
+    "charset": "utf8mb4", "nullable": false}`); `from_definition` reads it back."""
+    found = {k: v for k, v in asdict(t).items() if k == "family" or v != _DEFAULTS[k]}
+    if "values" in found:
+        found["values"] = list(found["values"])
+    return json.dumps(found, separators=(",", ":"), ensure_ascii=False)
+
+
+def from_definition(text: str) -> ColumnType | None:
+    """The type `definition` wrote (None for text it did not write)."""
+    try:
+        found = json.loads(text)
+        if not isinstance(found, dict) or not isinstance(found.get("family"), str) or set(found) - set(_DEFAULTS):
+            return None
+        if "values" in found:
+            found["values"] = tuple(str(v) for v in found["values"])
+        return ColumnType(**found)
+    except (ValueError, TypeError):
+        return None
 
 
 def from_source_type(source_type: str) -> ColumnType | None:

@@ -36,6 +36,7 @@ from capture.events import (
     TransactionEnd,
     Truncate,
 )
+from capture.log import get_logger
 from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE
 from capture.sources.mysql import binlog_events as ev
 from capture.sources.mysql.binlog_events import BinlogStream
@@ -80,6 +81,8 @@ THREAD_SPECIFIC = 0x04  # an event header's flag: the statement used a temporary
 MARIADB_FL_STANDALONE = 0x01
 MARIADB_FL_DDL = 0x20  # the GTID's event group holds DDL (CREATE TABLE ... SELECT carries rows as well)
 _FILE_NUMBER = re.compile(r"\.(\d+)$")
+
+log = get_logger(__name__)
 
 
 def read_timeout_s(heartbeat_s: float) -> float:
@@ -217,6 +220,7 @@ class BinlogReader:
         self._landed = landed  # the tables the landing zone holds (`_dropped_database`, `_columns`)
         self._history = history  # its schema history's records (`_columns`)
         self._landed_types: dict[tuple[str, str], Columns] | None = None  # from them, read once needed
+        self._partial_types: set[tuple[str, str]] = set()  # ... from records without definitions
         self._mapped: set[tuple[str, str]] = set()  # captured tables whose rows this reader read
         # the table map read last of each captured table, and the column types ALTERs gave it since
         # (`_columns`): what a MODIFY of a type is judged against
@@ -529,9 +533,9 @@ class BinlogReader:
         the table map read last, as the ALTERs since changed them; None when no landed row of it can
         change (a table capture leaves out, one emptied since: no rows read since a truncate, a drop;
         one the landing zone does not hold). Rows landed before the reader started and none read
-        since: the types the landed schema history shows (integers, DECIMAL, FLOAT, DOUBLE, temporal,
-        BIT, as its ALTERs since changed them: `landed_column_types`), the others not known (a
-        change of them is refused)."""
+        since: the types the landed schema history shows, as its ALTERs since changed them
+        (`landed_column_types`: the whole types its `table` records carry; from a record landed
+        before they did, integers, DECIMAL, FLOAT, DOUBLE, temporal, BIT only, and a warning)."""
         table = self._named(table)
         if table[0] == WATERMARK_SCHEMA or not self.captured(*table):
             return None
@@ -545,7 +549,19 @@ class BinlogReader:
             return None
         if self._landed_types is None:  # as landed before this reader started (no DDL of the table since)
             history = self._history() if self._history is not None else []
-            self._landed_types = landed_column_types(history, self._default_charset)
+            self._landed_types, self._partial_types = landed_column_types(history, self._default_charset)
+        if table in self._partial_types:
+            self._partial_types.discard(table)  # said once
+            log.warning(
+                "capture.column_types_partly_known",
+                source=self.name,
+                table=f"{table[0]}.{table[1]}",
+                reason="the landed schema history's last table record of it was landed before column definitions "
+                "were recorded (an older landing zone): its string types (length, charset, ENUM/SET values) and "
+                "nullability are not known, so an ALTER changing them is refused as a column rewrite",
+                fix="a row of the table read by this version lands a record with them; until then "
+                "`column_rewrites: accept` and a dump of the table",
+            )
         return dict(self._landed_types.get(table, {}))
 
     def _default_charset(self, table: tuple[str, str]) -> str | None:

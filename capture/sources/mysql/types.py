@@ -30,6 +30,7 @@ import pymysql.converters
 from pymysqlreplication.constants import FIELD_TYPE
 
 from capture.events import Column, TableSchema
+from capture.sources.mysql.column_types import definition, from_binlog
 
 MAX_ARROW_DECIMAL = 38
 _INTS = {
@@ -213,6 +214,7 @@ _GEOMETRY = {
 
 
 def table_schema(schema: str, table: str, columns: Any, key: tuple[str, ...]) -> TableSchema:
-    """The table's schema from its table map's columns (`table_maps.BinlogColumn`) and key."""
-    described = tuple(Column(col.name, *column_type(col)) for col in columns)
+    """The table's schema from its table map's columns (`table_maps.BinlogColumn`) and key; each
+    column's whole type as its `definition` (`column_types.definition`)."""
+    described = tuple(Column(col.name, *column_type(col), definition(from_binlog(col))) for col in columns)
     return TableSchema(schema, table, described, key)
