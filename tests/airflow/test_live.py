@@ -208,9 +208,14 @@ def password_connection(live: Live) -> Iterator[None]:
 
 
 def _log_text(airflow: LiveAirflow, run_id: str, task_id: str, map_index: int = -1, attempt: int = 1) -> str:
+    """A task's log as the UI shows it: each line's event, and the message of the exception that failed it."""
     url = f"{airflow.run_url('logtide_dump', run_id)}/taskInstances/{task_id}/logs/{attempt}"
-    return "\n".join(str(e.get("event", e)) if isinstance(e, dict) else str(e)
-                     for e in airflow.get(url, map_index=map_index)["content"])  # fmt: skip
+    lines = []
+    for entry in airflow.get(url, map_index=map_index)["content"]:
+        entry = entry if isinstance(entry, dict) else {"event": entry}
+        lines.append(str(entry.get("event", "")))
+        lines += [str(e.get("exc_value")) for e in entry.get("error_detail") or [] if isinstance(e, dict)]
+    return "\n".join(lines)
 
 
 def _no_password_in_the_task_logs(live: Live) -> None:
@@ -262,18 +267,21 @@ def test_concurrent_dumps_are_refused_and_a_stopped_dump_resumes(live: Live, pas
     from logtide_airflow.operators import dump_id_for_run
 
     airflow, zone, ledger = live.airflow, live.captures["maria"].zone, f"{DATABASE}.ledger"
-    slow = {"source": "maria", "tables": [ledger], "chunk_size": 20, "delay_s": 0.5, "merge": False}
+    slow = {"source": "maria", "tables": [ledger], "chunk_size": 10, "delay_s": 1, "merge": False}  # 1 min
     a = airflow.trigger("logtide_dump", slow)
     a_dump = dump_id_for_run(a)
     store = ProgressStore(zone, a_dump)
     wait_for(lambda: store.load(DATABASE, "ledger").chunk >= 2, 300, 0.1, "run A's second chunk")
-    b = airflow.trigger("logtide_dump", {**slow, "delay_s": 0})
+    b = airflow.trigger("logtide_dump", {**slow, "chunk_size": 50, "delay_s": 0})
     c = airflow.trigger("logtide_dump", {"source": "maria", "merge": False})  # every captured table
     for run_id in (b, c):
         assert airflow.wait_finished("logtide_dump", run_id, timeout=300) == "failed"
         text = _log_text(airflow, run_id, "dump_maria", 0)
         assert f"table {ledger} is being dumped by dump {a_dump}" in text, text
-        assert f'set the Airflow Variable logtide_dump_control_{a_dump} to {{"state": "cancelled"}}' in text
+        assert (
+            f'cancel it by setting the Airflow Variable logtide_dump_control_{a_dump} to {{"state": "cancelled"}}'
+            in text
+        )
         assert "clear this task once it is done" in text
         assert not ProgressStore(zone, dump_id_for_run(run_id)).folder.exists()  # nothing written
     assert airflow.get(airflow.run_url("logtide_dump", a))["state"] == "running"
@@ -285,7 +293,11 @@ def test_concurrent_dumps_are_refused_and_a_stopped_dump_resumes(live: Live, pas
     record = read_record(store.folder / RECORD) or {}
     assert record["state"] == "failed" and "stopped by Airflow" in record["error"], record
     stopped_at = store.load(DATABASE, "ledger").chunk
-    assert 2 <= stopped_at < ROWS // 20 and LocalClaims(zone).probe(ledger) is None
+    assert 2 <= stopped_at < ROWS // 10 and LocalClaims(zone).probe(ledger) is None
+
+    # no more waiting between A's chunks (its control Variable), then clear A's task and B's
+    variable = {"key": f"logtide_dump_control_{a_dump}", "value": '{"delay_s": 0}'}
+    assert airflow.client.post("/api/v2/variables", json=variable).status_code == 201
 
     clear = {"dry_run": False, "task_ids": [["dump_maria", 0]], "only_failed": True, "reset_dag_runs": True,
              "include_downstream": True}  # fmt: skip
