@@ -46,6 +46,12 @@ class DumpCancelledError(LogtideError):
     """The dump was cancelled through its control (Airflow Variable or CLI)."""
 
 
+class DumpStoppedError(LogtideError):
+    """The dump's runner asked it to stop (Airflow: its task was marked failed or cleared, timed
+    out, or its worker is shutting down); it stopped before its next chunk and resumes when rerun
+    with the same dump id."""
+
+
 class WatermarkError(LogtideError):
     """The log's watermarks contradict the chunk files (HIGH without LOW, out of order)."""
 

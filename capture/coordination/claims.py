@@ -55,6 +55,9 @@ class Holder:
     host: str = field(default_factory=socket.gethostname)
     pid: int = field(default_factory=os.getpid)
     since: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
+    # how to cancel this dump, written by its runner ("by setting the Airflow Variable ..."); empty:
+    # the CLI's `logtide dump-control ... cancel`
+    cancel: str = ""
 
     def encode(self) -> bytes:
         return json.dumps(asdict(self)).encode()
@@ -63,7 +66,13 @@ class Holder:
     def decode(cls, data: bytes | str) -> Holder | None:
         try:
             fields = json.loads(data)
-            return cls(str(fields["dump_id"]), str(fields["host"]), int(fields["pid"]), str(fields["since"]))
+            return cls(
+                str(fields["dump_id"]),
+                str(fields["host"]),
+                int(fields["pid"]),
+                str(fields["since"]),
+                str(fields.get("cancel") or ""),
+            )
         except (ValueError, KeyError, TypeError):
             return None
 
@@ -78,13 +87,14 @@ def _split(table: str) -> tuple[str, str]:
 
 def claimed_error(source: str, table: str, holder: Holder | None) -> DumpClaimedError:
     who = holder.describe() if holder else "another dump (its holder record is unreadable)"
-    cancel = (
-        f"`logtide dump-control --source {source} --dump-id {holder.dump_id} cancel`"
-        if holder
-        else "`logtide dump-control`"
-    )
+    if holder and holder.cancel:
+        cancel = holder.cancel
+    elif holder:
+        cancel = f"with `logtide dump-control --source {source} --dump-id {holder.dump_id} cancel`"
+    else:
+        cancel = "with `logtide dump-control`"
     return DumpClaimedError(
-        f"table {table} is being dumped by {who}; wait for it or cancel it with {cancel}. Nothing was written"
+        f"table {table} is being dumped by {who}; wait for it or cancel it {cancel}. Nothing was written"
     )
 
 
@@ -252,9 +262,10 @@ class DumpClaims:
         )
         self._tables: list[str] = []
 
-    def acquire(self, tables: list[str], dump_id: str) -> None:
-        """Claim every table or none; DumpClaimedError names the holder of the first one held."""
-        holder = Holder(dump_id)
+    def acquire(self, tables: list[str], dump_id: str, cancel: str = "") -> None:
+        """Claim every table or none; DumpClaimedError names the holder of the first one held.
+        `cancel`: how to cancel this dump, told to a dump this claim refuses (default: the CLI's)."""
+        holder = Holder(dump_id, cancel=cancel)
         try:
             for table in tables:
                 self.local.take(table, holder)

@@ -32,6 +32,7 @@ finished chunk; a chunk whose HIGH never committed is redone with new watermark 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import uuid
@@ -223,12 +224,14 @@ class DumpEngine:
 
     def _plan_table(self, request: DumpRequest, name: str, captured: set[str]) -> _Plan:
         schema, _, table = name.partition(".")
-        described = self.source.describe(schema, table)
         if name not in captured:
+            with contextlib.suppress(UnusableTableError):  # it exists (else: does not exist), but is not captured
+                self.source.describe(schema, table)
             raise DumpInputError(
                 f"table {name} is not captured (the source's include/exclude patterns leave it out): "
                 "its changes are not in the log, so a dump of it could not be reconciled"
             )
+        described = self.source.describe(schema, table)
         keys = None
         if request.keys is not None:
             keys = list(dict.fromkeys(coerce_key(described, k) for k in request.keys))
@@ -249,7 +252,8 @@ class DumpEngine:
         names = [p.table.qualified_name for p in plans]
         skipped = [exc.as_dict() for exc in plan.skipped]
         with DumpClaims(self.zone, self.coordination) as claims:
-            claims.acquire(names, request.dump_id)  # refuses before any watermark is written
+            # refuses before any watermark is written; a refused dump is told how to cancel this one
+            claims.acquire(names, request.dump_id, getattr(self.control, "cancel_instruction", ""))
             self.source.setup()
             self._check_same_server()
             controller = Controller(request.settings, self.control, request.dump_id)

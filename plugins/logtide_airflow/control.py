@@ -12,6 +12,11 @@ chunks themselves. So an edit in the Airflow UI (Admin > Variables) takes effect
 chunk that starts a second or more after the last read. A Variable that is not a JSON object is
 reported and ignored; values the dump refuses (chunk_size 0...) are reported by the dump's
 `Controller`, which keeps the last good settings.
+
+`stop()` is the operator's `on_kill`: when Airflow terminates the task (marked failed or cleared
+while it runs, a timeout, a worker shutting down) it sends SIGTERM and, 5 s later, SIGKILL. The
+next read then raises `DumpStoppedError`, so the dump stops before its next chunk and records
+why, instead of dumping on until it is killed.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import json
 import time
 from typing import Any
 
+from capture.errors import DumpStoppedError
 from capture.log import get_logger
 
 log = get_logger(__name__)
@@ -37,6 +43,10 @@ class VariableControl:
 
     def __init__(self, source: str, dump_id: str, min_interval_s: float = 1.0) -> None:
         self.keys = [control_variable(source), control_variable(dump_id)]
+        self.dump_id = dump_id
+        # told to a dump refused because this one holds its table (capture.coordination.claims)
+        self.cancel_instruction = f'by setting the Airflow Variable {self.keys[1]} to {{"state": "cancelled"}}'
+        self.stop_reason: str | None = None
         self.min_interval_s = min_interval_s
         self._reported: dict[str, str] = {}  # Variable -> the bad text last reported
         self._last: dict[str, Any] = {}
@@ -67,7 +77,13 @@ class VariableControl:
         self._reported.pop(key, None)
         return value
 
+    def stop(self, reason: str) -> None:
+        """Make the next read raise: called from a signal handler, so it only sets a field."""
+        self.stop_reason = reason
+
     def overrides(self) -> dict[str, Any]:
+        if self.stop_reason is not None:
+            raise DumpStoppedError(f"dump {self.dump_id} was stopped by Airflow ({self.stop_reason})")
         now = time.monotonic()
         if self._read_at is not None and now - self._read_at < self.min_interval_s:
             return dict(self._last)

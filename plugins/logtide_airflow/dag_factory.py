@@ -43,7 +43,7 @@ from airflow.sdk import DAG, Param, TriggerRule, task
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from capture.config import CONFIG_ENV, LogtideConfig, load_config
-from capture.errors import LogtideError, SourceConnectionError
+from capture.errors import DumpInputError, LogtideError, SourceConnectionError
 from capture.log import get_logger
 from logtide_airflow.conf import refuse_unknown_conf
 from logtide_airflow.control import control_variable
@@ -171,8 +171,13 @@ def plan_source_dump(source: str, dump_id: str, params: dict[str, Any]) -> tuple
     except SourceConnectionError:
         raise  # transient: retried
     except LogtideError as exc:
-        log.error("dump.refused", dump_id=dump_id, source=source, error=str(exc))
-        raise AirflowFailException(str(exc)) from exc
+        action = (
+            "nothing was written; correct the params and trigger a new run"
+            if isinstance(exc, DumpInputError)
+            else "nothing was written; fix the cause and clear this task"
+        )
+        log.error("dump.refused", dump_id=dump_id, source=source, error=str(exc), action=action)
+        raise AirflowFailException(f"{exc} ({action})") from exc
     log.info(
         "dump.planned",
         dump_id=dump_id,

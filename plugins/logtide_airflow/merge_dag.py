@@ -8,7 +8,8 @@ the configuration:
 `plan_<source>` fails the run on a conf key that is no param, skips unless the run's `source`
 param is null (every source) or names its source, and checks the `tables` param against the
 landing zone (a table with nothing landed is refused with the tables that are there); empty
-`tables`: every table that landed.
+`tables`: every table that landed. A source with nothing landed at all fails the run when it is
+named (is capture running?), and is skipped with that warning when every source is merged.
 
 The dump DAGs (`dag_factory.build_dump_dag`) end with, per source:
 
@@ -88,12 +89,20 @@ def _plan_task(dag_id: str, known: list[str], source: str, source_count: int) ->
             if tables and chosen is None and source_count > 1:
                 raise LogtideError("tables need a source: set the param source to the tables' source")
             _, config = merge_config()
-            names = check_tables(LandingZone(config.landing.path, source), tables)
+            zone = LandingZone(config.landing.path, source)
+            names = check_tables(zone, tables)
+            nothing = (
+                f"nothing of source {source} has landed in {zone.root} yet: is `logtide capture --source {source}` "
+                "running, and has a captured table changed since it started?"
+            )
+            if not names and chosen is not None:  # asked for this source: a run that merges nothing is no success
+                raise LogtideError(f"{nothing} (nothing was merged)")
         except LogtideError as exc:
             log.error("merge.refused", source=source, error=str(exc))
             raise AirflowFailException(str(exc)) from exc
-        if not names:
-            raise AirflowSkipException(f"nothing of source {source} has landed yet")
+        if not names:  # every source (a scheduled run): the others may have landed
+            log.warning("merge.nothing_landed", source=source, reason=nothing)
+            raise AirflowSkipException(nothing)
         log.info("merge.planned", source=source, tables=",".join(names))
         return names
 

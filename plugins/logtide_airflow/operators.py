@@ -20,7 +20,14 @@ from pydantic import ValidationError
 
 from capture.config import DumpConfig
 from capture.dump.engine import DumpEngine, DumpRequest
-from capture.errors import DumpCancelledError, DumpInputError, LogtideError, SourceConnectionError
+from capture.errors import (
+    DumpCancelledError,
+    DumpClaimedError,
+    DumpInputError,
+    DumpStoppedError,
+    LogtideError,
+    SourceConnectionError,
+)
 from capture.landing import LandingZone
 from capture.log import get_logger
 from capture.sources.base import ChunkSource
@@ -122,6 +129,12 @@ class LogtideDumpOperator(BaseOperator):
         self.chunk_size = chunk_size
         self.delay_s = delay_s
         self.max_rows_per_s = max_rows_per_s
+        self._control: VariableControl | None = None
+
+    def on_kill(self) -> None:
+        """Airflow terminates the task (SIGTERM, then SIGKILL 5 s later): stop before the next chunk."""
+        if self._control is not None:
+            self._control.stop("its task was marked failed or cleared, timed out, or its worker is stopping")
 
     def execute(self, context: Any) -> dict[str, Any]:
         dump_id = str(self.dump_id) if self.dump_id else dump_id_for_run(context["run_id"])
@@ -135,14 +148,28 @@ class LogtideDumpOperator(BaseOperator):
             )
             source = hook.chunk_source()
             try:
-                engine = DumpEngine(
-                    source, hook.zone(), VariableControl(str(self.source), dump_id), hook.config.coordination
-                )
+                self._control = VariableControl(str(self.source), dump_id)
+                engine = DumpEngine(source, hook.zone(), self._control, hook.config.coordination)
                 return engine.run(request)
             finally:
                 source.close()
         except SourceConnectionError:
             raise  # transient: Airflow retries, and the retry resumes after the last finished chunk
+        except DumpStoppedError as exc:
+            log.warning(
+                "dump.stopped",
+                dump_id=dump_id,
+                source=self.source,
+                table=self.table,
+                reason=str(exc),
+                action="clear this task to resume after the last finished chunk",
+            )
+            raise AirflowFailException(f"{exc}; clear this task to resume after the last finished chunk") from exc
+        except DumpClaimedError as exc:
+            log.error("dump.refused", dump_id=dump_id, source=self.source, table=self.table, error=str(exc))
+            raise AirflowFailException(
+                f"{exc}; this run can dump {self.table} after that: clear this task once it is done"
+            ) from exc
         except DumpCancelledError as exc:
             raise AirflowFailException(
                 f"{exc}: set the control Variable's state back to 'running' and clear this task to continue"

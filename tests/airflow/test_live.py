@@ -19,7 +19,9 @@ import pytest
 import yaml
 
 from capture.config import LogtideConfig, load_config
+from capture.coordination.claims import LocalClaims
 from capture.dump.progress import ProgressStore
+from capture.dump.record import RECORD, read_record
 from tests.airflow.airflow_helpers import iceberg
 from tests.airflow.browser import Browser
 from tests.airflow.conftest import AirflowHome
@@ -185,6 +187,135 @@ def test_bad_params_are_refused_when_triggered(live: Live):
     conf = {"source": "maria", "tables": [f"{DATABASE}.ledger"], "chunk_size": 0}
     refused = live.airflow.client.post("/api/v2/dags/logtide_dump/dagRuns", json={"logical_date": None, "conf": conf})
     assert refused.status_code == 400 and "0 is less than the minimum of 1" in refused.text
+
+
+OTHER_DATABASE = "t_live_uncaptured"  # left out by the maria source's include
+DUMP_PASSWORD = "Dump-Pw-7731-live"  # of the MariaDB user the Airflow connection logtide_maria supplies
+
+
+@pytest.fixture(scope="module")
+def password_connection(live: Live) -> Iterator[None]:
+    """The maria dumps connect as a user with a password, given by the Airflow connection
+    `logtide_maria`, so the task logs can be searched for it."""
+    live.servers["maria"].execute(
+        f"CREATE USER IF NOT EXISTS 'lt_dump'@'%' IDENTIFIED BY '{DUMP_PASSWORD}'",
+        "GRANT ALL ON *.* TO 'lt_dump'@'%'",
+    )
+    conn = {"connection_id": "logtide_maria", "conn_type": "mysql", "login": "lt_dump", "password": DUMP_PASSWORD}
+    assert live.airflow.client.post("/api/v2/connections", json=conn).status_code == 201
+    yield
+    live.airflow.client.delete("/api/v2/connections/logtide_maria")
+
+
+def _log_text(airflow: LiveAirflow, run_id: str, task_id: str, map_index: int = -1, attempt: int = 1) -> str:
+    """A task's log as the UI shows it: each line's event, and the message of the exception that failed it."""
+    url = f"{airflow.run_url('logtide_dump', run_id)}/taskInstances/{task_id}/logs/{attempt}"
+    lines = []
+    for entry in airflow.get(url, map_index=map_index)["content"]:
+        entry = entry if isinstance(entry, dict) else {"event": entry}
+        lines.append(str(entry.get("event", "")))
+        lines += [str(e.get("exc_value")) for e in entry.get("error_detail") or [] if isinstance(e, dict)]
+    return "\n".join(lines)
+
+
+def _no_password_in_the_task_logs(live: Live) -> None:
+    logs = [p for p in (live.airflow.home / "logs").rglob("*") if p.is_file()]
+    assert logs and not [p for p in logs if DUMP_PASSWORD in p.read_text(errors="replace")]
+
+
+def test_bad_params_fail_the_plan_with_the_reason_and_write_nothing(live: Live, password_connection: None):
+    """Params the trigger form's schema cannot check: the plan fails the run at once, its log
+    says what is wrong and what to do, and no dump of the run exists in the landing zone."""
+    live.servers["maria"].execute(
+        f"DROP DATABASE IF EXISTS `{OTHER_DATABASE}`",
+        f"CREATE DATABASE `{OTHER_DATABASE}`",
+        f"CREATE TABLE `{OTHER_DATABASE}`.nokey (v INT)",
+    )
+    ledger = f"{DATABASE}.ledger"
+    cases = {  # conf -> what the plan's log must say
+        f"table {DATABASE}.nope does not exist": {"tables": [f"{DATABASE}.nope"]},
+        f"table {OTHER_DATABASE}.nokey is not captured": {"tables": [f"{OTHER_DATABASE}.nokey"]},
+        "key value 'abc' for column 'id' is not an integer": {"tables": [ledger], "keys": ["abc"]},
+        f"key range of {ledger} is empty": {"tables": [ledger], "key_from": 500, "key_to": 100},
+    }
+    runs = {expected: live.airflow.trigger("logtide_dump", {"source": "maria", **conf})
+            for expected, conf in cases.items()}  # fmt: skip
+    for bad in ({"chunk_size": -5}, {"chunk_size": "10"}, {"keys": "1,2"}, {"tables": ledger}):
+        refused = live.airflow.client.post(
+            "/api/v2/dags/logtide_dump/dagRuns", json={"logical_date": None, "conf": {"source": "maria", **bad}}
+        )
+        assert refused.status_code == 400 and f"Invalid input for param {next(iter(bad))}" in refused.text
+    from logtide_airflow.operators import dump_id_for_run
+
+    zone = live.captures["maria"].zone
+    for expected, run_id in runs.items():
+        assert live.airflow.wait_finished("logtide_dump", run_id, timeout=300) == "failed"
+        states = live.airflow.task_states("logtide_dump", run_id)
+        assert states[("plan_maria", -1)] == "failed" and states[("dump_maria", -1)] == "upstream_failed"
+        text = _log_text(live.airflow, run_id, "plan_maria")
+        assert expected in text and "nothing was written; correct the params and trigger a new run" in text, text
+        assert not ProgressStore(zone, dump_id_for_run(run_id)).folder.exists()
+    claims = LocalClaims(zone)
+    assert claims.probe(ledger) is None
+
+
+def test_concurrent_dumps_are_refused_and_a_stopped_dump_resumes(live: Live, password_connection: None):
+    """Run A dumps the ledger slowly. A second dump of it (B) and a dump of every table (C) are
+    refused with the holder and how to cancel it in Airflow. A's task marked failed through the
+    API stops before its next chunk, releasing its claim; cleared, it resumes where it stopped,
+    and B, cleared, dumps the table too. No task log holds the database password."""
+    from logtide_airflow.operators import dump_id_for_run
+
+    airflow, zone, ledger = live.airflow, live.captures["maria"].zone, f"{DATABASE}.ledger"
+    slow = {"source": "maria", "tables": [ledger], "chunk_size": 30, "delay_s": 2, "merge": False}  # 40 s
+    a = airflow.trigger("logtide_dump", slow)
+    a_dump = dump_id_for_run(a)
+    store = ProgressStore(zone, a_dump)
+    wait_for(lambda: store.load(DATABASE, "ledger").chunk >= 2, 300, 0.1, "run A's second chunk")
+    b = airflow.trigger("logtide_dump", {**slow, "chunk_size": 200, "delay_s": 0})
+    c = airflow.trigger("logtide_dump", {"source": "maria", "merge": False})  # every captured table
+    for run_id in (b, c):
+        assert airflow.wait_finished("logtide_dump", run_id, timeout=300) == "failed"
+        text = _log_text(airflow, run_id, "dump_maria", 0)
+        assert f"table {ledger} is being dumped by dump {a_dump}" in text, text
+        assert (
+            f'cancel it by setting the Airflow Variable logtide_dump_control_{a_dump} to {{"state": "cancelled"}}'
+            in text
+        )
+        assert "clear this task once it is done" in text
+        assert not ProgressStore(zone, dump_id_for_run(run_id)).folder.exists()  # nothing written
+    assert airflow.get(airflow.run_url("logtide_dump", a))["state"] == "running"
+
+    ti = f"{airflow.run_url('logtide_dump', a)}/taskInstances/dump_maria/0"
+    assert airflow.client.patch(ti, json={"new_state": "failed"}).status_code == 200
+    # the task stops before its next chunk: it says so, its record says so, its claim is free
+    wait_for(lambda: "dump.stopped" in _log_text(airflow, a, "dump_maria", 0), 60, 0.5, "A's task to stop")
+    record = read_record(store.folder / RECORD) or {}
+    assert record["state"] == "failed" and "stopped by Airflow" in record["error"], record
+    stopped_at = store.load(DATABASE, "ledger").chunk
+    assert 2 <= stopped_at < ROWS // 30 and LocalClaims(zone).probe(ledger) is None
+
+    # no more waiting between A's chunks (its control Variable), then clear A's task and B's
+    variable = {"key": f"logtide_dump_control_{a_dump}", "value": '{"delay_s": 0}'}
+    assert airflow.client.post("/api/v2/variables", json=variable).status_code == 201
+
+    clear = {"dry_run": False, "task_ids": [["dump_maria", 0]], "only_failed": True, "reset_dag_runs": True,
+             "include_downstream": True}  # fmt: skip
+    for run_id in (a, b):
+        response = airflow.client.post(
+            "/api/v2/dags/logtide_dump/clearTaskInstances", json={**clear, "dag_run_id": run_id}
+        )
+        assert response.status_code == 200, response.text
+        assert airflow.wait_finished("logtide_dump", run_id, timeout=300) == "success", airflow.task_states(
+            "logtide_dump", run_id
+        )
+    assert f"dump.table_resumed dump_id={a_dump} table={ledger} after_chunk={stopped_at}" in _log_text(
+        airflow, a, "dump_maria", 0, attempt=2
+    )
+    for run_id in (a, b):
+        progress = ProgressStore(zone, dump_id_for_run(run_id)).load(DATABASE, "ledger")
+        assert progress.done and progress.rows == ROWS, progress
+    _no_password_in_the_task_logs(live)
 
 
 @pytest.mark.parametrize("source", ["maria", "pg"])

@@ -183,10 +183,18 @@ def test_bad_merge_params_are_refused_with_the_reason(airflow_ready, mariadb, da
         assert message in str(info.value), (conf, str(info.value))
 
     mariadb.execute("CREATE TABLE present (id INT PRIMARY KEY)", "INSERT INTO present VALUES (1)", database=database)
-    capture = make_capture([f"{database}.*"]).start()
-    capture.wait_running()
+    capture = make_capture([f"{database}.*"])
     with_merge(capture, tmp_path)
     set_variable("logtide_config_path", str(capture.config_path))
+    with recorded_events() as events:  # capture not started: a merge of the source is no silent success
+        run = load_dag("logtide_merge").test(run_conf={"source": "src"})
+    states = task_states("logtide_merge", run.run_id)
+    assert run.state == "failed" and states[("merge_src", -1)] == "upstream_failed", states
+    [error] = [e["error"] for e in events.named("merge.refused")]
+    assert error.startswith("nothing of source src has landed in ") and "`logtide capture --source src`" in error
+
+    capture.start()
+    capture.wait_running()
     mariadb.execute("INSERT INTO present VALUES (2)", database=database)
     capture.wait_events(database, "present", 1)
     with recorded_events() as events:

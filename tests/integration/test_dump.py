@@ -157,15 +157,20 @@ def test_key_list_under_a_case_insensitive_collation_counts_only_truly_missing_k
 def test_bad_requests_are_refused_before_anything_is_written(mariadb, database, make_capture):
     populate_ledger(mariadb, database, 10)
     mariadb.execute(
-        "CREATE TABLE keyless (a INT, b INT)", "CREATE TABLE hidden (id INT PRIMARY KEY)", database=database
+        "CREATE TABLE keyless (a INT, b INT)",
+        "CREATE TABLE hidden (id INT PRIMARY KEY)",
+        "CREATE TABLE hidden_keyless (a INT)",
+        database=database,
     )
-    capture = make_capture([f"{database}.*"], exclude=[f"{database}.hidden"])
+    capture = make_capture([f"{database}.*"], exclude=[f"{database}.hidden", f"{database}.hidden_keyless"])
     engine, source = open_engine(capture)
     mariadb.execute("CREATE DATABASE IF NOT EXISTS logtide")
     cases = [
         (DumpRequest(tables=[f"{database}.nope"]), f"table {database}.nope does not exist"),
         (DumpRequest(tables=[f"{database}.keyless"]), "has no primary key and no UNIQUE index on NOT NULL"),
         (DumpRequest(tables=[f"{database}.hidden"]), f"table {database}.hidden is not captured"),
+        # not captured comes first: a key the table lacks is beside the point
+        (DumpRequest(tables=[f"{database}.hidden_keyless"]), f"table {database}.hidden_keyless is not captured"),
         (DumpRequest(tables=[f"{database}.ledger"], keys=[[1, 2]]), "has 2 value(s); " + database),
         (DumpRequest(tables=[f"{database}.ledger"], keys=["abc"]), "key value 'abc' for column 'id' is not an integer"),
         (DumpRequest(tables=[f"{database}.ledger"], key_from=1.5), "is not an integer"),
