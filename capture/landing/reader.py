@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from capture.errors import WatermarkError
-from capture.landing.chunks import HIGH_SUFFIX, META_KEY, ChunkMeta, chunk_folder, chunk_path, high_path
+from capture.landing.chunks import HIGH_SUFFIX, META_KEY, RELATION_KEY, ChunkMeta, chunk_folder, chunk_path, high_path
 from capture.landing.files import Segment, segments
 from capture.landing.zone import LandingZone, folder_table, table_folder
 from capture.log import get_logger
@@ -217,6 +217,20 @@ def chunk_files(zone: LandingZone, schema: str, table: str) -> list[Path]:
     if not base.is_dir():
         return []
     return [p for dump in sorted(base.iterdir()) for p in dump_chunk_files(zone, dump.name, schema, table)]
+
+
+def dumped_schema(zone: LandingZone, schema: str, table: str) -> tuple[dict[str, str], int | None] | None:
+    """The columns (name -> source type) and relation OID (PostgreSQL; None where not recorded) of the
+    table as its newest chunk file read it; None without chunks. Capture's baseline for a table whose
+    rows came only from dumps (sources/postgres/schema_change.py)."""
+    files = chunk_files(zone, schema, table)
+    if not files:
+        return None
+    newest = max(files, key=lambda p: (p.stat().st_mtime_ns, p.parent.parent.name, p.name))
+    file_schema = pq.read_schema(newest)
+    columns = {f.name: (f.metadata or {}).get(b"source_type", b"").decode() for f in file_schema.field("after").type}
+    relation = (file_schema.metadata or {}).get(RELATION_KEY)
+    return columns, int(relation) if relation is not None else None
 
 
 def merge_tables(zone: LandingZone) -> list[str]:

@@ -112,7 +112,7 @@ class CaptureService:
             source = open_source(self.name, self.source_config)
             use_landed = getattr(source, "use_landed", None)  # PostgreSQL: compares DDL with what landed
             if use_landed is not None:
-                use_landed(self.zone.table_records)
+                use_landed(self.zone)
             try:
                 source.preflight()
                 checkpoint = self._settle_checkpoint(source)

@@ -26,6 +26,8 @@ Relations are matched by OID (`TableSchema.relation`, landed with each `table` r
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,28 +49,89 @@ FILLED_SQL = (
 Table = tuple[str, str]
 
 
+# of the relations named, those no longer in the catalog (dropped); and the WAL insert position read after
+# the snapshot that does not see them: every transaction that wrote them committed before it
+GONE_SQL = (
+    "SELECT pg_current_wal_insert_lsn()::text,"
+    " ARRAY(SELECT o FROM unnest(%s::oid[]) o WHERE NOT EXISTS (SELECT FROM pg_class c WHERE c.oid = o))"
+)
+# the label of every value of the enum types table columns use (arrays and domains of them too), with the
+# columns (JSON [schema, table, column]); one pass over pg_attribute
+ENUMS_SQL = (
+    "WITH used AS (SELECT e.oid AS enum, json_build_array(n.nspname, c.relname, a.attname)::text AS col"
+    " FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace"
+    " JOIN pg_type t ON t.oid = a.atttypid JOIN pg_type e ON e.typtype = 'e'"
+    " AND e.oid IN (t.oid, t.typelem, t.typbasetype)"
+    " WHERE c.relkind IN ('r', 'p') AND a.attnum > 0 AND NOT a.attisdropped"
+    " AND n.nspname NOT IN ('pg_catalog', 'information_schema'))"
+    " SELECT l.oid, l.enumlabel, format_type(l.enumtypid, NULL),"
+    " ARRAY(SELECT DISTINCT u.col FROM used u WHERE u.enum = l.enumtypid)"
+    " FROM pg_enum l WHERE l.enumtypid IN (SELECT enum FROM used) ORDER BY l.enumtypid, l.enumsortorder"
+)
+
+
 @dataclass
 class Known:
-    """A captured name as last landed or accepted: its columns (name -> source type) and relation."""
+    """A captured name as last landed or accepted: its columns (name -> source type) and relation;
+    `dropped`: a truncate landed for that relation's DROP TABLE (the name holds no relation since)."""
 
     columns: dict[str, str]
     relation: int | None
+    dropped: bool = False
 
 
 class Relations:
-    """What capture last landed or accepted per captured name, and the name each relation OID had."""
+    """What capture last landed or accepted per captured name, and the name each relation OID had.
 
-    def __init__(self, records: list[dict[str, Any]]) -> None:
+    `records`: the schema history's `table` records and the `truncate` records of dropped tables
+    (LandingZone.relation_records); `dumped`: for a name without any, the schema its newest dump
+    chunk recorded (landing.reader.dumped_schema): a table whose rows came only from dumps is
+    judged against what the dump read."""
+
+    def __init__(
+        self,
+        records: list[dict[str, Any]],
+        dumped: Callable[[str, str], tuple[dict[str, str], int | None] | None] | None = None,
+    ) -> None:
         self.by_name: dict[Table, Known] = {}
         self.by_oid: dict[int, Table] = {}
+        self.dumped = dumped
         for row in records:  # in LSN order: the last record of a name wins
+            name = (row["schema"], row["table"])
+            if row.get("kind", "table") == "truncate":
+                known = self.by_name.get(name)
+                if known is not None and known.relation == row["relation"]:
+                    known.dropped = True
+                continue
             columns = {c["name"]: c["source_type"] for c in row["columns"] or ()}
-            self._record((row["schema"], row["table"]), columns, row["relation"])
+            self._record(name, columns, row["relation"])
 
     def _record(self, name: Table, columns: dict[str, str], relation: int | None) -> None:
         self.by_name[name] = Known(columns, relation)
         if relation is not None:
             self.by_oid[relation] = name
+
+    def standing(self) -> dict[int, Table]:
+        """Relation OID -> captured name, of the names that hold a relation (not dropped)."""
+        return {k.relation: name for name, k in self.by_name.items() if k.relation is not None and not k.dropped}
+
+    def drop(self, source: str, oid: int, name: Table) -> bool:
+        """Relation `oid`, found gone from the catalog, is dropped at the reader's place in the log:
+        True (its name's truncate is to land here) unless the name holds another relation by now
+        (a new table took it: its own first change emptied the name) or the drop has landed."""
+        known = self.by_name.get(name)
+        if known is None or known.relation != oid or known.dropped:
+            return False
+        known.dropped = True
+        log.warning(
+            "capture.table_dropped",
+            source=source,
+            table=_text(name),
+            relation=oid,
+            reason="DROP TABLE writes no row events: its rows are emptied in the targets (a truncate placed after "
+            "every change of the dropped table)",
+        )
+        return True
 
     def check(self, source: str, config: SourceConfig, catalog: Any, oid: int, new: TableSchema) -> list[Table]:
         """Judge the Relation message of captured table `new` (relation `oid`): raise ColumnRewriteError
@@ -76,6 +139,10 @@ class Relations:
         the relation's next change."""
         name = (new.schema, new.table)
         known = self.by_name.get(name)
+        if known is None and self.dumped is not None:  # rows only dumped so far: what the dump read
+            baseline = self.dumped(*name)
+            if baseline is not None:
+                known = Known(*baseline)
         moved_from = self.by_oid.get(oid)
         after = {c.name: c.source_type for c in new.columns}
         empty: list[Table] = []
@@ -196,3 +263,39 @@ def _rewrites(old: str, new: str) -> bool:
     if old_name == "numeric" and old_mod and new_mod:
         return old_mod.partition(",")[2] != new_mod.partition(",")[2]
     return True
+
+
+class EnumLabels:
+    """The labels of the enum values captured columns use, to find `ALTER TYPE ... RENAME VALUE`: every
+    row holding the value reads the new label, and no row event says so. A pg_enum row keeps its OID
+    when renamed, so a known OID with another label is a rename (ADD VALUE only adds OIDs). The labels
+    travel in the checkpoint's `resume` (`resume()`, given back at start): a rename made while capture
+    was stopped is found at start, and with `column_rewrites: refuse` found again at every start."""
+
+    def __init__(self, resumed: dict[str, str] | None) -> None:
+        self.labels: dict[str, str] | None = dict(resumed) if resumed else None
+
+    def resume(self) -> dict[str, Any]:
+        return {"enums": self.labels} if self.labels else {}
+
+    def check(self, source: str, config: SourceConfig, catalog: Any, captured: Callable[[str, str], bool]) -> None:
+        """Compare the catalog's labels with the last seen: ColumnRewriteError (refuse), or a warning
+        (accept) per captured table with a column of a renamed value's type; then remember them."""
+        now: dict[str, str] = {}
+        found: dict[Table, list[str]] = {}
+        for oid, label, type_name, columns in query(catalog, ENUMS_SQL):
+            used = [json.loads(c) for c in columns or ()]
+            used = [(schema, table, column) for schema, table, column in used if captured(schema, table)]
+            if not used:
+                continue
+            now[str(oid)] = label
+            old = (self.labels or {}).get(str(oid))
+            if old is not None and old != label:
+                for schema, table, column in used:
+                    found.setdefault((schema, table), []).append(
+                        f"enum type {type_name} value '{old}' renamed to '{label}' (ALTER TYPE ... RENAME VALUE; "
+                        f"column {column}: its rows holding '{old}' now read '{label}')"
+                    )
+        for name, changes_found in sorted(found.items()):
+            check_column_rewrite(source, config, name, changes_found)
+        self.labels = now

@@ -8,7 +8,7 @@ only moves forward through `acknowledge`, called after the checkpoint is written
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from threading import Event
 from typing import Any
 
@@ -17,6 +17,7 @@ import psycopg2
 from capture.config import SourceConfig
 from capture.errors import CheckpointPurgedError, PositionWentBackwardsError, PreflightError
 from capture.events import LogItem, Lsn
+from capture.landing.zone import LandingZone
 from capture.log import get_logger
 from capture.sources.postgres.catalog import base_tables, table_keys
 from capture.sources.postgres.connection import connect, format_lsn, parse_lsn, query, translate
@@ -43,12 +44,12 @@ class PostgresSource:
         self._reader: PgOutputReader | None = None
         self._acknowledged = 0
         self._lag_conn: Any = None
-        self.landed: Callable[[], list[dict[str, Any]]] | None = None  # set by the service (`use_landed`)
+        self.zone: LandingZone | None = None  # set by the service (`use_landed`)
 
-    def use_landed(self, records: Callable[[], list[dict[str, Any]]]) -> None:
-        """The landing zone's schema-history `table` records (LandingZone.table_records): what was
-        landed per table, which the reader compares each Relation message with (schema_change.py)."""
-        self.landed = records
+    def use_landed(self, zone: LandingZone) -> None:
+        """The landing zone: what was landed per table (LandingZone.relation_records) and dumped
+        (`dumped_schema`), which the reader compares each Relation message with (schema_change.py)."""
+        self.zone = zone
 
     def _slot(self, conn: Any) -> tuple[Any, ...] | None:
         rows = query(conn, SLOT_SQL, (self.slot,))
@@ -157,7 +158,8 @@ class PostgresSource:
             self._acknowledged,
             hold_s,
             frontier,
-            self.landed,
+            self.zone,
+            resume.get("enums"),
         )
         return iter(self._reader)
 
