@@ -219,6 +219,16 @@ def chunk_files(zone: LandingZone, schema: str, table: str) -> list[Path]:
     return [p for dump in sorted(base.iterdir()) for p in dump_chunk_files(zone, dump.name, schema, table)]
 
 
+def dumped_tables(zone: LandingZone) -> set[tuple[str, str]]:
+    """(schema, table) of every table with dump chunks (any dump), the watermark table left out."""
+    base = zone.root / "chunks"
+    if not base.is_dir():
+        return set()
+    found = {folder_table(p.name) for d in base.iterdir() if d.is_dir() for p in d.iterdir() if p.is_dir()}
+    found.discard((WATERMARK_SCHEMA, WATERMARK_TABLE))
+    return found
+
+
 def dumped_schema(zone: LandingZone, schema: str, table: str) -> tuple[dict[str, str], int | None] | None:
     """The columns (name -> source type) and relation OID (PostgreSQL; None where not recorded) of the
     table as its newest chunk file read it; None without chunks. Capture's baseline for a table whose

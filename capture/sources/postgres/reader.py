@@ -67,7 +67,7 @@ import psycopg2.errors
 from capture.config import SourceConfig
 from capture.errors import PreflightError, SourceConnectionError
 from capture.events import Column, Heartbeat, LogItem, Lsn, TableSchema, TransactionEnd, Truncate
-from capture.landing.reader import dumped_schema
+from capture.landing.reader import dumped_schema, dumped_tables
 from capture.landing.zone import LandingZone
 from capture.log import get_logger
 from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE
@@ -122,6 +122,7 @@ class PgOutputReader:
         self._tables: dict[int, TableInfo] = {}
         self.zone = zone  # what landed (schema history) and was dumped (chunks) per table: schema_change.Relations
         self._drops: dict[int, tuple[tuple[str, str], int]] = {}  # dropped relation -> its name, WAL position seen
+        self._dumped: dict[tuple[str, str], int | None] = {}  # tables only dumped: the relation of their chunks
         self._enums = schema_change.EnumLabels(enums)  # enum labels as of the checkpoint (its `resume`)
 
     # -- feedback (called by the service, same thread, between items) -------------------------
@@ -327,7 +328,15 @@ class PgOutputReader:
     def _check_catalog(self) -> None:
         """Catalog changes no row event tells (schema_change): captured tables dropped (their truncates
         land once the reader is past the position seen), enum values renamed (stops, or warns)."""
-        standing = {oid: name for oid, name in self._relations.standing().items() if oid not in self._drops}
+        standing = self._relations.standing()
+        if self.zone is not None:  # tables whose rows came only from dumps: the relation their chunks read
+            for name in dumped_tables(self.zone) - self._dumped.keys() - self._relations.by_name.keys():
+                baseline = dumped_schema(self.zone, *name)
+                self._dumped[name] = baseline[1] if baseline is not None else None
+            for name, oid in self._dumped.items():
+                if oid is not None and name not in self._relations.by_name:
+                    standing.setdefault(oid, name)
+        standing = {oid: name for oid, name in standing.items() if oid not in self._drops}
         if standing:
             position, gone = query(self._catalog, schema_change.GONE_SQL, (list(standing),))[0]
             for oid in gone:

@@ -8,7 +8,8 @@ get a new column, NULL in rows not changed since, and keep the old one), ALTER C
 rewrite, `USING` may change values). A column added without a default is NULL in every row, as
 in the targets: it passes. Each Relation message of a captured table is compared with what capture
 last landed (or accepted) under that name (`Relations`, from the schema history's `table` records
-at start: so DDL made while capture was stopped is found, and a restart finds it again). With
+at start: so DDL made while capture was stopped is found, and a restart finds it again), or, for a
+table whose rows came only from dumps so far, with the schema its newest dump chunk recorded. With
 `column_rewrites: refuse` (the default) capture stops (ColumnRewriteError) before the change that
 carried the message lands; `accept` warns (`capture.column_rewrite_accepted`) and goes on.
 
@@ -21,7 +22,18 @@ Relations are matched by OID (`TableSchema.relation`, landed with each `table` r
   brings a's rows under b without row events. `table_renames: refuse` stops capture
   (TableRenameError); `accept` warns, empties both names (truncates) and goes on; a dump of b
   brings its rows. A table renamed in from a name capture never saw (not captured, not
-  published) cannot be told from a new one: it is the first case.
+  published) cannot be told from a new one: it is the first case;
+- a known OID gone from the catalog (DROP TABLE, no row events; a table only dumped counts, by the
+  OID its chunks recorded): the reader checks between transactions (GONE_SQL, with the WAL insert
+  position D read after the catalog snapshot that misses it: every transaction that wrote the
+  table committed before the DROP, so before D). Its truncate lands once the reader is past D: in
+  the first transaction committed at or after D, or at the WAL end when all is read and the stream
+  idles. Landed with the relation OID (`Truncate.relation`), so a restart knows it landed; until
+  then a restart finds the drop again. A new table taking the name later needs no second truncate.
+
+Enum values renamed (`ALTER TYPE ... RENAME VALUE`) change every row holding them and touch no
+relation: `EnumLabels` compares pg_enum between transactions and at start (with the labels the
+checkpoint carries) and judges each captured table using the type as a column rewrite.
 """
 
 from __future__ import annotations
@@ -100,7 +112,9 @@ class Relations:
             name = (row["schema"], row["table"])
             if row.get("kind", "table") == "truncate":
                 known = self.by_name.get(name)
-                if known is not None and known.relation == row["relation"]:
+                if known is None:  # a table only dumped, then dropped
+                    self.by_name[name] = Known({}, row["relation"], dropped=True)
+                elif known.relation == row["relation"]:
                     known.dropped = True
                 continue
             columns = {c["name"]: c["source_type"] for c in row["columns"] or ()}
@@ -120,6 +134,10 @@ class Relations:
         True (its name's truncate is to land here) unless the name holds another relation by now
         (a new table took it: its own first change emptied the name) or the drop has landed."""
         known = self.by_name.get(name)
+        if known is None and self.dumped is not None:  # only dumped: if its newest chunk read that relation
+            baseline = self.dumped(*name)
+            if baseline is not None and baseline[1] == oid:
+                known = self.by_name[name] = Known(baseline[0], oid)
         if known is None or known.relation != oid or known.dropped:
             return False
         known.dropped = True
@@ -154,7 +172,8 @@ class Relations:
                 empty.append(moved_from)
                 del self.by_name[moved_from]
         elif known is not None and known.relation is not None and known.relation != oid:
-            empty.append(name)  # dropped and created again (or renamed in from a name never seen)
+            if not known.dropped:  # else the drop's truncate emptied the name, and nothing of it landed since
+                empty.append(name)  # dropped and created again (or renamed in from a name never seen)
             log.warning(
                 "capture.table_replaced",
                 source=source,

@@ -76,17 +76,45 @@ def test_a_dropped_table_is_emptied_in_the_target_once(postgres, pg_database, st
     assert capture.stop() == 0
 
 
-def test_a_dropped_table_is_emptied_while_capture_runs(postgres, pg_database, start_pg_capture):
+def test_a_dropped_table_is_emptied_while_capture_runs_on_an_idle_server(postgres, pg_database, start_pg_capture):
+    """Nothing is written after the DROP: the truncate lands at the WAL end the idle stream reports."""
     capture = start_pg_capture(
         "CREATE TABLE t (id int PRIMARY KEY, v int)",
         "INSERT INTO t SELECT i, i FROM generate_series(1, 3) i",
+        "CREATE TABLE other (id int PRIMARY KEY)",
     )
     dump_table(capture, "t")
     change_and_land(postgres, pg_database, capture, "UPDATE t SET v = 0 WHERE id = 3")
     postgres.execute("DROP TABLE t", database=pg_database)
-    wait_for(lambda: _truncates(capture, "t") or wait_until_landed(postgres, pg_database, capture), 30, what="truncate")
+    wait_for(lambda: _truncates(capture, "t"), 30, what="the truncate of t")
     state, _ = reconciled_state(capture, "public", "t")
     assert state == {}
+    change_and_land(postgres, pg_database, capture, "INSERT INTO other VALUES (1)")  # lands after it
+    assert_target_holds_source(capture, postgres, pg_database, "other")
+    assert capture.stop() == 0
+    capture.start()
+    capture.wait_running()
+    change_and_land(postgres, pg_database, capture, "INSERT INTO other VALUES (2)")
+    assert len(_truncates(capture, "t")) == 1
+    assert capture.stop() == 0
+
+
+def test_a_dropped_table_whose_rows_came_only_from_a_dump_is_emptied(postgres, pg_database, start_pg_capture):
+    capture = start_pg_capture(
+        "CREATE TABLE t (id int PRIMARY KEY, v int)",
+        "INSERT INTO t SELECT i, i FROM generate_series(1, 3) i",
+        "CREATE TABLE other (id int PRIMARY KEY)",
+    )
+    dump_table(capture, "t")  # no change of t in the log
+    postgres.execute("DROP TABLE t", database=pg_database)
+    wait_for(lambda: _truncates(capture, "t"), 30, what="the truncate of t")
+    state, _ = reconciled_state(capture, "public", "t")
+    assert state == {}
+    assert capture.stop() == 0
+    capture.start()
+    capture.wait_running()
+    change_and_land(postgres, pg_database, capture, "INSERT INTO other VALUES (1)")
+    assert len(_truncates(capture, "t")) == 1
     assert capture.stop() == 0
 
 
