@@ -186,6 +186,7 @@ class Publication:
         self.config = config
         self.name = config.publication_name(source)
         self._said: set[tuple[str, str]] = set()
+        self._partitions: set[str] | None = None  # captured partitions at the last sync (None: none yet)
 
     def _captured(self, t: TableIdentity) -> bool:
         if (t.schema, t.table) == (WATERMARK_SCHEMA, WATERMARK_TABLE):
@@ -232,6 +233,7 @@ class Publication:
         tables = self.identities(conn)
         captured = [t for t in tables if self._captured(t)]
         wanted = [t for t in captured if t.publishable and t.unusable is None]
+        self._partitions_added(captured)
         for t in captured:  # on every path: a publication of all tables, or an administrator's, too
             if (unusable := t.unusable) is not None:
                 result.left_out[t.name] = unusable
@@ -263,6 +265,29 @@ class Publication:
                 result.left_out[t.name] = (reason, t.fix())
                 self.say("publication.table_left_out", t.name, reason=reason, fix=t.fix())
         return result
+
+    def _partitions_added(self, captured: list[TableIdentity]) -> None:
+        """A partition attached to (or created in) a captured partitioned table since the last sync is
+        published with it, without ALTER PUBLICATION: the rows it held before are in no log (ATTACH
+        PARTITION writes no row events). Named with the dump that brings them, as an added table is."""
+        partitions = {
+            f"{schema}.{table}"
+            for t in captured
+            for schema, table in map(json.loads, t.partitions)
+            if self.config.captures_partition(schema, table, (t.schema, t.table))
+        }
+        if self._partitions is not None:
+            for name in sorted(partitions - self._partitions):
+                log.warning(
+                    "publication.partition_added",
+                    source=self.source,
+                    publication=self.name,
+                    table=name,
+                    reason="a new partition of a published partitioned table (ATTACH PARTITION, or PARTITION OF): "
+                    "its rows written before its first change in the log are not in the log",
+                    action=f"logtide dump --source {self.source} --table {name}",
+                )
+        self._partitions = partitions
 
     def _check_publish(self, row: tuple[Any, ...], result: SyncResult) -> bool:
         """What an existing publication publishes: inserts, updates and deletes or a problem; a
@@ -321,6 +346,8 @@ class Publication:
             )
             reason = f"is not in publication {self.name!r} (watermarks: readonly: Logtide does not change it)"
             fix = f"as the table's owner run: {add.as_string(conn)}" if t.publishable else t.fix()
+            # its changes until it is (back) in the publication are in no log
+            fix += f"; then logtide dump --source {self.source} --table {t.name}"
             result.left_out[t.name] = (reason, fix)
             self.say("publication.table_not_published", t.name, reason=reason, fix=fix)
         return result

@@ -208,3 +208,30 @@ def test_a_table_dropped_from_the_publication_is_added_back_with_a_warning(postg
     wait_for(lambda: "public.t" in published_tables(postgres, pg_database), 30, what="t added back")
     assert "logtide dump --source src --table public.t" in capture.log()  # its changes meanwhile: not in the log
     assert capture.stop() == 0
+
+
+def test_a_table_with_rows_attached_as_a_partition_is_named_with_its_dump(postgres, pg_database, make_pg_capture):
+    """Only the partitioned table is captured: a table attached to it is published with it at once (no
+    ALTER PUBLICATION), and its rows are in no log. On main nothing said so: its target lacked them."""
+    postgres.execute(
+        "CREATE TABLE m (id int PRIMARY KEY, v int) PARTITION BY RANGE (id)",
+        "CREATE TABLE m1 PARTITION OF m FOR VALUES FROM (0) TO (100)",
+        "CREATE TABLE x (id int PRIMARY KEY, v int)",
+        "INSERT INTO x SELECT i, i FROM generate_series(200, 210) i",
+        database=pg_database,
+    )
+    capture = make_pg_capture(["public.m", "public.lt_marker"]).start()
+    capture.wait_running()
+    change_and_land(
+        postgres,
+        pg_database,
+        capture,
+        "ALTER TABLE m ATTACH PARTITION x FOR VALUES FROM (200) TO (300)",
+        "INSERT INTO m VALUES (250, 250)",
+    )
+    wait_for(lambda: "publication.partition_added" in capture.log(), 30, what="the warning")
+    assert "logtide dump --source src --table public.x" in capture.log()
+    dump_table(capture, "x")  # the dump it names brings the rows
+    wait_until_landed(postgres, pg_database, capture)
+    assert_target_holds_source(capture, postgres, pg_database, "x")
+    assert capture.stop() == 0
