@@ -186,7 +186,7 @@ class Publication:
         self.config = config
         self.name = config.publication_name(source)
         self._said: set[tuple[str, str]] = set()
-        self._partitions: set[str] | None = None  # captured partitions at the last sync (None: none yet)
+        self._covered: set[str] | None = None  # captured partitions and published tables at the last sync
 
     def _captured(self, t: TableIdentity) -> bool:
         if (t.schema, t.table) == (WATERMARK_SCHEMA, WATERMARK_TABLE):
@@ -233,7 +233,7 @@ class Publication:
         tables = self.identities(conn)
         captured = [t for t in tables if self._captured(t)]
         wanted = [t for t in captured if t.publishable and t.unusable is None]
-        self._partitions_added(captured)
+        self._partitions_added(captured, wanted)
         for t in captured:  # on every path: a publication of all tables, or an administrator's, too
             if (unusable := t.unusable) is not None:
                 result.left_out[t.name] = unusable
@@ -266,18 +266,19 @@ class Publication:
                 self.say("publication.table_left_out", t.name, reason=reason, fix=t.fix())
         return result
 
-    def _partitions_added(self, captured: list[TableIdentity]) -> None:
+    def _partitions_added(self, captured: list[TableIdentity], wanted: list[TableIdentity]) -> None:
         """A partition attached to (or created in) a captured partitioned table since the last sync is
         published with it, without ALTER PUBLICATION: the rows it held before are in no log (ATTACH
-        PARTITION writes no row events). Named with the dump that brings them, as an added table is."""
+        PARTITION writes no row events) unless it was a published captured table before. Named with
+        the dump that brings them, as an added table is."""
         partitions = {
             f"{schema}.{table}"
             for t in captured
             for schema, table in map(json.loads, t.partitions)
             if self.config.captures_partition(schema, table, (t.schema, t.table))
         }
-        if self._partitions is not None:
-            for name in sorted(partitions - self._partitions):
+        if self._covered is not None:
+            for name in sorted(partitions - self._covered):
                 log.warning(
                     "publication.partition_added",
                     source=self.source,
@@ -287,7 +288,7 @@ class Publication:
                     "its rows written before its first change in the log are not in the log",
                     action=f"logtide dump --source {self.source} --table {name}",
                 )
-        self._partitions = partitions
+        self._covered = partitions | {t.name for t in wanted}
 
     def _check_publish(self, row: tuple[Any, ...], result: SyncResult) -> bool:
         """What an existing publication publishes: inserts, updates and deletes or a problem; a
