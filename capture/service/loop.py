@@ -23,6 +23,7 @@ from capture.errors import LeaseLostError, PositionWentBackwardsError, SourceCon
 from capture.events import ChangeBatch, Heartbeat, Lsn, SchemaChange, TransactionEnd, Truncate
 from capture.landing import Checkpoint, LandingZone
 from capture.landing.log_writer import LogWriter
+from capture.landing.reader import dumped_schema, dumped_tables
 from capture.log import get_logger
 from capture.service.metrics import CaptureMetrics, serve_metrics
 from capture.sources import open_source
@@ -112,7 +113,12 @@ class CaptureService:
             source = open_source(self.name, self.source_config)
             use_landed = getattr(source, "use_landed", None)  # PostgreSQL: compares DDL with what landed
             if use_landed is not None:
-                use_landed(self.zone)
+                zone = self.zone
+                use_landed(
+                    zone.relation_records,
+                    lambda schema, table: dumped_schema(zone, schema, table),
+                    lambda: dumped_tables(zone),
+                )
             try:
                 source.preflight()
                 checkpoint = self._settle_checkpoint(source)

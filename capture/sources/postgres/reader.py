@@ -54,8 +54,8 @@ from __future__ import annotations
 import contextlib
 import select
 import time
-from collections.abc import Iterator
-from dataclasses import replace
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from struct import Struct
 from threading import Event
@@ -67,8 +67,6 @@ import psycopg2.errors
 from capture.config import SourceConfig
 from capture.errors import PreflightError, SourceConnectionError
 from capture.events import Column, Heartbeat, LogItem, Lsn, TableSchema, TransactionEnd, Truncate
-from capture.landing.reader import dumped_schema, dumped_tables
-from capture.landing.zone import LandingZone
 from capture.log import get_logger
 from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE
 from capture.sources.postgres import pgoutput, schema_change
@@ -88,6 +86,18 @@ PROTO_VERSION = "1"
 PARTITIONED_SQL = "SELECT 1 FROM pg_class WHERE oid = %s AND relkind = 'p'"
 
 
+@dataclass(frozen=True)
+class Landed:
+    """What the landing zone holds per table, as the service hands it over (sources know no landing
+    zone): `records`, the schema history's `table` records and dropped tables' truncates; for
+    tables only dumped, `dumped_schema` (columns and relation of the newest chunk) and
+    `dumped_tables`."""
+
+    records: Callable[[], list[dict[str, Any]]]
+    dumped_schema: Callable[[str, str], tuple[dict[str, str], int | None] | None]
+    dumped_tables: Callable[[], set[tuple[str, str]]]
+
+
 class PgOutputReader:
     """One pass over the slot from a resume LSN, until stopped or disconnected."""
 
@@ -102,7 +112,7 @@ class PgOutputReader:
         acknowledged: int,
         hold_s: float,
         frontier: int = 0,
-        zone: LandingZone | None = None,
+        landed: Landed | None = None,
         enums: dict[str, str] | None = None,
     ) -> None:
         self.name = name
@@ -120,7 +130,7 @@ class PgOutputReader:
         self._frontier = frontier  # the last frontier handed over (encoded): the checkpoint's at first
         self._cursor: Any = None
         self._tables: dict[int, TableInfo] = {}
-        self.zone = zone  # what landed (schema history) and was dumped (chunks) per table: schema_change.Relations
+        self.landed = landed  # what landed (schema history) and was dumped (chunks) per table: schema_change.Relations
         self._drops: dict[int, tuple[tuple[str, str], int]] = {}  # dropped relation -> its name, WAL position seen
         self._dumped: dict[tuple[str, str], int | None] = {}  # tables only dumped: the relation of their chunks
         self._enums = schema_change.EnumLabels(enums)  # enum labels as of the checkpoint (its `resume`)
@@ -143,10 +153,8 @@ class PgOutputReader:
         try:
             self._catalog = catalog
             self._types = TypeCatalog(catalog)
-            if self.zone is not None:
-                zone = self.zone
-                dumped = lambda schema, table: dumped_schema(zone, schema, table)  # noqa: E731
-                self._relations = schema_change.Relations(zone.relation_records(), dumped)
+            if self.landed is not None:
+                self._relations = schema_change.Relations(self.landed.records(), self.landed.dumped_schema)
             else:
                 self._relations = schema_change.Relations([])
             self._check_catalog()  # DDL made while capture was stopped: drops, enum values renamed
@@ -329,9 +337,9 @@ class PgOutputReader:
         """Catalog changes no row event tells (schema_change): captured tables dropped (their truncates
         land once the reader is past the position seen), enum values renamed (stops, or warns)."""
         standing = self._relations.standing()
-        if self.zone is not None:  # tables whose rows came only from dumps: the relation their chunks read
-            for name in dumped_tables(self.zone) - self._dumped.keys() - self._relations.by_name.keys():
-                baseline = dumped_schema(self.zone, *name)
+        if self.landed is not None:  # tables whose rows came only from dumps: the relation their chunks read
+            for name in self.landed.dumped_tables() - self._dumped.keys() - self._relations.by_name.keys():
+                baseline = self.landed.dumped_schema(*name)
                 self._dumped[name] = baseline[1] if baseline is not None else None
             for name, oid in self._dumped.items():
                 if oid is not None and name not in self._relations.by_name:

@@ -8,7 +8,7 @@ only moves forward through `acknowledge`, called after the checkpoint is written
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from threading import Event
 from typing import Any
 
@@ -17,13 +17,12 @@ import psycopg2
 from capture.config import SourceConfig
 from capture.errors import CheckpointPurgedError, PositionWentBackwardsError, PreflightError
 from capture.events import LogItem, Lsn
-from capture.landing.zone import LandingZone
 from capture.log import get_logger
 from capture.sources.postgres.catalog import base_tables, table_keys
 from capture.sources.postgres.connection import connect, format_lsn, parse_lsn, query, translate
 from capture.sources.postgres.preflight import preflight
 from capture.sources.postgres.publication import Publication
-from capture.sources.postgres.reader import PgOutputReader
+from capture.sources.postgres.reader import Landed, PgOutputReader
 from capture.sources.table_keys import TableKeys, check_named_keys, log_keyless
 
 log = get_logger(__name__)
@@ -44,12 +43,19 @@ class PostgresSource:
         self._reader: PgOutputReader | None = None
         self._acknowledged = 0
         self._lag_conn: Any = None
-        self.zone: LandingZone | None = None  # set by the service (`use_landed`)
+        self.landed: Landed | None = None  # set by the service (`use_landed`)
 
-    def use_landed(self, zone: LandingZone) -> None:
-        """The landing zone: what was landed per table (LandingZone.relation_records) and dumped
-        (`dumped_schema`), which the reader compares each Relation message with (schema_change.py)."""
-        self.zone = zone
+    def use_landed(
+        self,
+        records: Callable[[], list[dict[str, Any]]],
+        dumped_schema: Callable[[str, str], tuple[dict[str, str], int | None] | None],
+        dumped_tables: Callable[[], set[tuple[str, str]]],
+    ) -> None:
+        """What the landing zone holds per table: the schema history's `table` records and the
+        truncates of dropped tables (LandingZone.relation_records), and for tables only dumped the
+        schema and relation their newest chunk recorded (landing.reader.dumped_schema, dumped_tables):
+        the reader compares each Relation message with it and finds drops (schema_change.py)."""
+        self.landed = Landed(records, dumped_schema, dumped_tables)
 
     def _slot(self, conn: Any) -> tuple[Any, ...] | None:
         rows = query(conn, SLOT_SQL, (self.slot,))
@@ -158,7 +164,7 @@ class PostgresSource:
             self._acknowledged,
             hold_s,
             frontier,
-            self.zone,
+            self.landed,
             resume.get("enums"),
         )
         return iter(self._reader)

@@ -201,10 +201,18 @@ def test_publish_via_partition_root_set_while_capture_runs_stops_it(postgres, pg
     assert not capture.events("public", "p")  # nothing landed under the partitioned table's name
 
 
-def test_a_table_dropped_from_the_publication_is_added_back_with_a_warning(postgres, pg_database, start_pg_capture):
-    capture = start_pg_capture("CREATE TABLE t (id int PRIMARY KEY, v int)")
+@pytest.mark.parametrize(
+    "statement",
+    ["ALTER PUBLICATION logtide_src DROP TABLE t", "ALTER PUBLICATION logtide_src SET TABLE other"],
+    ids=["drop_table", "set_table"],
+)
+def test_a_table_dropped_from_the_publication_is_added_back_with_a_warning(
+    postgres, pg_database, start_pg_capture, statement
+):
+    """Checked on main too: the sync adds it back and names the dump (its changes meanwhile are in no log)."""
+    capture = start_pg_capture("CREATE TABLE t (id int PRIMARY KEY, v int)", "CREATE TABLE other (id int PRIMARY KEY)")
     change_and_land(postgres, pg_database, capture, "INSERT INTO t VALUES (1, 1)")
-    postgres.execute("ALTER PUBLICATION logtide_src DROP TABLE t", database=pg_database)
+    postgres.execute(statement, database=pg_database)
     wait_for(lambda: "public.t" in published_tables(postgres, pg_database), 30, what="t added back")
     assert "logtide dump --source src --table public.t" in capture.log()  # its changes meanwhile: not in the log
     assert capture.stop() == 0
