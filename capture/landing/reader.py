@@ -219,6 +219,17 @@ def chunk_files(zone: LandingZone, schema: str, table: str) -> list[Path]:
     return [p for dump in sorted(base.iterdir()) for p in dump_chunk_files(zone, dump.name, schema, table)]
 
 
+def merge_tables(zone: LandingZone) -> list[str]:
+    """`db.table` of every table with log events or dump chunks (what a merge can merge), the
+    watermark table left out."""
+    names = {f"{s}.{t}" for s, t in zone.tables()}
+    base = zone.root / "chunks"
+    if base.is_dir():
+        names |= {"{}.{}".format(*folder_table(p.name)) for d in base.iterdir() if d.is_dir() for p in d.iterdir()}
+    names.discard(f"{WATERMARK_SCHEMA}.{WATERMARK_TABLE}")
+    return sorted(names)
+
+
 def dumped_tables(zone: LandingZone) -> set[tuple[str, str]]:
     """(schema, table) of every table with dump chunks (any dump), the watermark table left out."""
     base = zone.root / "chunks"
@@ -241,17 +252,6 @@ def dumped_schema(zone: LandingZone, schema: str, table: str) -> tuple[dict[str,
     columns = {f.name: (f.metadata or {}).get(b"source_type", b"").decode() for f in file_schema.field("after").type}
     relation = (file_schema.metadata or {}).get(RELATION_KEY)
     return columns, int(relation) if relation is not None else None
-
-
-def merge_tables(zone: LandingZone) -> list[str]:
-    """`db.table` of every table with log events or dump chunks (what a merge can merge), the
-    watermark table left out."""
-    names = {f"{s}.{t}" for s, t in zone.tables()}
-    base = zone.root / "chunks"
-    if base.is_dir():
-        names |= {"{}.{}".format(*folder_table(p.name)) for d in base.iterdir() if d.is_dir() for p in d.iterdir()}
-    names.discard(f"{WATERMARK_SCHEMA}.{WATERMARK_TABLE}")
-    return sorted(names)
 
 
 def chunk_low(marks: Watermarks, meta: ChunkMeta, high: Mark) -> int:
