@@ -38,7 +38,6 @@ checkpoint carries) and judges each captured table using the type as a column re
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -67,18 +66,14 @@ GONE_SQL = (
     "SELECT pg_current_wal_insert_lsn()::text,"
     " ARRAY(SELECT o FROM unnest(%s::oid[]) o WHERE NOT EXISTS (SELECT FROM pg_class c WHERE c.oid = o))"
 )
-# the label of every value of the enum types table columns use (arrays and domains of them too), with the
-# columns (JSON [schema, table, column]); one pass over pg_attribute
-ENUMS_SQL = (
-    "WITH used AS (SELECT e.oid AS enum, json_build_array(n.nspname, c.relname, a.attname)::text AS col"
-    " FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace"
-    " JOIN pg_type t ON t.oid = a.atttypid JOIN pg_type e ON e.typtype = 'e'"
-    " AND e.oid IN (t.oid, t.typelem, t.typbasetype)"
-    " WHERE c.relkind IN ('r', 'p') AND a.attnum > 0 AND NOT a.attisdropped"
-    " AND n.nspname NOT IN ('pg_catalog', 'information_schema'))"
-    " SELECT l.oid, l.enumlabel, format_type(l.enumtypid, NULL),"
-    " ARRAY(SELECT DISTINCT u.col FROM used u WHERE u.enum = l.enumtypid)"
-    " FROM pg_enum l WHERE l.enumtypid IN (SELECT enum FROM used) ORDER BY l.enumtypid, l.enumsortorder"
+# every enum value's label (a pg_enum row keeps its OID when renamed); and the columns using an enum type
+# (arrays and domains of it too), asked only when one of its values was renamed
+ENUMS_SQL = "SELECT e.oid, e.enumlabel, e.enumtypid, format_type(e.enumtypid, NULL) FROM pg_enum e"
+ENUM_COLUMNS_SQL = (
+    "SELECT DISTINCT n.nspname, c.relname, a.attname FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid"
+    " JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace"
+    " WHERE %s IN (t.oid, t.typelem, t.typbasetype) AND c.relkind IN ('r', 'p') AND a.attnum > 0"
+    " AND NOT a.attisdropped ORDER BY 1, 2, 3"
 )
 
 
@@ -285,11 +280,12 @@ def _rewrites(old: str, new: str) -> bool:
 
 
 class EnumLabels:
-    """The labels of the enum values captured columns use, to find `ALTER TYPE ... RENAME VALUE`: every
-    row holding the value reads the new label, and no row event says so. A pg_enum row keeps its OID
-    when renamed, so a known OID with another label is a rename (ADD VALUE only adds OIDs). The labels
-    travel in the checkpoint's `resume` (`resume()`, given back at start): a rename made while capture
-    was stopped is found at start, and with `column_rewrites: refuse` found again at every start."""
+    """The label of every enum value, to find `ALTER TYPE ... RENAME VALUE`: every row holding the value
+    reads the new label, and no row event says so. A pg_enum row keeps its OID when renamed, so a known
+    OID with another label is a rename (ADD VALUE only adds OIDs); only then are the columns using the
+    type looked up. The labels travel in the checkpoint's `resume` (`resume()`, given back at start):
+    a rename made while capture was stopped is found at start, and with `column_rewrites: refuse`
+    found again at every start."""
 
     def __init__(self, resumed: dict[str, str] | None) -> None:
         self.labels: dict[str, str] | None = dict(resumed) if resumed else None
@@ -299,21 +295,22 @@ class EnumLabels:
 
     def check(self, source: str, config: SourceConfig, catalog: Any, captured: Callable[[str, str], bool]) -> None:
         """Compare the catalog's labels with the last seen: ColumnRewriteError (refuse), or a warning
-        (accept) per captured table with a column of a renamed value's type; then remember them."""
+        (accept), per captured table with a column of a renamed value's type; then remember them."""
         now: dict[str, str] = {}
-        found: dict[Table, list[str]] = {}
-        for oid, label, type_name, columns in query(catalog, ENUMS_SQL):
-            used = [json.loads(c) for c in columns or ()]
-            used = [(schema, table, column) for schema, table, column in used if captured(schema, table)]
-            if not used:
-                continue
+        renamed: dict[int, tuple[str, list[tuple[str, str]]]] = {}  # enum type -> its name, (old, new) labels
+        for oid, label, type_oid, type_name in query(catalog, ENUMS_SQL):
             now[str(oid)] = label
             old = (self.labels or {}).get(str(oid))
             if old is not None and old != label:
-                for schema, table, column in used:
-                    found.setdefault((schema, table), []).append(
-                        f"enum type {type_name} value '{old}' renamed to '{label}' (ALTER TYPE ... RENAME VALUE; "
-                        f"column {column}: its rows holding '{old}' now read '{label}')"
+                renamed.setdefault(type_oid, (type_name, []))[1].append((old, label))
+        found: dict[Table, list[str]] = {}
+        for type_oid, (type_name, labels) in renamed.items():
+            for schema, table, column in query(catalog, ENUM_COLUMNS_SQL, (type_oid,)):
+                if captured(schema, table):
+                    found.setdefault((schema, table), []).extend(
+                        f"enum type {type_name} value '{old}' renamed to '{new}' (ALTER TYPE ... RENAME VALUE; "
+                        f"column {column}: its rows holding '{old}' now read '{new}')"
+                        for old, new in labels
                     )
         for name, changes_found in sorted(found.items()):
             check_column_rewrite(source, config, name, changes_found)
