@@ -187,6 +187,7 @@ class Publication:
         self.name = config.publication_name(source)
         self._said: set[tuple[str, str]] = set()
         self._covered: set[str] | None = None  # captured partitions and published tables at the last sync
+        self._partitions: set[str] = set()  # ... the partitions alone
 
     def _captured(self, t: TableIdentity) -> bool:
         if (t.schema, t.table) == (WATERMARK_SCHEMA, WATERMARK_TABLE):
@@ -233,7 +234,7 @@ class Publication:
         tables = self.identities(conn)
         captured = [t for t in tables if self._captured(t)]
         wanted = [t for t in captured if t.publishable and t.unusable is None]
-        self._partitions_added(captured, wanted)
+        self._partitions_changed(tables, captured, wanted)
         for t in captured:  # on every path: a publication of all tables, or an administrator's, too
             if (unusable := t.unusable) is not None:
                 result.left_out[t.name] = unusable
@@ -266,11 +267,14 @@ class Publication:
                 self.say("publication.table_left_out", t.name, reason=reason, fix=t.fix())
         return result
 
-    def _partitions_added(self, captured: list[TableIdentity], wanted: list[TableIdentity]) -> None:
+    def _partitions_changed(
+        self, tables: list[TableIdentity], captured: list[TableIdentity], wanted: list[TableIdentity]
+    ) -> None:
         """A partition attached to (or created in) a captured partitioned table since the last sync is
         published with it, without ALTER PUBLICATION: the rows it held before are in no log (ATTACH
         PARTITION writes no row events) unless it was a published captured table before. Named with
-        the dump that brings them, as an added table is."""
+        the dump that brings them, as an added table is. A partition captured through its partitioned
+        table only, and detached since, is no longer captured: named too (its target stops following it)."""
         partitions = {
             f"{schema}.{table}"
             for t in captured
@@ -288,7 +292,22 @@ class Publication:
                     "its rows written before its first change in the log are not in the log",
                     action=f"logtide dump --source {self.source} --table {name}",
                 )
+            standing = {t.name for t in tables}
+            for name in sorted(self._partitions - partitions):
+                schema, _, table = name.partition(".")
+                if name in standing and not self.config.captures(schema, table):
+                    log.warning(
+                        "publication.partition_detached",
+                        source=self.source,
+                        publication=self.name,
+                        table=name,
+                        reason="detached from the captured partitioned table, and `include` names only that table: "
+                        "it is no longer captured, its target keeps the rows it had and follows it no more",
+                        action=f"to keep capturing it, add {name} to `include`, restart, and dump it; else "
+                        "disregard (or drop) its target",
+                    )
         self._covered = partitions | {t.name for t in wanted}
+        self._partitions = partitions
 
     def _check_publish(self, row: tuple[Any, ...], result: SyncResult) -> bool:
         """What an existing publication publishes: inserts, updates and deletes or a problem; a

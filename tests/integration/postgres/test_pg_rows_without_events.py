@@ -220,7 +220,9 @@ def test_a_table_dropped_from_the_publication_is_added_back_with_a_warning(
 
 def test_a_table_with_rows_attached_as_a_partition_is_named_with_its_dump(postgres, pg_database, make_pg_capture):
     """Only the partitioned table is captured: a table attached to it is published with it at once (no
-    ALTER PUBLICATION), and its rows are in no log. On main nothing said so: its target lacked them."""
+    ALTER PUBLICATION), and its rows are in no log. On main nothing said so: its target lacked them.
+    Detached again, it is no longer captured: said so too (on main its target stopped following it
+    without a word)."""
     postgres.execute(
         "CREATE TABLE m (id int PRIMARY KEY, v int) PARTITION BY RANGE (id)",
         "CREATE TABLE m1 PARTITION OF m FOR VALUES FROM (0) TO (100)",
@@ -242,4 +244,8 @@ def test_a_table_with_rows_attached_as_a_partition_is_named_with_its_dump(postgr
     dump_table(capture, "x")  # the dump it names brings the rows
     wait_until_landed(postgres, pg_database, capture)
     assert_target_holds_source(capture, postgres, pg_database, "x")
+    # detached: no longer captured (include names m only), said so
+    postgres.execute("ALTER TABLE m DETACH PARTITION x", database=pg_database)
+    wait_for(lambda: "publication.partition_detached" in capture.log(), 30, what="the detach named")
+    assert "table=public.x" in capture.log().split("publication.partition_detached")[1].splitlines()[0]
     assert capture.stop() == 0
