@@ -244,7 +244,7 @@ class PgOutputReader:
                 if self._drops:  # tables dropped before this transaction committed: emptied first
                     dropped = self._dropped_before(group.transactions[-1][0])
                     if dropped:
-                        yield from group.truncate(dropped, dropped=True)
+                        yield from self._ends(group.truncate(dropped, dropped=True))
             elif kind == 67:  # C
                 group.commit(buf)
                 if group.full or time.monotonic() - group.since >= hold:
@@ -262,21 +262,23 @@ class PgOutputReader:
                 if described.captured and not described.watermark:  # stops here on refused DDL
                     empty = self._relations.check(self.name, self.config, self._catalog, relation.oid, described.schema)
                     if empty and group.open:  # before the new relation's first change (schema_change.py)
-                        yield from group.truncate([TableSchema(s, t, (), ()) for s, t in empty])
+                        yield from self._ends(group.truncate([TableSchema(s, t, (), ()) for s, t in empty]))
                 self._tables[relation.oid] = described
             elif kind == 84:  # T: one Truncate per captured relation it lists (CASCADE included)
                 truncate = pgoutput.parse_truncate(buf)
                 infos = [self._tables.get(oid) for oid in truncate.relations]
                 tables = [i.schema for i in infos if i is not None and i.captured and not i.watermark]
                 if tables:
-                    yield from group.truncate(tables)
+                    yield from self._ends(group.truncate(tables))
                     run_oid = b""
             # Y (type), O (origin), M (message): nothing to land
 
     def _ends(self, items: Iterator[Any]) -> Iterator[Any]:
         """`watermarks: readonly`: a transaction's end stands at (its end LSN - 1, 0), not (end LSN, 0):
         still past every change of it (a commit record is longer than 8 bytes), and it leaves the
-        idle steps (`_idle_end`) room between it and a transaction that would begin at its end."""
+        idle steps (`_idle_end`) room between it and a transaction that would begin at its end. Every
+        end's `resume` carries the enum labels last judged (schema_change.EnumLabels). Every hand-over
+        goes through here, truncates' too."""
         enums = self._enums.resume()
         for item in items:
             if self.keepalive_frontier and isinstance(item, TransactionEnd):
@@ -336,7 +338,7 @@ class PgOutputReader:
     def _check_catalog(self) -> None:
         """Catalog changes no row event tells (schema_change): captured tables dropped (their truncates
         land once the reader is past the position seen), enum values renamed (stops, or warns)."""
-        standing = self._relations.standing()
+        standing = {oid: n for oid, n in self._relations.standing().items() if n[0] != WATERMARK_SCHEMA}
         if self.landed is not None:  # tables whose rows came only from dumps: the relation their chunks read
             for name in self.landed.dumped_tables() - self._dumped.keys() - self._relations.by_name.keys():
                 baseline = self.landed.dumped_schema(*name)
