@@ -182,6 +182,9 @@ class Truncate:
     commit_ts: datetime
     schema: str
     table: str
+    # PostgreSQL: the relation OID of a table DROPPED (no row events tell it): landed with the record, so
+    # a restart knows the drop has landed (sources/postgres/schema_change.py). None for every other truncate.
+    relation: int | None = None
 
     @property
     def qualified_name(self) -> str:

@@ -39,6 +39,7 @@ from capture.sources.base import ReadView
 
 META_KEY = b"logtide.chunk"
 HIGH_SUFFIX = ".high.json"
+RELATION_KEY = b"logtide.relation"
 
 
 @dataclass(frozen=True)
@@ -96,10 +97,10 @@ def chunk_path(zone: LandingZone, dump_id: str, schema: str, table: str, chunk: 
 def write_chunk(zone: LandingZone, table: TableSchema, meta: ChunkMeta, rows: pa.StructArray) -> Path:
     path = chunk_path(zone, meta.dump_id, table.schema, table.table, meta.chunk)
     path.parent.mkdir(parents=True, exist_ok=True)
-    schema = pa.schema(
-        [pa.field("after", table.row_type)],
-        metadata={META_KEY: meta.to_json(), b"logtide.fingerprint": table.fingerprint},
-    )
+    metadata = {META_KEY: meta.to_json(), b"logtide.fingerprint": table.fingerprint}
+    if table.relation is not None:  # PostgreSQL: the relation read (a baseline for capture: dumped_schema)
+        metadata[RELATION_KEY] = str(table.relation)
+    schema = pa.schema([pa.field("after", table.row_type)], metadata=metadata)
     data = pa.Table.from_arrays([rows], schema=schema)
     write_parquet_atomic(data, path)
     fsync_dir(path.parent)

@@ -75,7 +75,8 @@ SCHEMA_HISTORY_SCHEMA = pa.schema(
         ),
         pa.field("key", pa.list_(pa.string())),
         pa.field("fingerprint", pa.string()),
-        pa.field("relation", pa.int64()),  # PostgreSQL: a `table` record's relation OID (TableSchema.relation)
+        pa.field("relation", pa.int64()),  # PostgreSQL: a `table` record's relation OID (TableSchema.relation),
+        # or, on a `truncate` record, the relation whose DROP TABLE it lands (Truncate.relation)
     ]
 )
 
@@ -352,7 +353,7 @@ class LogWriter:
                 None,
                 None,
                 None,
-                None,
+                truncate.relation,
             ),
         )
 

@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from capture.errors import WatermarkError
-from capture.landing.chunks import HIGH_SUFFIX, META_KEY, ChunkMeta, chunk_folder, chunk_path, high_path
+from capture.landing.chunks import HIGH_SUFFIX, META_KEY, RELATION_KEY, ChunkMeta, chunk_folder, chunk_path, high_path
 from capture.landing.files import Segment, segments
 from capture.landing.zone import LandingZone, folder_table, table_folder
 from capture.log import get_logger
@@ -246,6 +246,30 @@ def merge_tables(zone: LandingZone) -> list[str]:
         names |= {"{}.{}".format(*folder_table(p.name)) for d in base.iterdir() if d.is_dir() for p in d.iterdir()}
     names.discard(f"{WATERMARK_SCHEMA}.{WATERMARK_TABLE}")
     return sorted(names)
+
+
+def dumped_tables(zone: LandingZone) -> set[tuple[str, str]]:
+    """(schema, table) of every table with dump chunks (any dump), the watermark table left out."""
+    base = zone.root / "chunks"
+    if not base.is_dir():
+        return set()
+    found = {folder_table(p.name) for d in base.iterdir() if d.is_dir() for p in d.iterdir() if p.is_dir()}
+    found.discard((WATERMARK_SCHEMA, WATERMARK_TABLE))
+    return found
+
+
+def dumped_schema(zone: LandingZone, schema: str, table: str) -> tuple[dict[str, str], int | None] | None:
+    """The columns (name -> source type) and relation OID (PostgreSQL; None where not recorded) of the
+    table as its newest chunk file read it; None without chunks. Capture's baseline for a table whose
+    rows came only from dumps (sources/postgres/schema_change.py)."""
+    files = chunk_files(zone, schema, table)
+    if not files:
+        return None
+    newest = max(files, key=lambda p: (p.stat().st_mtime_ns, p.parent.parent.name, p.name))
+    file_schema = pq.read_schema(newest)
+    columns = {f.name: (f.metadata or {}).get(b"source_type", b"").decode() for f in file_schema.field("after").type}
+    relation = (file_schema.metadata or {}).get(RELATION_KEY)
+    return columns, int(relation) if relation is not None else None
 
 
 def chunk_low(marks: Watermarks, meta: ChunkMeta, high: Mark) -> int:

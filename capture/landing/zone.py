@@ -178,3 +178,16 @@ class LandingZone:
             names.append("relation")
         rows = history.filter(pa.compute.equal(history["kind"], "table")).select(names).to_pylist()
         return [{"relation": None, **row} for row in rows]
+
+    def relation_records(self) -> list[dict]:
+        """PostgreSQL: what the schema history says of each captured name's relation, in LSN order: the
+        `table` records, and the `truncate` records of dropped tables (`relation` set), each with its
+        `kind` (sources/postgres/schema_change.py)."""
+        history = self.read_schema_history()
+        if history is None or "relation" not in history.column_names:
+            return [{"kind": "table", **row} for row in self.table_records()]
+        kinds = history["kind"]
+        dropped = pa.compute.and_(pa.compute.equal(kinds, "truncate"), pa.compute.is_valid(history["relation"]))
+        wanted = pa.compute.or_(pa.compute.equal(kinds, "table"), dropped)
+        names = ["_lsn", "kind", "schema", "table", "columns", "key", "fingerprint", "relation"]
+        return history.filter(wanted).select(names).to_pylist()

@@ -74,3 +74,35 @@ def test_a_known_relation_under_another_captured_name_is_a_rename():
     empty = relations.check("src", _config(table_renames="accept"), None, 10, _schema("b", 10, id="integer"))
     assert empty == [("public", "b"), ("public", "a")]
     assert relations.check("src", _config(), None, 10, _schema("b", 10, id="integer")) == []
+
+
+def test_a_dropped_relation_is_emptied_once_and_a_new_one_after_it_is_not_emptied_again():
+    relations = Relations([_landed("t", 10, id="integer")])
+    assert relations.standing() == {10: ("public", "t")}
+    assert relations.drop("src", 10, ("public", "t")) is True
+    assert relations.drop("src", 10, ("public", "t")) is False  # once
+    assert relations.standing() == {}
+    assert relations.check("src", _config(), None, 11, _schema("t", 11, id="integer")) == []  # emptied at the drop
+    # started again: the drop's landed truncate record says so
+    landed = [_landed("t", 10, id="integer"), {"kind": "truncate", "schema": "public", "table": "t", "relation": 10}]
+    assert Relations(landed).standing() == {}
+    assert Relations(landed).drop("src", 10, ("public", "t")) is False
+    # a new table took the name before the reader reached the drop: its own first change emptied it
+    relations = Relations([_landed("t", 10, id="integer")])
+    assert relations.check("src", _config(), None, 11, _schema("t", 11, id="integer")) == [("public", "t")]
+    assert relations.drop("src", 10, ("public", "t")) is False
+
+
+def test_a_table_only_dumped_is_judged_against_its_chunks_schema():
+    def dumped(schema: str, table: str):
+        return ({"id": "integer", "note": "text"}, 10) if table == "t" else None
+
+    with pytest.raises(ColumnRewriteError, match=r"public\.t.*label replace note"):
+        Relations([], dumped).check("src", _config(), None, 10, _schema("t", 10, id="integer", label="text"))
+    assert Relations([], dumped).check("src", _config(), None, 10, _schema("t", 10, id="integer", note="text")) == []
+    # dumped from another relation (dropped and created again since): its rows are emptied
+    assert Relations([], dumped).check("src", _config(), None, 11, _schema("t", 11, id="integer")) == [("public", "t")]
+    # dropped while only dumped: emptied, once
+    relations = Relations([], dumped)
+    assert relations.drop("src", 10, ("public", "t")) is True
+    assert relations.drop("src", 10, ("public", "t")) is False

@@ -195,15 +195,20 @@ class Group:
             )
         self.since = time.monotonic()
 
-    def truncate(self, tables: list[TableSchema]) -> Iterator[ColumnBatch | TransactionEnd | Truncate]:
+    def truncate(
+        self, tables: list[TableSchema], dropped: bool = False
+    ) -> Iterator[ColumnBatch | TransactionEnd | Truncate]:
         """A Truncate message of the open transaction: the changes held before it are handed over
         (they come first in the log), then one `Truncate` per table, each taking the next index
-        inside the transaction (after every event before it, both halves of key changes counted)."""
+        inside the transaction (after every event before it, both halves of key changes counted).
+        `dropped`: the tables were dropped, each Truncate names its `relation` (Truncate.relation)."""
         yield from self.hand_over()
         commit_lsn, micros, xid = self.transactions[-1]
         first = self.place + self.carried
         for i, table in enumerate(tables):
-            yield Truncate(Lsn(commit_lsn, first + i), str(xid), pgoutput.timestamp(micros), table.schema, table.table)
+            ts = pgoutput.timestamp(micros)
+            relation = table.relation if dropped else None
+            yield Truncate(Lsn(commit_lsn, first + i), str(xid), ts, table.schema, table.table, relation)
         self.place += len(tables)
 
     def _minors(self, runs: list[tuple[_Run, Decoded]]) -> tuple[list[list[int]], int]:

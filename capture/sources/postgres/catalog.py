@@ -167,7 +167,7 @@ def described(
     (`types.select_as_text`); DumpInputError if it does not exist, UnusableTableError if no key."""
     if not rows:
         raise DumpInputError(f"table {schema}.{table} does not exist (or the dump user may not see it)")
-    _oid, attributes, candidates, encoding = rows[0]
+    oid, attributes, candidates, encoding = rows[0]
     columns, builders, as_text, exact = [], [], [], {}
     for name, type_oid, typmod, source_type, _not_null, collation in attributes or ():
         info = types.info(type_oid, typmod)
@@ -183,7 +183,7 @@ def described(
     if not key:
         raise no_key(source, name, _no_key_detail(candidates), ", and REPLICA IDENTITY FULL")
     exact_key = all(exact[k] for k in key)
-    return TableSchema(schema, table, tuple(columns), key, exact_key_order=exact_key), builders, as_text
+    return TableSchema(schema, table, tuple(columns), key, exact_key_order=exact_key, relation=oid), builders, as_text
 
 
 # Types whose order in PostgreSQL is the order Spark gives their landed values: integers, numeric

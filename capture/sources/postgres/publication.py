@@ -186,6 +186,8 @@ class Publication:
         self.config = config
         self.name = config.publication_name(source)
         self._said: set[tuple[str, str]] = set()
+        self._covered: set[str] | None = None  # captured partitions and published tables at the last sync
+        self._partitions: set[str] = set()  # ... the partitions alone
 
     def _captured(self, t: TableIdentity) -> bool:
         if (t.schema, t.table) == (WATERMARK_SCHEMA, WATERMARK_TABLE):
@@ -232,6 +234,7 @@ class Publication:
         tables = self.identities(conn)
         captured = [t for t in tables if self._captured(t)]
         wanted = [t for t in captured if t.publishable and t.unusable is None]
+        self._partitions_changed(tables, captured, wanted)
         for t in captured:  # on every path: a publication of all tables, or an administrator's, too
             if (unusable := t.unusable) is not None:
                 result.left_out[t.name] = unusable
@@ -263,6 +266,48 @@ class Publication:
                 result.left_out[t.name] = (reason, t.fix())
                 self.say("publication.table_left_out", t.name, reason=reason, fix=t.fix())
         return result
+
+    def _partitions_changed(
+        self, tables: list[TableIdentity], captured: list[TableIdentity], wanted: list[TableIdentity]
+    ) -> None:
+        """A partition attached to (or created in) a captured partitioned table since the last sync is
+        published with it, without ALTER PUBLICATION: the rows it held before are in no log (ATTACH
+        PARTITION writes no row events) unless it was a published captured table before. Named with
+        the dump that brings them, as an added table is. A partition captured through its partitioned
+        table only, and detached since, is no longer captured: named too (its target stops following it)."""
+        partitions = {
+            f"{schema}.{table}"
+            for t in captured
+            for schema, table in map(json.loads, t.partitions)
+            if self.config.captures_partition(schema, table, (t.schema, t.table))
+        }
+        if self._covered is not None:
+            for name in sorted(partitions - self._covered):
+                log.warning(
+                    "publication.partition_added",
+                    source=self.source,
+                    publication=self.name,
+                    table=name,
+                    reason="a new partition of a published partitioned table (ATTACH PARTITION, or PARTITION OF): "
+                    "its rows written before its first change in the log are not in the log",
+                    action=f"logtide dump --source {self.source} --table {name}",
+                )
+            standing = {t.name for t in tables}
+            for name in sorted(self._partitions - partitions):
+                schema, _, table = name.partition(".")
+                if name in standing and not self.config.captures(schema, table):
+                    log.warning(
+                        "publication.partition_detached",
+                        source=self.source,
+                        publication=self.name,
+                        table=name,
+                        reason="detached from the captured partitioned table, and `include` names only that table: "
+                        "it is no longer captured, its target keeps the rows it had and follows it no more",
+                        action=f"to keep capturing it, add {name} to `include`, restart, and dump it; else "
+                        "disregard (or drop) its target",
+                    )
+        self._covered = partitions | {t.name for t in wanted}
+        self._partitions = partitions
 
     def _check_publish(self, row: tuple[Any, ...], result: SyncResult) -> bool:
         """What an existing publication publishes: inserts, updates and deletes or a problem; a
@@ -321,6 +366,8 @@ class Publication:
             )
             reason = f"is not in publication {self.name!r} (watermarks: readonly: Logtide does not change it)"
             fix = f"as the table's owner run: {add.as_string(conn)}" if t.publishable else t.fix()
+            # its changes until it is (back) in the publication are in no log
+            fix += f"; then logtide dump --source {self.source} --table {t.name}"
             result.left_out[t.name] = (reason, fix)
             self.say("publication.table_not_published", t.name, reason=reason, fix=fix)
         return result

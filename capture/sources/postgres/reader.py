@@ -55,7 +55,7 @@ import contextlib
 import select
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from struct import Struct
 from threading import Event
@@ -66,13 +66,13 @@ import psycopg2.errors
 
 from capture.config import SourceConfig
 from capture.errors import PreflightError, SourceConnectionError
-from capture.events import Column, Heartbeat, LogItem, Lsn, TableSchema, TransactionEnd
+from capture.events import Column, Heartbeat, LogItem, Lsn, TableSchema, TransactionEnd, Truncate
 from capture.log import get_logger
 from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE
 from capture.sources.postgres import pgoutput, schema_change
 from capture.sources.postgres.batches import Group, TableInfo
 from capture.sources.postgres.catalog import TypeCatalog, dump_key, partition_root
-from capture.sources.postgres.connection import connect, format_lsn, translate
+from capture.sources.postgres.connection import connect, format_lsn, parse_lsn, query, translate
 from capture.sources.postgres.publication import PUBLICATION_SYNC_S, Publication, TableIdentity
 from capture.sources.postgres.types import builder, column_type, is_text
 from capture.sources.table_keys import log_key
@@ -83,6 +83,19 @@ _U32 = Struct(">I")
 BATCH_ROWS = 10_000  # changes (or transactions) held at most: split, typed and handed over at once
 BATCH_BYTES = 32 << 20  # ... or fewer, when their messages hold more (wide rows: bounded memory)
 PROTO_VERSION = "1"
+PARTITIONED_SQL = "SELECT 1 FROM pg_class WHERE oid = %s AND relkind = 'p'"
+
+
+@dataclass(frozen=True)
+class Landed:
+    """What the landing zone holds per table, as the service hands it over (sources know no landing
+    zone): `records`, the schema history's `table` records and dropped tables' truncates; for
+    tables only dumped, `dumped_schema` (columns and relation of the newest chunk) and
+    `dumped_tables`."""
+
+    records: Callable[[], list[dict[str, Any]]]
+    dumped_schema: Callable[[str, str], tuple[dict[str, str], int | None] | None]
+    dumped_tables: Callable[[], set[tuple[str, str]]]
 
 
 class PgOutputReader:
@@ -99,7 +112,8 @@ class PgOutputReader:
         acknowledged: int,
         hold_s: float,
         frontier: int = 0,
-        landed: Callable[[], list[dict[str, Any]]] | None = None,
+        landed: Landed | None = None,
+        enums: dict[str, str] | None = None,
     ) -> None:
         self.name = name
         self.config = config
@@ -116,7 +130,10 @@ class PgOutputReader:
         self._frontier = frontier  # the last frontier handed over (encoded): the checkpoint's at first
         self._cursor: Any = None
         self._tables: dict[int, TableInfo] = {}
-        self.landed = landed  # the landed schema history's `table` records (columns, relation OID per table)
+        self.landed = landed  # what landed (schema history) and was dumped (chunks) per table: schema_change.Relations
+        self._drops: dict[int, tuple[tuple[str, str], int]] = {}  # dropped relation -> its name, WAL position seen
+        self._dumped: dict[tuple[str, str], int | None] = {}  # tables only dumped: the relation of their chunks
+        self._enums = schema_change.EnumLabels(enums)  # enum labels as of the checkpoint (its `resume`)
 
     # -- feedback (called by the service, same thread, between items) -------------------------
 
@@ -136,7 +153,11 @@ class PgOutputReader:
         try:
             self._catalog = catalog
             self._types = TypeCatalog(catalog)
-            self._relations = schema_change.Relations(self.landed() if self.landed is not None else [])
+            if self.landed is not None:
+                self._relations = schema_change.Relations(self.landed.records(), self.landed.dumped_schema)
+            else:
+                self._relations = schema_change.Relations([])
+            self._check_catalog()  # DDL made while capture was stopped: drops, enum values renamed
             cursor = conn.cursor()
             try:
                 cursor.start_replication(
@@ -170,6 +191,7 @@ class PgOutputReader:
         while True:
             if not group.open and time.monotonic() >= next_sync:  # tables created since: publish them
                 self._sync_publication()
+                self._check_catalog()
                 next_sync = time.monotonic() + PUBLICATION_SYNC_S
             message = cursor.read_message()
             if message is None:
@@ -186,6 +208,11 @@ class PgOutputReader:
                     elif group.pending and group.large:  # all read, a backlog's last group: commit it now
                         yield from self._ends(group.hand_over(flush=True))
                         run_oid = b""
+                    if self._drops and not group.pending:  # all read: the drops seen before the WAL end land
+                        end = self._idle_drops(max(cursor.wal_end, group.ended, self.start_lsn), group.ended, now)
+                        if end is not None:
+                            yield from end
+                            continue
                     if now >= next_heartbeat:
                         next_heartbeat = now + heartbeat
                         if self.keepalive_frontier and not group.pending:
@@ -214,6 +241,10 @@ class PgOutputReader:
                     run_oid = b""
             elif kind == 66:  # B
                 group.begin(buf)
+                if self._drops:  # tables dropped before this transaction committed: emptied first
+                    dropped = self._dropped_before(group.transactions[-1][0])
+                    if dropped:
+                        yield from self._ends(group.truncate(dropped, dropped=True))
             elif kind == 67:  # C
                 group.commit(buf)
                 if group.full or time.monotonic() - group.since >= hold:
@@ -231,26 +262,31 @@ class PgOutputReader:
                 if described.captured and not described.watermark:  # stops here on refused DDL
                     empty = self._relations.check(self.name, self.config, self._catalog, relation.oid, described.schema)
                     if empty and group.open:  # before the new relation's first change (schema_change.py)
-                        yield from group.truncate([TableSchema(s, t, (), ()) for s, t in empty])
+                        yield from self._ends(group.truncate([TableSchema(s, t, (), ()) for s, t in empty]))
                 self._tables[relation.oid] = described
             elif kind == 84:  # T: one Truncate per captured relation it lists (CASCADE included)
                 truncate = pgoutput.parse_truncate(buf)
                 infos = [self._tables.get(oid) for oid in truncate.relations]
                 tables = [i.schema for i in infos if i is not None and i.captured and not i.watermark]
                 if tables:
-                    yield from group.truncate(tables)
+                    yield from self._ends(group.truncate(tables))
                     run_oid = b""
             # Y (type), O (origin), M (message): nothing to land
 
     def _ends(self, items: Iterator[Any]) -> Iterator[Any]:
         """`watermarks: readonly`: a transaction's end stands at (its end LSN - 1, 0), not (end LSN, 0):
         still past every change of it (a commit record is longer than 8 bytes), and it leaves the
-        idle steps (`_idle_end`) room between it and a transaction that would begin at its end."""
+        idle steps (`_idle_end`) room between it and a transaction that would begin at its end. Every
+        end's `resume` carries the enum labels last judged (schema_change.EnumLabels). Every hand-over
+        goes through here, truncates' too."""
+        enums = self._enums.resume()
         for item in items:
             if self.keepalive_frontier and isinstance(item, TransactionEnd):
                 frontier = Lsn(item.frontier.major - 1)
                 self._frontier = max(self._frontier, frontier.encode())
                 item = replace(item, frontier=frontier, resume={**item.resume, "frontier_at": str(self._frontier)})
+            if enums and isinstance(item, TransactionEnd):
+                item = replace(item, resume={**item.resume, **enums})
             yield item
 
     def _idle_end(self, wal_end: int, now: float) -> TransactionEnd | None:
@@ -264,12 +300,64 @@ class PgOutputReader:
             return None
         step = max(Lsn(wal_end - 1).encode(), self._frontier + 1)
         self._frontier = step
-        resume = {"lsn": format_lsn(wal_end), "frontier_at": str(step)}
+        resume = {"lsn": format_lsn(wal_end), "frontier_at": str(step), **self._enums.resume()}
         return TransactionEnd(Lsn.decode(step), resume, datetime.now(UTC), now)
+
+    def _dropped_before(self, position: int) -> list[TableSchema]:
+        """The captured tables whose drop was seen at a WAL position before `position` (a transaction's
+        commit LSN, or the WAL end when everything before it is read): every change of theirs is read
+        by then (schema_change.GONE_SQL). Their names, unless taken by a new relation already."""
+        due = [oid for oid, (_, seen) in self._drops.items() if seen <= position]
+        names = [(oid, self._drops.pop(oid)[0]) for oid in due]
+        return [
+            TableSchema(n[0], n[1], (), (), relation=oid) for oid, n in names if self._relations.drop(self.name, oid, n)
+        ]
+
+    def _idle_drops(self, wal_end: int, ended: int, now: float) -> list[Any] | None:
+        """Nothing open nor held, everything before `wal_end` read: the truncates of tables dropped
+        before it land at (wal_end - 1, k), where no transaction can be (`_idle_end`), with an end."""
+        if not any(seen <= wal_end for _, seen in self._drops.values()):
+            return None
+        # the frontier landed: readonly keeps it (`_ends`), else the last transaction's end (its commit's end, 0)
+        frontier = self._frontier if self.keepalive_frontier else max(self._frontier, Lsn(ended).encode())
+        if frontier >= Lsn(wal_end).encode():  # no room below wal_end: the next transaction lands them
+            return None
+        dropped = self._dropped_before(wal_end)
+        if not dropped:
+            return []
+        first = max(Lsn(wal_end - 1).encode(), frontier + 1)
+        ts = datetime.now(UTC)
+        items: list[Any] = [
+            Truncate(Lsn.decode(first + i), "0", ts, t.schema, t.table, t.relation) for i, t in enumerate(dropped)
+        ]
+        self._frontier = first + len(dropped)
+        resume = {"lsn": format_lsn(wal_end), "frontier_at": str(self._frontier), **self._enums.resume()}
+        items.append(TransactionEnd(Lsn.decode(self._frontier), resume, ts, now))
+        return items
+
+    def _check_catalog(self) -> None:
+        """Catalog changes no row event tells (schema_change): captured tables dropped (their truncates
+        land once the reader is past the position seen), enum values renamed (stops, or warns)."""
+        standing = {oid: n for oid, n in self._relations.standing().items() if n[0] != WATERMARK_SCHEMA}
+        if self.landed is not None:  # tables whose rows came only from dumps: the relation their chunks read
+            for name in self.landed.dumped_tables() - self._dumped.keys() - self._relations.by_name.keys():
+                baseline = self.landed.dumped_schema(*name)
+                self._dumped[name] = baseline[1] if baseline is not None else None
+            for name, oid in self._dumped.items():
+                if oid is not None and name not in self._relations.by_name:
+                    standing.setdefault(oid, name)
+        standing = {oid: name for oid, name in standing.items() if oid not in self._drops}
+        if standing:
+            position, gone = query(self._catalog, schema_change.GONE_SQL, (list(standing),))[0]
+            for oid in gone:
+                self._drops[oid] = (standing[oid], parse_lsn(position))
+        self._enums.check(self.name, self.config, self._catalog, self.config.captures)
 
     def _sync_publication(self) -> None:
         try:
-            self.publication.sync(self._catalog, create=False)
+            result = self.publication.sync(self._catalog, create=False)
+            if result.problem is not None:  # changed while capture runs (publish_via_partition_root, ...)
+                raise PreflightError(f"source {self.name!r}: {result.problem}")
         except (psycopg2.OperationalError, psycopg2.InterfaceError):
             raise  # the connection: the service reconnects
         except psycopg2.Error as exc:
@@ -299,6 +387,15 @@ class PgOutputReader:
         if not captured and schema_name != WATERMARK_SCHEMA:  # a partition of a captured partitioned table?
             root = partition_root(self._catalog, relation.oid)
             captured = root is not None and self.config.captures_partition(schema_name, table_name, root)
+        if captured and not watermark and query(self._catalog, PARTITIONED_SQL, (relation.oid,)):
+            raise PreflightError(  # the publication was switched to publish via the partition root
+                f"source {self.name!r}: publication {self.publication.name!r} sends the changes of partitioned table "
+                f"{schema_name}.{table_name} under its own name (publish_via_partition_root was set while capture "
+                "ran), while dumps and capture land each partition as a table of its own: nothing of it has landed. "
+                f'Fix: ALTER PUBLICATION "{self.publication.name}" SET (publish_via_partition_root = false), then '
+                f"restart capture and dump the partitions of {schema_name}.{table_name} (their changes since the "
+                "switch are not in the log)"
+            )
         infos = [self._types.info(c.type_oid, c.typmod) for c in relation.columns]
         source_types = self._types.format_types([(c.type_oid, c.typmod) for c in relation.columns])
         columns, builders = [], []

@@ -8,7 +8,8 @@ get a new column, NULL in rows not changed since, and keep the old one), ALTER C
 rewrite, `USING` may change values). A column added without a default is NULL in every row, as
 in the targets: it passes. Each Relation message of a captured table is compared with what capture
 last landed (or accepted) under that name (`Relations`, from the schema history's `table` records
-at start: so DDL made while capture was stopped is found, and a restart finds it again). With
+at start: so DDL made while capture was stopped is found, and a restart finds it again), or, for a
+table whose rows came only from dumps so far, with the schema its newest dump chunk recorded. With
 `column_rewrites: refuse` (the default) capture stops (ColumnRewriteError) before the change that
 carried the message lands; `accept` warns (`capture.column_rewrite_accepted`) and goes on.
 
@@ -21,11 +22,23 @@ Relations are matched by OID (`TableSchema.relation`, landed with each `table` r
   brings a's rows under b without row events. `table_renames: refuse` stops capture
   (TableRenameError); `accept` warns, empties both names (truncates) and goes on; a dump of b
   brings its rows. A table renamed in from a name capture never saw (not captured, not
-  published) cannot be told from a new one: it is the first case.
+  published) cannot be told from a new one: it is the first case;
+- a known OID gone from the catalog (DROP TABLE, no row events; a table only dumped counts, by the
+  OID its chunks recorded): the reader checks between transactions (GONE_SQL, with the WAL insert
+  position D read after the catalog snapshot that misses it: every transaction that wrote the
+  table committed before the DROP, so before D). Its truncate lands once the reader is past D: in
+  the first transaction committed at or after D, or at the WAL end when all is read and the stream
+  idles. Landed with the relation OID (`Truncate.relation`), so a restart knows it landed; until
+  then a restart finds the drop again. A new table taking the name later needs no second truncate.
+
+Enum values renamed (`ALTER TYPE ... RENAME VALUE`) change every row holding them and touch no
+relation: `EnumLabels` compares pg_enum between transactions and at start (with the labels the
+checkpoint carries) and judges each captured table using the type as a column rewrite.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,28 +61,91 @@ FILLED_SQL = (
 Table = tuple[str, str]
 
 
+# of the relations named, those no longer in the catalog (dropped); and the WAL insert position read after
+# the snapshot that does not see them: every transaction that wrote them committed before it
+GONE_SQL = (
+    "SELECT pg_current_wal_insert_lsn()::text,"
+    " ARRAY(SELECT o FROM unnest(%s::oid[]) o WHERE NOT EXISTS (SELECT FROM pg_class c WHERE c.oid = o))"
+)
+# every enum value's label (a pg_enum row keeps its OID when renamed); and the columns using an enum type
+# (arrays and domains of it too), asked only when one of its values was renamed
+ENUMS_SQL = "SELECT e.oid, e.enumlabel, e.enumtypid, format_type(e.enumtypid, NULL) FROM pg_enum e"
+ENUM_COLUMNS_SQL = (
+    "SELECT DISTINCT n.nspname, c.relname, a.attname FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid"
+    " JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace"
+    " WHERE %s IN (t.oid, t.typelem, t.typbasetype) AND c.relkind IN ('r', 'p') AND a.attnum > 0"
+    " AND NOT a.attisdropped ORDER BY 1, 2, 3"
+)
+
+
 @dataclass
 class Known:
-    """A captured name as last landed or accepted: its columns (name -> source type) and relation."""
+    """A captured name as last landed or accepted: its columns (name -> source type) and relation;
+    `dropped`: a truncate landed for that relation's DROP TABLE (the name holds no relation since)."""
 
     columns: dict[str, str]
     relation: int | None
+    dropped: bool = False
 
 
 class Relations:
-    """What capture last landed or accepted per captured name, and the name each relation OID had."""
+    """What capture last landed or accepted per captured name, and the name each relation OID had.
 
-    def __init__(self, records: list[dict[str, Any]]) -> None:
+    `records`: the schema history's `table` records and the `truncate` records of dropped tables
+    (LandingZone.relation_records); `dumped`: for a name without any, the schema its newest dump
+    chunk recorded (landing.reader.dumped_schema): a table whose rows came only from dumps is
+    judged against what the dump read."""
+
+    def __init__(
+        self,
+        records: list[dict[str, Any]],
+        dumped: Callable[[str, str], tuple[dict[str, str], int | None] | None] | None = None,
+    ) -> None:
         self.by_name: dict[Table, Known] = {}
         self.by_oid: dict[int, Table] = {}
+        self.dumped = dumped
         for row in records:  # in LSN order: the last record of a name wins
+            name = (row["schema"], row["table"])
+            if row.get("kind", "table") == "truncate":
+                known = self.by_name.get(name)
+                if known is None:  # a table only dumped, then dropped
+                    self.by_name[name] = Known({}, row["relation"], dropped=True)
+                elif known.relation == row["relation"]:
+                    known.dropped = True
+                continue
             columns = {c["name"]: c["source_type"] for c in row["columns"] or ()}
-            self._record((row["schema"], row["table"]), columns, row["relation"])
+            self._record(name, columns, row["relation"])
 
     def _record(self, name: Table, columns: dict[str, str], relation: int | None) -> None:
         self.by_name[name] = Known(columns, relation)
         if relation is not None:
             self.by_oid[relation] = name
+
+    def standing(self) -> dict[int, Table]:
+        """Relation OID -> captured name, of the names that hold a relation (not dropped)."""
+        return {k.relation: name for name, k in self.by_name.items() if k.relation is not None and not k.dropped}
+
+    def drop(self, source: str, oid: int, name: Table) -> bool:
+        """Relation `oid`, found gone from the catalog, is dropped at the reader's place in the log:
+        True (its name's truncate is to land here) unless the name holds another relation by now
+        (a new table took it: its own first change emptied the name) or the drop has landed."""
+        known = self.by_name.get(name)
+        if known is None and self.dumped is not None:  # only dumped: if its newest chunk read that relation
+            baseline = self.dumped(*name)
+            if baseline is not None and baseline[1] == oid:
+                known = self.by_name[name] = Known(baseline[0], oid)
+        if known is None or known.relation != oid or known.dropped:
+            return False
+        known.dropped = True
+        log.warning(
+            "capture.table_dropped",
+            source=source,
+            table=_text(name),
+            relation=oid,
+            reason="DROP TABLE writes no row events: its rows are emptied in the targets (a truncate placed after "
+            "every change of the dropped table)",
+        )
+        return True
 
     def check(self, source: str, config: SourceConfig, catalog: Any, oid: int, new: TableSchema) -> list[Table]:
         """Judge the Relation message of captured table `new` (relation `oid`): raise ColumnRewriteError
@@ -77,6 +153,10 @@ class Relations:
         the relation's next change."""
         name = (new.schema, new.table)
         known = self.by_name.get(name)
+        if known is None and self.dumped is not None:  # rows only dumped so far: what the dump read
+            baseline = self.dumped(*name)
+            if baseline is not None:
+                known = Known(*baseline)
         moved_from = self.by_oid.get(oid)
         after = {c.name: c.source_type for c in new.columns}
         empty: list[Table] = []
@@ -88,7 +168,8 @@ class Relations:
                 empty.append(moved_from)
                 del self.by_name[moved_from]
         elif known is not None and known.relation is not None and known.relation != oid:
-            empty.append(name)  # dropped and created again (or renamed in from a name never seen)
+            if not known.dropped:  # else the drop's truncate emptied the name, and nothing of it landed since
+                empty.append(name)  # dropped and created again (or renamed in from a name never seen)
             log.warning(
                 "capture.table_replaced",
                 source=source,
@@ -199,3 +280,41 @@ def _rewrites(old: str, new: str) -> bool:
     if old_name == "numeric" and old_mod and new_mod:
         return old_mod.partition(",")[2] != new_mod.partition(",")[2]
     return True
+
+
+class EnumLabels:
+    """The label of every enum value, to find `ALTER TYPE ... RENAME VALUE`: every row holding the value
+    reads the new label, and no row event says so. A pg_enum row keeps its OID when renamed, so a known
+    OID with another label is a rename (ADD VALUE only adds OIDs); only then are the columns using the
+    type looked up. The labels travel in the checkpoint's `resume` (`resume()`, given back at start):
+    a rename made while capture was stopped is found at start, and with `column_rewrites: refuse`
+    found again at every start."""
+
+    def __init__(self, resumed: dict[str, str] | None) -> None:
+        self.labels: dict[str, str] | None = dict(resumed) if resumed else None
+
+    def resume(self) -> dict[str, Any]:
+        return {"enums": self.labels} if self.labels else {}
+
+    def check(self, source: str, config: SourceConfig, catalog: Any, captured: Callable[[str, str], bool]) -> None:
+        """Compare the catalog's labels with the last seen: ColumnRewriteError (refuse), or a warning
+        (accept), per captured table with a column of a renamed value's type; then remember them."""
+        now: dict[str, str] = {}
+        renamed: dict[int, tuple[str, list[tuple[str, str]]]] = {}  # enum type -> its name, (old, new) labels
+        for oid, label, type_oid, type_name in query(catalog, ENUMS_SQL):
+            now[str(oid)] = label
+            old = (self.labels or {}).get(str(oid))
+            if old is not None and old != label:
+                renamed.setdefault(type_oid, (type_name, []))[1].append((old, label))
+        found: dict[Table, list[str]] = {}
+        for type_oid, (type_name, labels) in renamed.items():
+            for schema, table, column in query(catalog, ENUM_COLUMNS_SQL, (type_oid,)):
+                if captured(schema, table):
+                    found.setdefault((schema, table), []).extend(
+                        f"enum type {type_name} value '{old}' renamed to '{new}' (ALTER TYPE ... RENAME VALUE; "
+                        f"column {column}: its rows holding '{old}' now read '{new}')"
+                        for old, new in labels
+                    )
+        for name, changes_found in sorted(found.items()):
+            check_column_rewrite(source, config, name, changes_found)
+        self.labels = now

@@ -22,7 +22,7 @@ from capture.sources.postgres.catalog import base_tables, table_keys
 from capture.sources.postgres.connection import connect, format_lsn, parse_lsn, query, translate
 from capture.sources.postgres.preflight import preflight
 from capture.sources.postgres.publication import Publication
-from capture.sources.postgres.reader import PgOutputReader
+from capture.sources.postgres.reader import Landed, PgOutputReader
 from capture.sources.table_keys import TableKeys, check_named_keys, log_keyless
 
 log = get_logger(__name__)
@@ -43,12 +43,19 @@ class PostgresSource:
         self._reader: PgOutputReader | None = None
         self._acknowledged = 0
         self._lag_conn: Any = None
-        self.landed: Callable[[], list[dict[str, Any]]] | None = None  # set by the service (`use_landed`)
+        self.landed: Landed | None = None  # set by the service (`use_landed`)
 
-    def use_landed(self, records: Callable[[], list[dict[str, Any]]]) -> None:
-        """The landing zone's schema-history `table` records (LandingZone.table_records): what was
-        landed per table, which the reader compares each Relation message with (schema_change.py)."""
-        self.landed = records
+    def use_landed(
+        self,
+        records: Callable[[], list[dict[str, Any]]],
+        dumped_schema: Callable[[str, str], tuple[dict[str, str], int | None] | None],
+        dumped_tables: Callable[[], set[tuple[str, str]]],
+    ) -> None:
+        """What the landing zone holds per table: the schema history's `table` records and the
+        truncates of dropped tables (LandingZone.relation_records), and for tables only dumped the
+        schema and relation their newest chunk recorded (landing.reader.dumped_schema, dumped_tables):
+        the reader compares each Relation message with it and finds drops (schema_change.py)."""
+        self.landed = Landed(records, dumped_schema, dumped_tables)
 
     def _slot(self, conn: Any) -> tuple[Any, ...] | None:
         rows = query(conn, SLOT_SQL, (self.slot,))
@@ -158,6 +165,7 @@ class PostgresSource:
             hold_s,
             frontier,
             self.landed,
+            resume.get("enums"),
         )
         return iter(self._reader)
 

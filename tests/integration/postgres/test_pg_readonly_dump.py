@@ -241,3 +241,28 @@ def test_a_truncate_waiting_on_a_chunks_copy_reconciles_to_the_table(postgres, p
     wait_for(lambda: reconciled_state(capture, "public", "ledger")[1].chunks_pending == 0, 30, what="chunks closed")
     state, stats = reconciled_state(capture, "public", "ledger")
     assert state == table_state(postgres, pg_database, "ledger") and len(state) == 21, (stats, summary)
+
+
+def test_a_table_dropped_on_an_idle_server_is_emptied_with_readonly_watermarks(postgres, pg_database, make_pg_capture):
+    """DROP TABLE writes no row event: its truncate lands at the WAL end the idle stream reports, past
+    the keepalive frontier's steps (README, PostgreSQL: Dropped tables); nothing is written to the source."""
+    postgres.execute(
+        "CREATE TABLE ledger (id int PRIMARY KEY, v int)",
+        "INSERT INTO ledger SELECT i, i FROM generate_series(1, 50) i",
+        database=pg_database,
+    )
+    capture = _readonly_capture(make_pg_capture, postgres, pg_database, "public.ledger")
+    _dump(capture, "public.ledger", 20)
+    wait_for(lambda: reconciled_state(capture, "public", "ledger")[1].chunks_pending == 0, 60, interval=0.2,
+             what="the last read-only chunk to close")  # fmt: skip
+    assert len(reconciled_state(capture, "public", "ledger")[0]) == 50
+    postgres.execute("DROP TABLE ledger", database=pg_database)
+
+    def truncated() -> bool:
+        history = capture.zone.read_schema_history()
+        return history is not None and "truncate" in history["kind"].to_pylist()
+
+    wait_for(truncated, 30, what="the truncate of ledger")
+    assert reconciled_state(capture, "public", "ledger")[0] == {}
+    assert not postgres.query(f"SELECT 1 FROM pg_namespace WHERE nspname = '{WATERMARK_SCHEMA}'", database=pg_database)
+    assert capture.stop() == 0

@@ -1,0 +1,251 @@
+"""PostgreSQL changes that change what a captured table's rows read without a row event in the log,
+each of which left a target diverging silently on main (README, PostgreSQL: Schema).
+
+- DROP TABLE with no table created again under the name: nothing landed, the target kept its rows
+  for good. Now a truncate lands, placed after every change of the dropped table.
+- A table whose rows came only from a dump: no landed schema to compare its first Relation message
+  with, so an ADD COLUMN ... DEFAULT or RENAME COLUMN passed (NULL / the old name in the target).
+  Now the schema the dump's chunk recorded is the baseline.
+- ALTER TYPE ... RENAME VALUE of an enum a captured column uses: every row reads the new label.
+- A publication switched to publish_via_partition_root while capture runs: the partitions' changes
+  came under the partitioned table's name, which no dump fills.
+- A captured table dropped from the publication by hand: its changes are no longer sent.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.integration.postgres.dumping import (
+    assert_target_holds_source,
+    change_and_land,
+    dump_table,
+    published_tables,
+    reconciled_state,
+    wait_until_landed,
+)
+from tests.servers import wait_for
+
+pytestmark = pytest.mark.integration
+
+
+def _truncates(capture, table: str) -> list[dict]:
+    history = capture.zone.read_schema_history()
+    rows = [] if history is None else history.to_pylist()
+    return [r for r in rows if r["kind"] == "truncate" and (r["schema"], r["table"]) == ("public", table)]
+
+
+def _stops(capture) -> str:
+    wait_for(lambda: capture.process.poll() is not None, 30, what="capture to stop")
+    assert capture.process.returncode == 2
+    return capture.log()
+
+
+def test_a_dropped_table_is_emptied_in_the_target_once(postgres, pg_database, start_pg_capture):
+    """The drop is noticed from the catalog while the reader is still behind it (capture was stopped
+    over a change and the DROP): the truncate lands after that change, so the target ends empty; a
+    restart lands it neither again nor lost."""
+    capture = start_pg_capture(
+        "CREATE TABLE t (id int PRIMARY KEY, v int)",
+        "INSERT INTO t SELECT i, i FROM generate_series(1, 3) i",
+        "CREATE TABLE other (id int PRIMARY KEY)",
+    )
+    dump_table(capture, "t")
+    change_and_land(postgres, pg_database, capture, "UPDATE t SET v = 0 WHERE id = 3")
+    assert capture.stop() == 0
+    postgres.execute("INSERT INTO t VALUES (4, 4)", "UPDATE t SET v = 9 WHERE id = 1", database=pg_database)
+    postgres.execute("DROP TABLE t", database=pg_database)
+    capture.start()
+    capture.wait_running()
+    change_and_land(postgres, pg_database, capture, "INSERT INTO other VALUES (1)")
+    wait_for(lambda: _truncates(capture, "t"), 30, what="the truncate of t")
+    assert any(e["after"] and e["after"]["id"] == 4 for e in capture.events("public", "t"))  # read before it
+    state, _ = reconciled_state(capture, "public", "t")
+    assert state == {}
+    assert "capture.table_dropped" in capture.log()
+    assert capture.stop() == 0
+    capture.start()
+    capture.wait_running()
+    change_and_land(postgres, pg_database, capture, "INSERT INTO other VALUES (2)")
+    assert len(_truncates(capture, "t")) == 1
+    # created again later: emptied before the new table's first change, as before, and its rows land
+    postgres.execute("CREATE TABLE t (id int PRIMARY KEY, v int)", database=pg_database)
+    wait_for(lambda: "public.t" in published_tables(postgres, pg_database), 30, what="the new t published")
+    change_and_land(postgres, pg_database, capture, "INSERT INTO t VALUES (10, 10)")
+    assert_target_holds_source(capture, postgres, pg_database, "t")
+    assert capture.stop() == 0
+
+
+def test_a_dropped_table_is_emptied_while_capture_runs_on_an_idle_server(postgres, pg_database, start_pg_capture):
+    """Nothing is written after the DROP: the truncate lands at the WAL end the idle stream reports."""
+    capture = start_pg_capture(
+        "CREATE TABLE t (id int PRIMARY KEY, v int)",
+        "INSERT INTO t SELECT i, i FROM generate_series(1, 3) i",
+        "CREATE TABLE other (id int PRIMARY KEY)",
+    )
+    dump_table(capture, "t")
+    change_and_land(postgres, pg_database, capture, "UPDATE t SET v = 0 WHERE id = 3")
+    postgres.execute("DROP TABLE t", database=pg_database)
+    wait_for(lambda: _truncates(capture, "t"), 30, what="the truncate of t")
+    state, _ = reconciled_state(capture, "public", "t")
+    assert state == {}
+    change_and_land(postgres, pg_database, capture, "INSERT INTO other VALUES (1)")  # lands after it
+    assert_target_holds_source(capture, postgres, pg_database, "other")
+    assert capture.stop() == 0
+    capture.start()
+    capture.wait_running()
+    change_and_land(postgres, pg_database, capture, "INSERT INTO other VALUES (2)")
+    assert len(_truncates(capture, "t")) == 1
+    assert capture.stop() == 0
+
+
+def test_a_dropped_table_whose_rows_came_only_from_a_dump_is_emptied(postgres, pg_database, start_pg_capture):
+    capture = start_pg_capture(
+        "CREATE TABLE t (id int PRIMARY KEY, v int)",
+        "INSERT INTO t SELECT i, i FROM generate_series(1, 3) i",
+        "CREATE TABLE other (id int PRIMARY KEY)",
+    )
+    dump_table(capture, "t")  # no change of t in the log
+    postgres.execute("DROP TABLE t", database=pg_database)
+    wait_for(lambda: _truncates(capture, "t"), 30, what="the truncate of t")
+    state, _ = reconciled_state(capture, "public", "t")
+    assert state == {}
+    assert capture.stop() == 0
+    capture.start()
+    capture.wait_running()
+    change_and_land(postgres, pg_database, capture, "INSERT INTO other VALUES (1)")
+    assert len(_truncates(capture, "t")) == 1
+    assert capture.stop() == 0
+
+
+@pytest.mark.parametrize(
+    "ddl",
+    ["ALTER TABLE items ADD COLUMN flag int NOT NULL DEFAULT 5", "ALTER TABLE items RENAME COLUMN note TO label"],
+    ids=["add_default", "rename"],
+)
+def test_ddl_on_a_table_only_dumped_stops_capture(postgres, pg_database, start_pg_capture, ddl):
+    capture = start_pg_capture(
+        "CREATE TABLE items (id int PRIMARY KEY, note text)",
+        "INSERT INTO items SELECT i, 'n' || i FROM generate_series(1, 3) i",
+    )
+    dump_table(capture, "items")  # no change of items in the log yet
+    postgres.execute(ddl, "INSERT INTO items (id) VALUES (10)", database=pg_database)
+    log = _stops(capture)
+    assert "ColumnRewriteError" in log and "public.items" in log
+    assert not capture.events("public", "items")  # the change that revealed it did not land
+    assert capture.run_to_exit() == 2  # restarted: the same
+
+
+def test_a_column_added_without_default_to_a_dumped_table_passes(postgres, pg_database, start_pg_capture):
+    capture = start_pg_capture(
+        "CREATE TABLE items (id int PRIMARY KEY, note text)",
+        "INSERT INTO items SELECT i, 'n' || i FROM generate_series(1, 3) i",
+    )
+    dump_table(capture, "items")
+    change_and_land(
+        postgres,
+        pg_database,
+        capture,
+        "ALTER TABLE items ADD COLUMN extra int",
+        "INSERT INTO items VALUES (10, 'x', 1)",
+    )
+    assert_target_holds_source(capture, postgres, pg_database, "items")
+    assert capture.stop() == 0
+
+
+def test_an_enum_value_renamed_stops_capture(postgres, pg_database, start_pg_capture):
+    capture = start_pg_capture(
+        "CREATE TYPE mood AS ENUM ('sad', 'ok')",
+        "CREATE TABLE m (id int PRIMARY KEY, mood mood)",
+        "INSERT INTO m VALUES (1, 'sad'), (2, 'ok')",
+    )
+    dump_table(capture, "m")
+    change_and_land(
+        postgres, pg_database, capture, "ALTER TYPE mood ADD VALUE 'happy'", "UPDATE m SET id = 3 WHERE id = 2"
+    )
+    postgres.execute("ALTER TYPE mood RENAME VALUE 'sad' TO 'blue'", database=pg_database)
+    log = _stops(capture)
+    assert "ColumnRewriteError" in log and "public.m" in log and "sad" in log and "blue" in log
+    assert capture.run_to_exit() == 2  # restarted: the same
+
+    text = capture.config_path.read_text().replace("include:", "column_rewrites: accept\n    include:")
+    capture.config_path.write_text(text)
+    capture.start()
+    capture.wait_running()
+    change_and_land(postgres, pg_database, capture, "UPDATE m SET id = 4 WHERE id = 3")
+    assert capture.log().count("capture.column_rewrite_accepted") == 1
+    dump_table(capture, "m")  # the dump it names repairs the target
+    wait_until_landed(postgres, pg_database, capture)
+    assert_target_holds_source(capture, postgres, pg_database, "m")
+    assert capture.stop() == 0
+    capture.start()  # accepted once: not again
+    capture.wait_running()
+    change_and_land(postgres, pg_database, capture, "UPDATE m SET id = 5 WHERE id = 4")
+    assert capture.log().count("capture.column_rewrite_accepted") == 1
+    assert capture.stop() == 0
+
+
+def test_publish_via_partition_root_set_while_capture_runs_stops_it(postgres, pg_database, start_pg_capture):
+    capture = start_pg_capture(
+        "CREATE TABLE p (id int PRIMARY KEY, v int) PARTITION BY RANGE (id)",
+        "CREATE TABLE p1 PARTITION OF p FOR VALUES FROM (0) TO (100)",
+    )
+    change_and_land(postgres, pg_database, capture, "INSERT INTO p VALUES (1, 1)")
+    postgres.execute(
+        "ALTER PUBLICATION logtide_src SET (publish_via_partition_root = true)",
+        "INSERT INTO p VALUES (2, 2)",
+        database=pg_database,
+    )
+    log = _stops(capture)
+    assert "publish_via_partition_root" in log, log
+    assert not capture.events("public", "p")  # nothing landed under the partitioned table's name
+
+
+@pytest.mark.parametrize(
+    "statement",
+    ["ALTER PUBLICATION logtide_src DROP TABLE t", "ALTER PUBLICATION logtide_src SET TABLE other"],
+    ids=["drop_table", "set_table"],
+)
+def test_a_table_dropped_from_the_publication_is_added_back_with_a_warning(
+    postgres, pg_database, start_pg_capture, statement
+):
+    """Checked on main too: the sync adds it back and names the dump (its changes meanwhile are in no log)."""
+    capture = start_pg_capture("CREATE TABLE t (id int PRIMARY KEY, v int)", "CREATE TABLE other (id int PRIMARY KEY)")
+    change_and_land(postgres, pg_database, capture, "INSERT INTO t VALUES (1, 1)")
+    postgres.execute(statement, database=pg_database)
+    wait_for(lambda: "public.t" in published_tables(postgres, pg_database), 30, what="t added back")
+    assert "logtide dump --source src --table public.t" in capture.log()  # its changes meanwhile: not in the log
+    assert capture.stop() == 0
+
+
+def test_a_table_with_rows_attached_as_a_partition_is_named_with_its_dump(postgres, pg_database, make_pg_capture):
+    """Only the partitioned table is captured: a table attached to it is published with it at once (no
+    ALTER PUBLICATION), and its rows are in no log. On main nothing said so: its target lacked them.
+    Detached again, it is no longer captured: said so too (on main its target stopped following it
+    without a word)."""
+    postgres.execute(
+        "CREATE TABLE m (id int PRIMARY KEY, v int) PARTITION BY RANGE (id)",
+        "CREATE TABLE m1 PARTITION OF m FOR VALUES FROM (0) TO (100)",
+        "CREATE TABLE x (id int PRIMARY KEY, v int)",
+        "INSERT INTO x SELECT i, i FROM generate_series(200, 210) i",
+        database=pg_database,
+    )
+    capture = make_pg_capture(["public.m", "public.lt_marker"]).start()
+    capture.wait_running()
+    change_and_land(
+        postgres,
+        pg_database,
+        capture,
+        "ALTER TABLE m ATTACH PARTITION x FOR VALUES FROM (200) TO (300)",
+        "INSERT INTO m VALUES (250, 250)",
+    )
+    wait_for(lambda: "publication.partition_added" in capture.log(), 30, what="the warning")
+    assert "logtide dump --source src --table public.x" in capture.log()
+    dump_table(capture, "x")  # the dump it names brings the rows
+    wait_until_landed(postgres, pg_database, capture)
+    assert_target_holds_source(capture, postgres, pg_database, "x")
+    # detached: no longer captured (include names m only), said so
+    postgres.execute("ALTER TABLE m DETACH PARTITION x", database=pg_database)
+    wait_for(lambda: "publication.partition_detached" in capture.log(), 30, what="the detach named")
+    assert "table=public.x" in capture.log().split("publication.partition_detached")[1].splitlines()[0]
+    assert capture.stop() == 0
