@@ -331,7 +331,7 @@ def test_a_truncate_undone_by_a_rollback_lands_nothing(postgres, pg_database, ma
         "INSERT INTO t VALUES (10, 10)",
         database=pg_database,
     )
-    capture.wait_events("public", "t", 7)
+    capture.wait_events("public", "t", 8)  # 1, 2, 3, 4, the update of 1, 6, 7, 10
     frontier = capture.zone.checkpoint().frontier.encode()
     assert len(landed_truncates(capture.zone, frontier)) == 1
     state = apply(reconcile_table(capture.zone, "public", "t")[0])
