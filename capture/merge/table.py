@@ -1084,7 +1084,7 @@ class TableMerge:
             c = chunks[0]
             own = (c.id, c.low, c.high, c.high_ts, c.meta.dump_id, c.meta.chunk)
             return raw.select(*values, sf.col("_metadata.row_index").alias("_row")).selectExpr(
-                "*", *(f"{_sql_literal(v, t)} AS {quote(n)}" for v, (n, t) in zip(own, CHUNK_COLUMNS[1:], strict=True))
+                "*", *(f"{_row_constant(v, t)} AS {quote(n)}" for v, (n, t) in zip(own, CHUNK_COLUMNS[1:], strict=True))
             )
         raw = raw.select(
             *values, sf.col("_metadata.file_path").alias("_file"), sf.col("_metadata.row_index").alias("_row")
@@ -1572,6 +1572,21 @@ def _sql_literal(value: Any, sql_type: str) -> str:
     if isinstance(value, (int, Decimal)) and not isinstance(value, bool):
         return f"CAST({int(value)} AS {sql_type})"
     raise MergeError(f"the merge cannot write {type(value).__name__} into an inline table")
+
+
+def _row_constant(value: Any, sql_type: str) -> str:
+    """A value of the merge's own as SQL for every row of a frame with a `_row` column (a chunk's
+    bounds, see `_chunk_rows`), spelled so that the generated code does not hold it. Spark writes
+    a timestamp constant into its generated Java source as a number, so two tables
+    whose chunks differ only in their HIGH's commit time would compile their own classes (Janino,
+    then the JIT: about 0.1 CPU-s per table of a run); decimals and strings are references,
+    the same code for any value. A timestamp is therefore the decimal microseconds plus
+    `_row * 0` (a column: not folded back into a constant)."""
+    if isinstance(value, datetime):
+        aware = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+        micros = (aware - _EPOCH) // timedelta(microseconds=1)
+        return f"timestamp_micros(CAST(CAST({micros} AS DECIMAL(20,0)) + _row * 0 AS BIGINT))"
+    return _sql_literal(value, sql_type)
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
