@@ -132,6 +132,8 @@ CHUNK_COLUMNS += [("_high_ts", "timestamp"), ("_dump_id", "string"), ("_chunk", 
 # A first load (empty target) writes files of about this many rows, in at most this many tasks
 LOAD_ROWS_PER_FILE = 250_000
 LOAD_PARTITIONS = 64
+# a run's first table of at most this many rows merges alone before the others start (`run_merge`)
+WARM_ROWS = 250_000
 # A PostgreSQL run with at most this many log events broadcasts the keys its chunks' snapshots could
 # not see (instead of shuffling every chunk row to compare them)
 BROADCAST_EVENTS = 1_000_000
@@ -612,6 +614,9 @@ class Context:
     sql_types: dict[str, str] = field(init=False, default_factory=dict)
     namespace_ready: bool = field(init=False, default=False)
     lock: threading.Lock = field(init=False, default_factory=threading.Lock)
+    # set when the run's other tables may start beside its first (`run_merge`): the first is merged,
+    # or it reads more than WARM_ROWS rows (planned: a merge of seconds or more, not to wait for)
+    warm: threading.Event = field(init=False, default_factory=threading.Event)
 
     def __post_init__(self) -> None:
         self.namespace = target_namespace(self.config.merge, self.source)
@@ -764,6 +769,8 @@ class TableMerge:
             self.has_missing = misses_columns(schemas, start, F)
             # rows the run reads at most: sizes its first load's write and its broadcasts
             self.rows_in = sum(m.num_rows for m, _ in metas) + sum(c.meta.rows for c in chunks)
+            if self.rows_in > WARM_ROWS:
+                ctx.warm.set()
             columns = _unify(
                 [(s.field("after").type, str(p)) for s, p in schemas] + [(c.row_type, str(c.path)) for c in chunks],
                 self.name,
