@@ -36,7 +36,10 @@ def run_merge(
     earlier `frontier`, as a merge that ran then would have) into Iceberg.
 
     Up to merge.parallel_tables tables are merged at once, each in a thread of its own whose
-    Spark jobs share the one session. One table never stops the others: a table the merge cannot
+    Spark jobs share the one session. The first table merges alone while it is small (at most
+    WARM_ROWS rows read): the JVM's cold start (classes loaded, code interpreted until compiled)
+    is then paid by one thread, not by two at once, and the others run warm; a larger first
+    table lets them start as soon as it is planned. One table never stops the others: a table the merge cannot
     handle (no key: UnusableTableError) is skipped, a table whose merge fails is reported as
     failed (its own commits stay as they were: each table commits alone), and the rest are
     merged; the summary lists every table in the order asked, and its `skipped` and `failed`
@@ -62,7 +65,12 @@ def run_merge(
     workers = max(1, min(config.merge.parallel_tables, len(names)))
     log.info("merge.started", source=source, frontier=frontier, tables=len(names), parallel=workers)
     with ThreadPoolExecutor(workers, thread_name_prefix="merge") as pool:
-        reports = list(pool.map(lambda name: _merge_named(ctx, name, known), names))
+        first = [pool.submit(_merge_named, ctx, name, known) for name in names[:1]]
+        # the others start once the first is merged, or planned and large (`Context.warm`)
+        while workers > 1 and first and not first[0].done() and not ctx.warm.wait(0.05):
+            pass
+        rest = pool.map(lambda name: _merge_named(ctx, name, known), names[1:])
+        reports = [*(f.result() for f in first), *rest]
     seconds = round(time.monotonic() - began, 3)
     skipped = [r for r in reports if "fix" in r]
     failed = [r for r in reports if "failed" in r]

@@ -132,6 +132,8 @@ CHUNK_COLUMNS += [("_high_ts", "timestamp"), ("_dump_id", "string"), ("_chunk", 
 # A first load (empty target) writes files of about this many rows, in at most this many tasks
 LOAD_ROWS_PER_FILE = 250_000
 LOAD_PARTITIONS = 64
+# a run's first table of at most this many rows merges alone before the others start (`run_merge`)
+WARM_ROWS = 250_000
 # A PostgreSQL run with at most this many log events broadcasts the keys its chunks' snapshots could
 # not see (instead of shuffling every chunk row to compare them)
 BROADCAST_EVENTS = 1_000_000
@@ -612,6 +614,9 @@ class Context:
     sql_types: dict[str, str] = field(init=False, default_factory=dict)
     namespace_ready: bool = field(init=False, default=False)
     lock: threading.Lock = field(init=False, default_factory=threading.Lock)
+    # set when the run's other tables may start beside its first (`run_merge`): the first is merged,
+    # or it reads more than WARM_ROWS rows (planned: a merge of seconds or more, not to wait for)
+    warm: threading.Event = field(init=False, default_factory=threading.Event)
 
     def __post_init__(self) -> None:
         self.namespace = target_namespace(self.config.merge, self.source)
@@ -764,6 +769,8 @@ class TableMerge:
             self.has_missing = misses_columns(schemas, start, F)
             # rows the run reads at most: sizes its first load's write and its broadcasts
             self.rows_in = sum(m.num_rows for m, _ in metas) + sum(c.meta.rows for c in chunks)
+            if self.rows_in > WARM_ROWS:
+                ctx.warm.set()
             columns = _unify(
                 [(s.field("after").type, str(p)) for s, p in schemas] + [(c.row_type, str(c.path)) for c in chunks],
                 self.name,
@@ -1084,7 +1091,7 @@ class TableMerge:
             c = chunks[0]
             own = (c.id, c.low, c.high, c.high_ts, c.meta.dump_id, c.meta.chunk)
             return raw.select(*values, sf.col("_metadata.row_index").alias("_row")).selectExpr(
-                "*", *(f"{_sql_literal(v, t)} AS {quote(n)}" for v, (n, t) in zip(own, CHUNK_COLUMNS[1:], strict=True))
+                "*", *(f"{_row_constant(v, t)} AS {quote(n)}" for v, (n, t) in zip(own, CHUNK_COLUMNS[1:], strict=True))
             )
         raw = raw.select(
             *values, sf.col("_metadata.file_path").alias("_file"), sf.col("_metadata.row_index").alias("_row")
@@ -1572,6 +1579,21 @@ def _sql_literal(value: Any, sql_type: str) -> str:
     if isinstance(value, (int, Decimal)) and not isinstance(value, bool):
         return f"CAST({int(value)} AS {sql_type})"
     raise MergeError(f"the merge cannot write {type(value).__name__} into an inline table")
+
+
+def _row_constant(value: Any, sql_type: str) -> str:
+    """A value of the merge's own as SQL for every row of a frame with a `_row` column (a chunk's
+    bounds, see `_chunk_rows`), spelled so that the generated code does not hold it. Spark writes
+    a timestamp constant into its generated Java source as a number, so two tables
+    whose chunks differ only in their HIGH's commit time would compile their own classes (Janino,
+    then the JIT: about 0.1 CPU-s per table of a run); decimals and strings are references,
+    the same code for any value. A timestamp is therefore the decimal microseconds plus
+    `_row * 0` (a column: not folded back into a constant)."""
+    if isinstance(value, datetime):
+        aware = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+        micros = (aware - _EPOCH) // timedelta(microseconds=1)
+        return f"timestamp_micros(CAST(CAST({micros} AS DECIMAL(20,0)) + _row * 0 AS BIGINT))"
+    return _sql_literal(value, sql_type)
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

@@ -4,7 +4,7 @@ and string keys with quotes, backslashes and non-ASCII text; a table of the olde
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -256,3 +256,26 @@ def test_a_table_of_one_chunk_loads_sorted_by_key_in_two_single_stage_jobs(spark
     files = [r[0] for r in spark.sql(f"SELECT file_path FROM {name}.files").collect()]
     assert len(files) == 1
     assert pq.read_table(files[0].removeprefix("file:")).column("id").to_pylist() == [1, 3, 5, 7, 9]
+
+
+def test_a_table_of_one_chunk_keeps_its_high_commit_time_in_the_changelog(spark, catalogs, tmp_path):
+    """A one-chunk table's rows reach the changelog at its HIGH watermark: that LSN and the commit
+    time of HIGH's transaction, to the microsecond (a column expression in the write, not a
+    constant of the generated code: `_row_constant`)."""
+    from capture.landing.reader import Watermarks
+
+    landing = Landing(tmp_path, catalogs, "one_chunk_ts")
+    landing.mark(110, "LOW", "low-1")
+    landing.chunk([(i, f"t{i}", "x") for i in (2, 1, 3)])
+    landing.mark(120, "HIGH", "high-1")
+    frontier = landing.zone.checkpoint().frontier.encode()
+    (chunk,), _ = merge_table._chunks(landing.zone, Watermarks(landing.zone, frontier), "db", "docs", 0)
+    assert chunk.high_ts is not None
+    run_merge(spark, landing.config, "src")
+
+    rows = spark.sql(
+        "SELECT DISTINCT CAST(_lsn AS STRING), unix_micros(_commit_ts), _dump_id, _chunk"
+        " FROM logtide.one_chunk_ts.db__docs__changelog WHERE _source = 'chunk'"
+    ).collect()
+    micros = (chunk.high_ts - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
+    assert [tuple(r) for r in rows] == [(str(chunk.high), micros, "d1", 1)]
