@@ -20,8 +20,9 @@ class Kit:
 
     @property
     def type_kinds(self) -> tuple[str, ...]:
-        """The kinds of the `types` table's columns: every declared kind but the big (TOASTed) ones."""
-        return tuple(k for k in self.types if not k.startswith("big_"))
+        """The kinds of the `types` table's columns: every declared kind but the big (TOASTed) ones and
+        those of its key."""
+        return tuple(k for k in self.types if not k.startswith(("big_", "key_")))
 
     def column_ddl(self, table: Table) -> list[str]:
         """`name TYPE [NOT NULL]` of each of the table's columns."""
@@ -61,6 +62,11 @@ class Kit:
 
     def wait_until_landed(self, capture: Any, timeout: float = 120) -> None:
         """Until capture has landed everything committed so far."""
+        raise NotImplementedError
+
+    def upsert(self, cur: Any, table: Table, names: list[str], row: list[Any]) -> bool:
+        """Write `row` whether its key exists or not (under the key's collation), the key as spelt in
+        `row`: True when it inserted a new row, False when it replaced or updated one."""
         raise NotImplementedError
 
     def insert_many(self, conn: Any, insert: str, rows: list[tuple[Any, ...]]) -> None:

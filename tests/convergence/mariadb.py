@@ -10,7 +10,16 @@ from typing import Any
 import pymysql
 
 from tests.convergence.kit import Kit
-from tests.convergence.schema import TEXT_SAMPLES, SqlType, Table, big_json, big_text, random_text
+from tests.convergence.schema import (
+    KEY_BYTES,
+    TEXT_SAMPLES,
+    SqlType,
+    Table,
+    big_json,
+    big_text,
+    random_text,
+    spread,
+)
 from tests.integration.dumping import wait_until_landed
 
 _DAY0, _DAY9 = date(1000, 1, 1).toordinal(), date(9999, 12, 31).toordinal()
@@ -126,6 +135,15 @@ TYPES: dict[str, SqlType] = {
     "big_text": SqlType("LONGTEXT COLLATE utf8mb4_bin", "text", (), big_text),
     "big_bytes": SqlType("LONGBLOB", "bytes", (), lambda rng: rng.randbytes(rng.randint(3000, 9000))),
     "big_json": SqlType("JSON", "text", (), big_json),
+    # the `types` table's key (schema.KEY_KINDS): few values in its first columns, so chunks hold runs of them
+    "key_bytes": SqlType("VARBINARY(16)", "bytes", (), lambda rng: rng.choice(KEY_BYTES)),
+    "key_moment": SqlType(
+        "TIME(6)", "micros", (),
+        lambda rng: rng.choice(("-838:59:59", "-00:00:00.000001", "-00:00:00.5", "00:00:00", "00:00:00.000001",
+                                "23:59:59.999999", "24:00:00", "838:59:59")),
+    ),
+    "key_num": SqlType("BIGINT UNSIGNED", "int", (), lambda rng: rng.randint(0, 2**64 - 1),
+                       counter=lambda n: spread(n, 0, 2**64 - 1)),
 }  # fmt: skip
 
 
@@ -173,6 +191,20 @@ class MariaDBKit(Kit):
             "include": [f"{self.database}.*"],
             "exclude": [f"{self.database}.{t.name}" for t in tables if not t.captured],
         }
+
+    def upsert(self, cur: Any, table: Table, names: list[str], row: list[Any]) -> bool:
+        """REPLACE (a row of the same key is deleted, or updated in place) or INSERT ... ON DUPLICATE
+        KEY UPDATE of every column, the key's too; both count 1 for a new row."""
+        columns = ", ".join(self.quote(n) for n in names)
+        marks = ", ".join(["%s"] * len(names))
+        if random.Random(repr(row)).random() < 0.5:
+            cur.execute(f"REPLACE INTO {self.quote(table.name)} ({columns}) VALUES ({marks})", row)
+        else:
+            sets = ", ".join(f"{self.quote(n)} = VALUES({self.quote(n)})" for n in names)
+            cur.execute(
+                f"INSERT INTO {self.quote(table.name)} ({columns}) VALUES ({marks}) ON DUPLICATE KEY UPDATE {sets}", row
+            )
+        return cur.rowcount == 1
 
     def is_duplicate(self, error: BaseException) -> bool:
         return isinstance(error, pymysql.err.IntegrityError) and error.args[0] == 1062

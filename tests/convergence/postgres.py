@@ -17,7 +17,16 @@ import psycopg2.extras
 
 from capture.sources.postgres.connection import parse_lsn
 from tests.convergence.kit import Kit
-from tests.convergence.schema import TEXT_SAMPLES, SqlType, Table, big_json, big_text, random_text
+from tests.convergence.schema import (
+    KEY_BYTES,
+    TEXT_SAMPLES,
+    SqlType,
+    Table,
+    big_json,
+    big_text,
+    random_text,
+    spread,
+)
 from tests.integration.postgres.conftest import _drop as drop_database
 from tests.servers import wait_for
 
@@ -76,6 +85,10 @@ JSON_DOCS = (
 JSONB_DOCS = ('{"a": 1.10, "b": 1e2, "c": [1E-2, -0, 100000000000000000000000001]}', '{"k": "😀"}', "[]", "null")
 MOMENTS = (datetime(1, 1, 1), datetime(9999, 12, 31, 23, 59, 59, 999999), datetime(1582, 10, 10, 12, 0, 0, 1),
            datetime(1899, 12, 31, 23, 59, 59, 999999))  # fmt: skip
+
+KEY_MOMENTS = (datetime(1, 1, 1), datetime(1582, 10, 4, 23, 59, 59, 999999), datetime(1582, 10, 15),
+               datetime(1969, 12, 31, 23, 59, 59, 999999), datetime(1970, 1, 1),
+               datetime(9999, 12, 31, 23, 59, 59, 999999))  # fmt: skip
 
 TYPES: dict[str, SqlType] = {
     "int": _int("integer", 32),
@@ -146,6 +159,13 @@ TYPES: dict[str, SqlType] = {
     "big_text": SqlType("text", "text", (), big_text, external=True),
     "big_bytes": SqlType("bytea", "bytes", (), lambda rng: rng.randbytes(rng.randint(3000, 9000)), external=True),
     "big_json": SqlType("jsonb", "text", (), big_json, select="{}::text", external=True),
+    # the `types` table's key (schema.KEY_KINDS): few values in its first columns, so chunks hold runs of them
+    "key_bytes": SqlType("bytea", "bytes", (), lambda rng: rng.choice(KEY_BYTES)),
+    "key_moment": SqlType(
+        "timestamptz", "datetime", (), lambda rng: rng.choice(KEY_MOMENTS).replace(tzinfo=UTC)
+    ),
+    "key_num": SqlType("bigint", "int", (), lambda rng: rng.randint(-(2**63), 2**63 - 1),
+                       counter=lambda n: spread(n, -(2**63), 2**63 - 1)),
 }  # fmt: skip
 
 
@@ -223,6 +243,18 @@ class PostgresKit(Kit):
     def insert_many(self, conn: Any, insert: str, rows: list[tuple[Any, ...]]) -> None:
         with conn.cursor() as cur:
             psycopg2.extras.execute_values(cur, insert + "%s", rows, page_size=200)
+
+    def upsert(self, cur: Any, table: Table, names: list[str], row: list[Any]) -> bool:
+        """INSERT ... ON CONFLICT (key) DO UPDATE of every column, the key's too (its new spelling)."""
+        columns = ", ".join(self.quote(n) for n in names)
+        sets = ", ".join(f"{self.quote(n)} = EXCLUDED.{self.quote(n)}" for n in names)
+        cur.execute(
+            f"INSERT INTO {self.quote(table.name)} ({columns}) VALUES ({', '.join(['%s'] * len(names))})"
+            f" ON CONFLICT ({', '.join(self.quote(c) for c in table.ident)}) DO UPDATE SET {sets}"
+            " RETURNING xmax = 0",  # a new row has no xmax
+            row,
+        )
+        return bool(cur.fetchone()[0])
 
     def is_duplicate(self, error: BaseException) -> bool:
         return isinstance(error, psycopg2.errors.UniqueViolation)

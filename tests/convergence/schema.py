@@ -30,6 +30,7 @@ class SqlType:
     random: Callable[[random.Random], Any]
     select: str = "{}"  # SQL giving the value the comparison reads, `{}` is the quoted column
     external: bool = False  # PostgreSQL: stored out of line (TOAST) uncompressed
+    counter: Callable[[int], Any] | None = None  # a key column's value from the workload's counter (unique)
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,12 @@ class Table:
 
 # kinds every source supports: the key tables use them
 BIG_KINDS = ("big_text", "big_bytes", "big_json")
-COMMON_KINDS = ("int", "text", "text_ci", "date", *BIG_KINDS)
+# the `types` table's key: kinds the database orders as Spark does (the merge judges chunk ranges by
+# Spark's order), with their hostile values: bytes 0x00/0x7f/0x80/0xff and prefixes of each other, times
+# before the epoch or negative, integers across their whole range (MariaDB: past 2^63)
+KEY_KINDS = ("key_bytes", "key_moment", "key_num")
+COMMON_KINDS = ("int", "text", "text_ci", "date", *BIG_KINDS, *KEY_KINDS)
+KEY_BYTES = (b"", b"\x00", b"\x00\x00", b"\x7f", b"\x80", b"\xff", b"\xff\x00", b"A", b"a", b"a ", b"a\x00")
 
 
 def tables(type_kinds: Sequence[str]) -> list[Table]:
@@ -83,7 +89,8 @@ def tables(type_kinds: Sequence[str]) -> list[Table]:
 
     small = (("v", "int"), ("note", "text"))
     return [
-        Table("types", cols(("id", "int", False), *((f"c_{k}", k) for k in type_kinds)), ("id",), "primary"),
+        Table("types", cols(("kb", "key_bytes", False), ("kt", "key_moment", False), ("id", "key_num", False),
+                            *((f"c_{k}", k) for k in type_kinds)), ("kb", "kt", "id"), "primary"),
         Table("ci_keys", cols(("k", "text_ci", False), *small), ("k",), "primary"),
         Table("composite", cols(("region", "text_ci", False), ("n", "int", False), ("d", "date"), *small),
               ("region", "n"), "primary"),
@@ -153,6 +160,13 @@ def big_json(rng: random.Random) -> str:
     return '{"n": 1.10, "e": 1e2, "body": "%s"}' % big_text(rng)  # noqa: UP031 - a JSON document
 
 
+def spread(n: int, low: int, high: int) -> int:
+    """The workload's counter `n` as a key in [low, high], unique for each n: the bounds for n 1 and 2,
+    else scattered over the range by an odd multiplier (a bijection modulo the range's size)."""
+    size = high - low + 1
+    return {1: high, 2: low}.get(n, low + (n * 0x9E3779B97F4A7C15) % size)
+
+
 def value(kind: SqlType, rng: random.Random) -> Any:
     """A value for a column: an extreme of its kind now and then, NULL rarely, else random."""
     roll = rng.random()
@@ -170,6 +184,8 @@ def fresh_ident(table: Table, kinds: dict[str, SqlType], n: int, rng: random.Ran
         kind = table.column(name).kind
         if kind == "int":
             out.append(n)
+        elif kinds[kind].counter is not None:
+            out.append(kinds[kind].counter(n))
         elif kind == "text_ci":
             out.append(f"{rng.choice(KEY_WORDS)}-{n}-{rng.choice(list(KEY_TAILS))}")
         else:

@@ -3,9 +3,10 @@ writes at a steady rate while dumps, merges and capture kills happen.
 
 Operations: inserts, updates (some leave the large values alone: PostgreSQL then logs them as
 missing), deletes, key changes (to a new key, or to the same key spelt otherwise: a case-only change
-under a case-insensitive collation), delete and re-insert of the same key, inserts of an existing
-key spelt otherwise (the database refuses most: the transaction rolls back), transactions of one to
-twelve operations across tables, one in ten rolled back on purpose. The workload remembers which
+under a case-insensitive collation; some change values in the same statement), delete and re-insert
+of the same key, inserts of an existing key spelt otherwise (the database refuses most: the
+transaction rolls back), transactions of one to twelve operations across tables, one in ten rolled
+back on purpose. The workload remembers which
 keys exist, so it never needs a SELECT; what the database refused is undone in that memory too.
 """
 
@@ -103,7 +104,10 @@ def populate(kit: Kit, tables: list[Table], rows: int, seed: int) -> tuple[dict[
 class Workload(threading.Thread):
     """Random transactions on every table at about `ops_per_s` statements a second, until stop()."""
 
-    OPS = (("insert", 28), ("update", 30), ("delete", 14), ("key_change", 12), ("reinsert", 8), ("collide", 8))
+    OPS = (
+        ("insert", 28), ("update", 30), ("delete", 14), ("key_change", 12), ("reinsert", 8), ("collide", 8),
+        ("bulk", 6), ("upsert", 6),
+    )  # fmt: skip
 
     def __init__(
         self, kit: Kit, tables: list[Table], live: dict[str, KeySet], next_n: int, seed: int, ops_per_s: float
@@ -194,7 +198,7 @@ class Workload(threading.Thread):
     def _operation(self, cur: Any, table: Table, undo: list) -> None:
         keys, rng, name = self.live[table.name], self.rng, self.kit.quote(table.name)
         op = rng.choices(self._names, self._weights)[0] if len(keys) > 10 else "insert"
-        if op == "collide" and table.key in ("config", "none"):
+        if op in ("collide", "upsert") and table.key in ("config", "none"):
             op = "insert"  # nothing in the database keeps such a key unique: the workload must
         self.counts[op] += 1
         if op == "insert":
@@ -222,10 +226,25 @@ class Workload(threading.Thread):
                 self.counts["key_respelt"] += 1
             else:
                 new = self._fresh(table)
-            sets = ", ".join(f"{self.kit.quote(c)} = %s" for c in table.ident)
-            self._execute(cur, f"UPDATE {name} SET {sets} WHERE {self._where(table)}", [*new, *old])
+            # now and then values change with the key (PostgreSQL: a large value changed, or left
+            # TOASTed, in the same update that moves the row to another key)
+            columns = rng.sample(table.values, rng.randint(1, min(2, len(table.values)))) if rng.random() < 0.3 else []
+            sets = ", ".join(f"{self.kit.quote(c)} = %s" for c in [*table.ident, *(c.name for c in columns)])
+            values = [value(self.kit.types[c.kind], rng) for c in columns]
+            self._execute(cur, f"UPDATE {name} SET {sets} WHERE {self._where(table)}", [*new, *values, *old])
             self._remove(table, old, undo)
             self._add(table, new, undo)
+        elif op == "upsert":  # an existing key respelt (or the same), else a new one
+            old = keys.choice(rng) if rng.random() < 0.7 else None
+            key = variant(old, table, rng) if old is not None else self._fresh(table)
+            names = [*table.ident, *(c.name for c in table.values)]
+            inserted = self.kit.upsert(cur, table, names, [*key, *row_values(self.kit, table, rng)])
+            self.counts["statements"] += 1
+            if old is not None and not inserted:
+                self._remove(table, old, undo)
+            self._add(table, key, undo)
+        elif op == "bulk":
+            self._bulk(cur, table, undo)
         else:  # reinsert: the same key deleted and inserted again, now and then spelt otherwise
             old = keys.choice(rng)
             self._execute(cur, f"DELETE FROM {name} WHERE {self._where(table)}", list(old))
@@ -233,3 +252,34 @@ class Workload(threading.Thread):
             new = variant(old, table, rng) if rng.random() < 0.3 else old
             self._insert(cur, table, new)
             self._add(table, new, undo)
+
+    def _bulk(self, cur: Any, table: Table, undo: list) -> None:
+        """One statement on several rows (one row event, or several tuples, holding them all): their
+        values updated, the rows deleted, or each moved to a new key by a CASE on the key (one-column
+        keys)."""
+        rng, keys, name = self.rng, self.live[table.name], self.kit.quote(table.name)
+        chosen = list(dict.fromkeys(keys.choice(rng) for _ in range(rng.randint(2, 6))))
+        where = " OR ".join(f"({self._where(table)})" for _ in chosen)
+        found = [part for key in chosen for part in key]
+        roll = rng.random()
+        if roll < 0.4:
+            column = rng.choice(table.values)
+            self.counts["bulk_update"] += 1
+            self._execute(cur, f"UPDATE {name} SET {self.kit.quote(column.name)} = %s WHERE {where}",
+                          [value(self.kit.types[column.kind], rng), *found])  # fmt: skip
+        elif roll < 0.7 or len(table.ident) > 1:
+            self.counts["bulk_delete"] += 1
+            self._execute(cur, f"DELETE FROM {name} WHERE {where}", found)
+            for key in chosen:
+                self._remove(table, key, undo)
+        else:
+            self.counts["bulk_key_change"] += 1
+            new = [self._fresh(table) for _ in chosen]
+            column = self.kit.quote(table.ident[0])
+            cases = " ".join("WHEN %s THEN %s" for _ in chosen)
+            pairs = [part for old, fresh in zip(chosen, new, strict=True) for part in (*old, *fresh)]
+            self._execute(cur, f"UPDATE {name} SET {column} = CASE {column} {cases} END WHERE {where}",
+                          [*pairs, *found])  # fmt: skip
+            for old, fresh in zip(chosen, new, strict=True):
+                self._remove(table, old, undo)
+                self._add(table, fresh, undo)
