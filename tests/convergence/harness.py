@@ -238,7 +238,9 @@ class Harness:
             self._merge("final-killed", kill_after=self.rng.randint(1, max(1, len(self._keyed()) // 2)))
         self._merge("final")
         self._split_check()
+        checking = time.monotonic()
         self._check()
+        self._note(f"checked in {time.monotonic() - checking:.1f} s")
 
     def _write_config(self) -> Path:
         """The default config, except what a test must set: the server, a free metrics port, where the
