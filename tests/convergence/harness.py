@@ -28,6 +28,7 @@ import time
 import traceback
 from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,6 +62,8 @@ class Scale:
     kill_every_s: tuple[float, float] = (3.0, 8.0)  # capture is SIGKILLed after a random pause in this range
     watermarks: str = "table"  # the source's `watermarks`: table, or readonly (README, Read-only watermarks)
 
+
+CHECK_THREADS = 4  # tables checked at once (check.check_table)
 
 KITS: dict[str, type[Kit]] = {"mariadb": MariaDBKit, "postgres": PostgresKit}
 CI = Scale()
@@ -238,7 +241,9 @@ class Harness:
             self._merge("final-killed", kill_after=self.rng.randint(1, max(1, len(self._keyed()) // 2)))
         self._merge("final")
         self._split_check()
+        checking = time.monotonic()
         self._check()
+        self._note(f"checked in {time.monotonic() - checking:.1f} s")
 
     def _write_config(self) -> Path:
         """The default config, except what a test must set: the server, a free metrics port, where the
@@ -440,9 +445,17 @@ class Harness:
                          if "level=error" in line)  # fmt: skip
         self.findings += [f"capture logged {n}x: {line}" for line, n in errors.items()]
         self.findings += check.landing_duplicates(self._zone())
-        for table in self._keyed():
+
+        def check_one(table: Table) -> list[str]:
             key = table.compared_by(self.config_keys)
             assert key is not None
             target = ".".join(f"`{p}`" for p in (self.catalog, self.source, f"{self.kit.schema}__{table.name}"))
             changelog = target[:-1] + "__changelog`"
-            self.findings += check.check_table(self.kit, self.spark, table, key, target, changelog)
+            return check.check_table(self.kit, self.spark, table, key, target, changelog)
+
+        # the tables' checks at once (each with its own connection, Spark jobs from threads): most of a
+        # check is waiting for Spark's planning and the Iceberg metadata, not for the cores; findings in
+        # table order
+        with ThreadPoolExecutor(max_workers=CHECK_THREADS, thread_name_prefix="check") as pool:
+            for findings in pool.map(check_one, self._keyed()):
+                self.findings += findings
