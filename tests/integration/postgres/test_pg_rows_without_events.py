@@ -113,27 +113,42 @@ def test_a_dropped_table_whose_rows_came_only_from_a_dump_is_emptied(postgres, p
     assert capture.stop() == 0
 
 
+@pytest.mark.parametrize(
+    ("away", "moved"),
+    [("ALTER TABLE t RENAME TO t_old", ("public", "t_old")), ("ALTER TABLE t SET SCHEMA archive", ("archive", "t"))],
+    ids=["rename", "set_schema"],
+)
 def test_a_table_renamed_to_a_name_not_captured_is_emptied_and_its_name_captured_again(
-    postgres, pg_database, make_pg_capture
+    postgres, pg_database, make_pg_capture, away, moved
 ):
-    """Rows written to the renamed table afterwards are not captured (its name is not); a table
-    created under the old name later is captured as a new one."""
-    postgres.execute(*T_AND_OTHER, database=pg_database)
+    """Renamed while capture was stopped over a change of it: the truncate lands after that change.
+    Rows written to the renamed table afterwards are not captured (its name is not); a table created
+    under the old name later is captured as a new one."""
+    postgres.execute(*T_AND_OTHER, "CREATE SCHEMA archive", database=pg_database)
     capture = make_pg_capture(["public.t", "public.other", "public.lt_marker"]).start()
     capture.wait_running()
     dump_table(capture, "t")
     change_and_land(postgres, pg_database, capture, "UPDATE t SET v = 0 WHERE id = 3")
-    postgres.execute("ALTER TABLE t RENAME TO t_old", "INSERT INTO t_old VALUES (7, 7)", database=pg_database)
+    assert capture.stop() == 0
+    moved_name = ".".join(moved)
+    statements = ("INSERT INTO t VALUES (4, 4)", away, f"INSERT INTO {moved_name} VALUES (7, 7)")
+    postgres.execute(*statements, database=pg_database)
+    capture.start()
+    capture.wait_running()
+    change_and_land(postgres, pg_database, capture, "INSERT INTO other VALUES (1)")
     wait_for(lambda: _truncates(capture, "t"), 30, what="the truncate of t")
+    assert any(e["after"] and e["after"]["id"] == 4 for e in capture.events("public", "t"))  # read before it
     state, _ = reconciled_state(capture, "public", "t")
     assert state == {}
     assert "capture.table_renamed_away" in capture.log()
     postgres.execute("CREATE TABLE t (id int PRIMARY KEY, v int)", database=pg_database)
     wait_for(lambda: "public.t" in published_tables(postgres, pg_database), 30, what="the new t published")
-    change_and_land(postgres, pg_database, capture, "INSERT INTO t VALUES (10, 10)", "INSERT INTO t_old VALUES (8, 8)")
+    change_and_land(
+        postgres, pg_database, capture, "INSERT INTO t VALUES (10, 10)", f"INSERT INTO {moved_name} VALUES (8, 8)"
+    )
     assert_target_holds_source(capture, postgres, pg_database, "t")
-    assert not capture.events("public", "t_old")
-    assert _truncates_after_a_restart(postgres, pg_database, capture, 1) == 1
+    assert not capture.events(*moved)
+    assert _truncates_after_a_restart(postgres, pg_database, capture, 2) == 1
     assert_target_holds_source(capture, postgres, pg_database, "t")
     assert capture.stop() == 0
 
