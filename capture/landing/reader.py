@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import glob
 import json
+import os
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -256,6 +258,34 @@ def dumped_tables(zone: LandingZone) -> set[tuple[str, str]]:
     found = {folder_table(p.name) for d in base.iterdir() if d.is_dir() for p in d.iterdir() if p.is_dir()}
     found.discard((WATERMARK_SCHEMA, WATERMARK_TABLE))
     return found
+
+
+class DumpedTables:
+    """`dumped_tables(zone)`, listed again only when `chunks/` or one of its dump folders changed (its
+    mtime: a dump folder made or removed, a table's folder made in one): a call stats the dump
+    folders instead of listing every table folder. The same object is returned until a change, so a
+    caller sees a new list by its identity. A folder changed within RACY_S is listed again at the next
+    call too (a change in the same mtime tick as the listing would go unseen)."""
+
+    RACY_S = 2.0
+
+    def __init__(self, zone: LandingZone) -> None:
+        self.zone = zone
+        self._stamp: tuple[tuple[str, int], ...] | None = None
+        self._found: frozenset[tuple[str, str]] = frozenset()
+
+    def __call__(self) -> frozenset[tuple[str, str]]:
+        base = self.zone.root / "chunks"
+        try:
+            folders = sorted((d.name, d.stat().st_mtime_ns) for d in os.scandir(base) if d.is_dir())
+            stamp = ((".", base.stat().st_mtime_ns), *folders)
+        except FileNotFoundError:
+            stamp = ()
+        if stamp != self._stamp:
+            self._found = frozenset(dumped_tables(self.zone))
+            recent = time.time_ns() - int(self.RACY_S * 1e9)
+            self._stamp = None if any(mtime >= recent for _, mtime in stamp) else stamp
+        return self._found
 
 
 def dumped_schema(zone: LandingZone, schema: str, table: str) -> tuple[dict[str, str], int | None] | None:

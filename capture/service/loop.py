@@ -24,7 +24,7 @@ from capture.errors import LeaseLostError, PositionWentBackwardsError, SourceCon
 from capture.events import ChangeBatch, Heartbeat, Lsn, SchemaChange, TransactionEnd, Truncate
 from capture.landing import Checkpoint, LandingZone
 from capture.landing.log_writer import LogWriter
-from capture.landing.reader import dumped_schema, dumped_tables, landed_tables, schema_history_records
+from capture.landing.reader import DumpedTables, dumped_schema, landed_tables, schema_history_records
 from capture.log import get_logger
 from capture.service.metrics import CaptureMetrics, serve_metrics
 from capture.sources import open_source
@@ -118,7 +118,7 @@ class CaptureService:
                 use_landed(
                     zone.relation_records,
                     lambda schema, table: dumped_schema(zone, schema, table),
-                    lambda: dumped_tables(zone),
+                    DumpedTables(zone),
                 )
             # MariaDB/MySQL: what DROP DATABASE empties, the column types a MODIFY is judged against
             use_landed_tables = getattr(source, "use_landed_tables", None)

@@ -3,6 +3,8 @@ below a frontier, the watermark index, and the chunk a HIGH watermark closes."""
 
 from __future__ import annotations
 
+import os
+import time
 from dataclasses import replace
 from datetime import UTC, datetime
 
@@ -16,6 +18,7 @@ from capture.landing.chunks import ChunkMeta, chunk_path, read_chunk_meta, write
 from capture.landing.files import segment_name
 from capture.landing.log_writer import LogWriter
 from capture.landing.reader import (
+    DumpedTables,
     Watermarks,
     chunk_files,
     chunk_window,
@@ -179,6 +182,30 @@ def test_merge_tables_are_the_logged_and_the_dumped_tables(tmp_path):
     z.chunk(1, "low-1", "high-1")  # the hostile table has only a chunk
     assert merge_tables(z.zone) == ["d b.t.1/%", "shop.orders"]
     assert merge_tables(LandingZone(tmp_path, "empty")) == []
+
+
+def test_the_dumped_tables_are_listed_again_only_when_a_dump_folder_changed(tmp_path):
+    zone = LandingZone(tmp_path, "src")
+    chunks = zone.root / "chunks"
+    listed = DumpedTables(zone)
+    assert listed() == set()
+
+    def add(dump: str, table: str, age_s: int) -> None:  # made `age_s` ago: not recent (DumpedTables.RACY_S)
+        (chunks / dump / table_folder("s", table)).mkdir(parents=True)
+        for folder in (chunks, chunks / dump):
+            os.utime(folder, ns=(time.time_ns() - age_s * 10**9,) * 2)
+
+    add("d1", "a", 60)
+    first = listed()
+    assert first == {("s", "a")} and listed() is first  # unchanged: the same object, nothing listed
+    add("d1", "b", 50)  # a table's folder in a dump folder
+    second = listed()
+    assert second == {("s", "a"), ("s", "b")} and listed() is second
+    add("d2", "a", 40)  # a new dump of a table
+    assert listed() is not second
+    (chunks / "d3").mkdir()  # changed just now: listed again until it is not recent
+    third = listed()
+    assert listed() is not third
 
 
 def test_read_only_chunks_are_closed_by_their_high_file_below_the_frontier(tmp_path):

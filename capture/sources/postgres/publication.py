@@ -19,11 +19,11 @@ the statements that replace it by one of the captured tables.
 
 `Publication.sync` runs at capture's start (preflight), in `logtide setup`, when a dump plans
 (`ChunkSource.tables`) and sets up, and every PUBLICATION_SYNC_S while capture streams (the
-reader, between transactions). A table created while capture runs is therefore published within
-about that time; rows written to it before then are not in the log, and a dump of the table
-covers them. Adding a table takes the lock ALTER PUBLICATION takes (SHARE UPDATE EXCLUSIVE: it
-waits for DDL and VACUUM, not for reads and writes), for at most LOCK_TIMEOUT; a table it could
-not lock is added at the next sync.
+reader's catalog watcher, between transactions: watcher.py). A table created while capture runs
+is therefore published within about that time; rows written to it before then are not in the
+log, and a dump of the table covers them. Adding a table takes the lock ALTER PUBLICATION takes
+(SHARE UPDATE EXCLUSIVE: it waits for DDL and VACUUM, not for reads and writes), for at most
+LOCK_TIMEOUT; a table it could not lock is added at the next sync.
 
 With `watermarks: readonly` nothing is created or changed (`Publication._check`): an administrator
 creates the publication; a captured table it lacks is named with the statement that adds it, and

@@ -34,9 +34,10 @@ that asks the writer to commit now (`TransactionEnd.flush`): a commit of that si
 amortized, and the catch-up does not end with a wait of up to `hold_s`. At lower rates groups
 never get that large within `hold_s`, so commits (and files) stay as few as before.
 
-Between transactions, every PUBLICATION_SYNC_S, the reader brings the publication in step with
-the captured tables (`publication.Publication.sync`): a table created since is published from
-then on.
+Between transactions, every watcher.CHECK_S, the catalog watcher (`watcher.CatalogWatcher`) brings
+the publication in step with the captured tables (a table created since is published from then
+on) and finds what the catalog changed without row events: tables dropped or renamed away (their
+truncates land in the first transaction committed after the position it read), enum values renamed.
 
 Keepalives (`watermarks: readonly` only): while no transaction is open and nothing is held, the
 WAL end a keepalive carries (the walsender's sentPtr: the end of the last WAL record it decoded,
@@ -55,6 +56,7 @@ import contextlib
 import select
 import time
 from collections.abc import Callable, Iterator
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from struct import Struct
@@ -72,9 +74,10 @@ from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE
 from capture.sources.postgres import pgoutput, schema_change
 from capture.sources.postgres.batches import Group, TableInfo
 from capture.sources.postgres.catalog import TypeCatalog, dump_key, partition_root
-from capture.sources.postgres.connection import connect, format_lsn, parse_lsn, query, translate
-from capture.sources.postgres.publication import PUBLICATION_SYNC_S, Publication, TableIdentity
+from capture.sources.postgres.connection import connect, format_lsn, query, translate
+from capture.sources.postgres.publication import Publication, TableIdentity
 from capture.sources.postgres.types import builder, column_type, is_text
+from capture.sources.postgres.watcher import CHECK_S, CatalogWatcher
 from capture.sources.table_keys import log_key
 
 log = get_logger(__name__)
@@ -91,11 +94,11 @@ class Landed:
     """What the landing zone holds per table, as the service hands it over (sources know no landing
     zone): `records`, the schema history's `table` records and dropped tables' truncates; for
     tables only dumped, `dumped_schema` (columns and relation of the newest chunk) and
-    `dumped_tables`."""
+    `dumped_tables` (the same object until it changes: landing.reader.DumpedTables)."""
 
     records: Callable[[], list[dict[str, Any]]]
     dumped_schema: Callable[[str, str], tuple[dict[str, str], int | None] | None]
-    dumped_tables: Callable[[], set[tuple[str, str]]]
+    dumped_tables: Callable[[], AbstractSet[tuple[str, str]]]
 
 
 class PgOutputReader:
@@ -131,9 +134,9 @@ class PgOutputReader:
         self._cursor: Any = None
         self._tables: dict[int, TableInfo] = {}
         self.landed = landed  # what landed (schema history) and was dumped (chunks) per table: schema_change.Relations
-        self._drops: dict[int, tuple[tuple[str, str], int]] = {}  # dropped relation -> its name, WAL position seen
-        self._dumped: dict[tuple[str, str], int | None] = {}  # tables only dumped: the relation of their chunks
-        self._enums = schema_change.EnumLabels(enums)  # enum labels as of the checkpoint (its `resume`)
+        self._relations = schema_change.Relations([])  # set from `landed` when reading starts
+        # drops, renames away, enum labels (as of the checkpoint: its `resume`), the publication
+        self._watcher = CatalogWatcher(name, config, publication, self._relations, landed, enums)
 
     # -- feedback (called by the service, same thread, between items) -------------------------
 
@@ -155,9 +158,8 @@ class PgOutputReader:
             self._types = TypeCatalog(catalog)
             if self.landed is not None:
                 self._relations = schema_change.Relations(self.landed.records(), self.landed.dumped_schema)
-            else:
-                self._relations = schema_change.Relations([])
-            self._check_catalog()  # DDL made while capture was stopped: drops, enum values renamed
+                self._watcher.relations = self._relations
+            self._watcher.check(catalog, sync=False)  # DDL made while capture was stopped (preflight synced)
             cursor = conn.cursor()
             try:
                 cursor.start_replication(
@@ -187,12 +189,11 @@ class PgOutputReader:
         group = Group(BATCH_ROWS, BATCH_BYTES)
         run: Any = None  # the run of the last change's table
         run_oid = b""  # ... and its relation oid as the messages carry it (b"": none)
-        next_sync = time.monotonic() + PUBLICATION_SYNC_S
+        watcher, next_check = self._watcher, time.monotonic() + CHECK_S
         while True:
-            if not group.open and time.monotonic() >= next_sync:  # tables created since: publish them
-                self._sync_publication()
-                self._check_catalog()
-                next_sync = time.monotonic() + PUBLICATION_SYNC_S
+            if not group.open and time.monotonic() >= next_check:  # between transactions: the catalog
+                watcher.check(self._catalog)
+                next_check = time.monotonic() + CHECK_S
             message = cursor.read_message()
             if message is None:
                 wait = heartbeat
@@ -208,7 +209,7 @@ class PgOutputReader:
                     elif group.pending and group.large:  # all read, a backlog's last group: commit it now
                         yield from self._ends(group.hand_over(flush=True))
                         run_oid = b""
-                    if self._drops and not group.pending:  # all read: the drops seen before the WAL end land
+                    if watcher.drops and not group.pending:  # all read: the drops seen before the WAL end land
                         end = self._idle_drops(max(cursor.wal_end, group.ended, self.start_lsn), group.ended, now)
                         if end is not None:
                             yield from end
@@ -241,8 +242,8 @@ class PgOutputReader:
                     run_oid = b""
             elif kind == 66:  # B
                 group.begin(buf)
-                if self._drops:  # tables dropped before this transaction committed: emptied first
-                    dropped = self._dropped_before(group.transactions[-1][0])
+                if watcher.drops:  # tables dropped before this transaction committed: emptied first
+                    dropped = watcher.due(group.transactions[-1][0])
                     if dropped:
                         yield from self._ends(group.truncate(dropped, dropped=True))
             elif kind == 67:  # C
@@ -277,9 +278,11 @@ class PgOutputReader:
         """`watermarks: readonly`: a transaction's end stands at (its end LSN - 1, 0), not (end LSN, 0):
         still past every change of it (a commit record is longer than 8 bytes), and it leaves the
         idle steps (`_idle_end`) room between it and a transaction that would begin at its end. Every
-        end's `resume` carries the enum labels last judged (schema_change.EnumLabels). Every hand-over
-        goes through here, truncates' too."""
-        enums = self._enums.resume()
+        end's `resume` carries the enum labels last judged (schema_change.EnumLabels): the landing writer
+        commits the `resume` of the last end whole, so an end without them would drop them from the
+        checkpoint. One end a hand-over (a group of transactions), the labels one shared object: a
+        merge of three keys. Every hand-over goes through here, truncates' too."""
+        enums = self._watcher.enums.resume()
         for item in items:
             if self.keepalive_frontier and isinstance(item, TransactionEnd):
                 frontier = Lsn(item.frontier.major - 1)
@@ -300,29 +303,19 @@ class PgOutputReader:
             return None
         step = max(Lsn(wal_end - 1).encode(), self._frontier + 1)
         self._frontier = step
-        resume = {"lsn": format_lsn(wal_end), "frontier_at": str(step), **self._enums.resume()}
+        resume = {"lsn": format_lsn(wal_end), "frontier_at": str(step), **self._watcher.enums.resume()}
         return TransactionEnd(Lsn.decode(step), resume, datetime.now(UTC), now)
-
-    def _dropped_before(self, position: int) -> list[TableSchema]:
-        """The captured tables whose drop was seen at a WAL position before `position` (a transaction's
-        commit LSN, or the WAL end when everything before it is read): every change of theirs is read
-        by then (schema_change.GONE_SQL). Their names, unless taken by a new relation already."""
-        due = [oid for oid, (_, seen) in self._drops.items() if seen <= position]
-        names = [(oid, self._drops.pop(oid)[0]) for oid in due]
-        return [
-            TableSchema(n[0], n[1], (), (), relation=oid) for oid, n in names if self._relations.drop(self.name, oid, n)
-        ]
 
     def _idle_drops(self, wal_end: int, ended: int, now: float) -> list[Any] | None:
         """Nothing open nor held, everything before `wal_end` read: the truncates of tables dropped
         before it land at (wal_end - 1, k), where no transaction can be (`_idle_end`), with an end."""
-        if not any(seen <= wal_end for _, seen in self._drops.values()):
+        if not any(seen <= wal_end for _, seen, _ in self._watcher.drops.values()):
             return None
         # the frontier landed: readonly keeps it (`_ends`), else the last transaction's end (its commit's end, 0)
         frontier = self._frontier if self.keepalive_frontier else max(self._frontier, Lsn(ended).encode())
         if frontier >= Lsn(wal_end).encode():  # no room below wal_end: the next transaction lands them
             return None
-        dropped = self._dropped_before(wal_end)
+        dropped = self._watcher.due(wal_end)
         if not dropped:
             return []
         first = max(Lsn(wal_end - 1).encode(), frontier + 1)
@@ -331,43 +324,9 @@ class PgOutputReader:
             Truncate(Lsn.decode(first + i), "0", ts, t.schema, t.table, t.relation) for i, t in enumerate(dropped)
         ]
         self._frontier = first + len(dropped)
-        resume = {"lsn": format_lsn(wal_end), "frontier_at": str(self._frontier), **self._enums.resume()}
+        resume = {"lsn": format_lsn(wal_end), "frontier_at": str(self._frontier), **self._watcher.enums.resume()}
         items.append(TransactionEnd(Lsn.decode(self._frontier), resume, ts, now))
         return items
-
-    def _check_catalog(self) -> None:
-        """Catalog changes no row event tells (schema_change): captured tables dropped (their truncates
-        land once the reader is past the position seen), enum values renamed (stops, or warns)."""
-        standing = {oid: n for oid, n in self._relations.standing().items() if n[0] != WATERMARK_SCHEMA}
-        if self.landed is not None:  # tables whose rows came only from dumps: the relation their chunks read
-            for name in self.landed.dumped_tables() - self._dumped.keys() - self._relations.by_name.keys():
-                baseline = self.landed.dumped_schema(*name)
-                self._dumped[name] = baseline[1] if baseline is not None else None
-            for name, oid in self._dumped.items():
-                if oid is not None and name not in self._relations.by_name:
-                    standing.setdefault(oid, name)
-        standing = {oid: name for oid, name in standing.items() if oid not in self._drops}
-        if standing:
-            position, gone = query(self._catalog, schema_change.GONE_SQL, (list(standing),))[0]
-            for oid in gone:
-                self._drops[oid] = (standing[oid], parse_lsn(position))
-        self._enums.check(self.name, self.config, self._catalog, self.config.captures)
-
-    def _sync_publication(self) -> None:
-        try:
-            result = self.publication.sync(self._catalog, create=False)
-            if result.problem is not None:  # changed while capture runs (publish_via_partition_root, ...)
-                raise PreflightError(f"source {self.name!r}: {result.problem}")
-        except (psycopg2.OperationalError, psycopg2.InterfaceError):
-            raise  # the connection: the service reconnects
-        except psycopg2.Error as exc:
-            log.warning(
-                "publication.sync_failed",
-                source=self.name,
-                publication=self.publication.name,
-                error=str(exc).strip(),
-                action=f"retried in {PUBLICATION_SYNC_S} s; tables created meanwhile are published later (dump them)",
-            )
 
     def _loggable(self, relation: pgoutput.Relation, identity: tuple[str, ...], key: tuple[str, ...]) -> bool:
         """False (said once) for a table whose identity index does not hold its key: its DELETEs and key

@@ -24,12 +24,15 @@ Relations are matched by OID (`TableSchema.relation`, landed with each `table` r
   brings its rows. A table renamed in from a name capture never saw (not captured, not
   published) cannot be told from a new one: it is the first case;
 - a known OID gone from the catalog (DROP TABLE, no row events; a table only dumped counts, by the
-  OID its chunks recorded): the reader checks between transactions (GONE_SQL, with the WAL insert
-  position D read after the catalog snapshot that misses it: every transaction that wrote the
-  table committed before the DROP, so before D). Its truncate lands once the reader is past D: in
-  the first transaction committed at or after D, or at the WAL end when all is read and the stream
-  idles. Landed with the relation OID (`Truncate.relation`), so a restart knows it landed; until
-  then a restart finds the drop again. A new table taking the name later needs no second truncate.
+  OID its newest chunk recorded, also after an earlier drop of the name), or standing under a name
+  not captured (ALTER TABLE t RENAME TO t_old: rows written to t_old are not captured): the catalog
+  watcher (watcher.py) reads it with the WAL insert position D after the snapshot that misses it
+  (every transaction that wrote the table under its captured name committed before D). Its
+  truncate lands once the reader is past D: in the first transaction committed at or after D, or
+  at the WAL end when all is read and the stream idles. Landed with the relation OID
+  (`Truncate.relation`), so a restart knows it landed; until then a restart finds it again. A new
+  table taking the name later needs no second truncate, and is captured as a new relation; the
+  renamed table renamed back is such a relation too (`capture.table_replaced` names its dump).
 
 Enum values renamed (`ALTER TYPE ... RENAME VALUE`) change every row holding them and touch no
 relation: `EnumLabels` compares pg_enum between transactions and at start (with the labels the
@@ -61,15 +64,18 @@ FILLED_SQL = (
 Table = tuple[str, str]
 
 
-# of the relations named, those no longer in the catalog (dropped); and the WAL insert position read after
-# the snapshot that does not see them: every transaction that wrote them committed before it
-GONE_SQL = (
+# one catalog round of the watcher (watcher.py): the WAL insert position, read after the statement's
+# snapshot (every transaction that wrote a relation this snapshot misses, or sees under another name,
+# committed before it); of the relations named, those standing, with their name now (a relation
+# named but not listed is dropped); every enum value's label (a pg_enum row keeps its OID when renamed)
+CATALOG_SQL = (
     "SELECT pg_current_wal_insert_lsn()::text,"
-    " ARRAY(SELECT o FROM unnest(%s::oid[]) o WHERE NOT EXISTS (SELECT FROM pg_class c WHERE c.oid = o))"
+    " (SELECT json_agg(json_build_array(c.oid::int8, n.nspname, c.relname, c.relispartition)) FROM pg_class c"
+    "  JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = ANY(%s::oid[])),"
+    " (SELECT json_agg(json_build_array(e.oid::int8, e.enumlabel, e.enumtypid::int8, format_type(e.enumtypid, NULL)))"
+    "  FROM pg_enum e)"
 )
-# every enum value's label (a pg_enum row keeps its OID when renamed); and the columns using an enum type
-# (arrays and domains of it too), asked only when one of its values was renamed
-ENUMS_SQL = "SELECT e.oid, e.enumlabel, e.enumtypid, format_type(e.enumtypid, NULL) FROM pg_enum e"
+# the columns using an enum type (arrays and domains of it too), asked only when one of its values was renamed
 ENUM_COLUMNS_SQL = (
     "SELECT DISTINCT n.nspname, c.relname, a.attname FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid"
     " JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace"
@@ -121,22 +127,45 @@ class Relations:
         if relation is not None:
             self.by_oid[relation] = name
 
+    def known(self, name: Table) -> Known | None:
+        """What `name` was last landed or accepted as; for a name with no landed relation, or whose
+        relation was dropped, the schema and relation its newest dump chunk read, when that is another
+        relation (a table dumped after it was created again)."""
+        known = self.by_name.get(name)
+        if (known is None or known.dropped) and self.dumped is not None:
+            baseline = self.dumped(*name)
+            if baseline is not None and (known is None or baseline[1] not in (None, known.relation)):
+                return Known(*baseline)
+        return known
+
     def standing(self) -> dict[int, Table]:
         """Relation OID -> captured name, of the names that hold a relation (not dropped)."""
         return {k.relation: name for name, k in self.by_name.items() if k.relation is not None and not k.dropped}
 
-    def drop(self, source: str, oid: int, name: Table) -> bool:
-        """Relation `oid`, found gone from the catalog, is dropped at the reader's place in the log:
-        True (its name's truncate is to land here) unless the name holds another relation by now
-        (a new table took it: its own first change emptied the name) or the drop has landed."""
-        known = self.by_name.get(name)
-        if known is None and self.dumped is not None:  # only dumped: if its newest chunk read that relation
-            baseline = self.dumped(*name)
-            if baseline is not None and baseline[1] == oid:
-                known = self.by_name[name] = Known(baseline[0], oid)
+    def drop(self, source: str, oid: int, name: Table, renamed_to: Table | None = None) -> bool:
+        """Relation `oid`, found gone from the catalog (or `renamed_to` a name not captured), is dropped at
+        the reader's place in the log: True (its name's truncate is to land here) unless the name holds
+        another relation by now (a new table took it: its own first change emptied the name) or the drop
+        has landed."""
+        known = self.known(name)
         if known is None or known.relation != oid or known.dropped:
             return False
+        self.by_name[name] = known
         known.dropped = True
+        if self.by_oid.get(oid) == name:  # renamed back (or on to a captured name) later: a relation never seen
+            del self.by_oid[oid]
+        if renamed_to is not None:
+            log.warning(
+                "capture.table_renamed_away",
+                source=source,
+                table=_text(name),
+                renamed_to=_text(renamed_to),
+                relation=oid,
+                reason=f"renamed to {_text(renamed_to)}, which is not captured: its rows are emptied in the targets of "
+                f"{_text(name)} (a truncate placed after every change made under the old name); rows written to "
+                f"{_text(renamed_to)} are not captured, and a table created as {_text(name)} later is captured anew",
+            )
+            return True
         log.warning(
             "capture.table_dropped",
             source=source,
@@ -152,11 +181,7 @@ class Relations:
         or TableRenameError (refuse), or warn (accept); return the names to empty (truncates) before
         the relation's next change."""
         name = (new.schema, new.table)
-        known = self.by_name.get(name)
-        if known is None and self.dumped is not None:  # rows only dumped so far: what the dump read
-            baseline = self.dumped(*name)
-            if baseline is not None:
-                known = Known(*baseline)
+        known = self.known(name)  # rows only dumped so far: what the dump read
         moved_from = self.by_oid.get(oid)
         after = {c.name: c.source_type for c in new.columns}
         empty: list[Table] = []
@@ -167,7 +192,7 @@ class Relations:
             if old is not None and old.relation == oid:  # the old name still stood for it: it is gone
                 empty.append(moved_from)
                 del self.by_name[moved_from]
-        elif known is not None and known.relation is not None and known.relation != oid:
+        elif known is not None and known.relation is not None and (known.relation != oid or known.dropped):
             if not known.dropped:  # else the drop's truncate emptied the name, and nothing of it landed since
                 empty.append(name)  # dropped and created again (or renamed in from a name never seen)
             log.warning(
@@ -292,16 +317,27 @@ class EnumLabels:
 
     def __init__(self, resumed: dict[str, str] | None) -> None:
         self.labels: dict[str, str] | None = dict(resumed) if resumed else None
+        self._resume: dict[str, Any] = {"enums": self.labels} if self.labels else {}
 
     def resume(self) -> dict[str, Any]:
-        return {"enums": self.labels} if self.labels else {}
+        """The checkpoint's part (one object until the labels change: every end carries it, as the
+        landing writer commits the `resume` of the last end whole)."""
+        return self._resume
 
-    def check(self, source: str, config: SourceConfig, catalog: Any, captured: Callable[[str, str], bool]) -> None:
-        """Compare the catalog's labels with the last seen: ColumnRewriteError (refuse), or a warning
-        (accept), per captured table with a column of a renamed value's type; then remember them."""
+    def check(
+        self,
+        source: str,
+        config: SourceConfig,
+        catalog: Any,
+        captured: Callable[[str, str], bool],
+        rows: list[list[Any]],
+    ) -> None:
+        """Compare the catalog's labels (`rows`, of CATALOG_SQL) with the last seen: ColumnRewriteError
+        (refuse), or a warning (accept), per captured table with a column of a renamed value's type; then
+        remember them."""
         now: dict[str, str] = {}
         renamed: dict[int, tuple[str, list[tuple[str, str]]]] = {}  # enum type -> its name, (old, new) labels
-        for oid, label, type_oid, type_name in query(catalog, ENUMS_SQL):
+        for oid, label, type_oid, type_name in rows:
             now[str(oid)] = label
             old = (self.labels or {}).get(str(oid))
             if old is not None and old != label:
@@ -317,4 +353,6 @@ class EnumLabels:
                     )
         for name, changes_found in sorted(found.items()):
             check_column_rewrite(source, config, name, changes_found)
-        self.labels = now
+        if now != (self.labels or {}):
+            self.labels = now
+            self._resume = {"enums": now} if now else {}

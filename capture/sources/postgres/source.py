@@ -9,6 +9,7 @@ only moves forward through `acknowledge`, called after the checkpoint is written
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from collections.abc import Set as AbstractSet
 from threading import Event
 from typing import Any
 
@@ -49,11 +50,11 @@ class PostgresSource:
         self,
         records: Callable[[], list[dict[str, Any]]],
         dumped_schema: Callable[[str, str], tuple[dict[str, str], int | None] | None],
-        dumped_tables: Callable[[], set[tuple[str, str]]],
+        dumped_tables: Callable[[], AbstractSet[tuple[str, str]]],
     ) -> None:
         """What the landing zone holds per table: the schema history's `table` records and the
         truncates of dropped tables (LandingZone.relation_records), and for tables only dumped the
-        schema and relation their newest chunk recorded (landing.reader.dumped_schema, dumped_tables):
+        schema and relation their newest chunk recorded (landing.reader.dumped_schema, DumpedTables):
         the reader compares each Relation message with it and finds drops (schema_change.py)."""
         self.landed = Landed(records, dumped_schema, dumped_tables)
 

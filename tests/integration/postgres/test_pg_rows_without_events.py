@@ -10,6 +10,10 @@ each of which left a target diverging silently on main (README, PostgreSQL: Sche
 - A publication switched to publish_via_partition_root while capture runs: the partitions' changes
   came under the partitioned table's name, which no dump fills.
 - A captured table dropped from the publication by hand: its changes are no longer sent.
+- ALTER TABLE t RENAME TO a name not captured: the relation keeps its OID, so it was not found
+  dropped and the target of t kept its rows. Now emptied as a dropped table is.
+- A table only dumped, dropped, created and dumped again, then dropped again: its second drop was
+  not found (the name counted as dropped for good). Now emptied again.
 """
 
 from __future__ import annotations
@@ -28,11 +32,26 @@ from tests.servers import wait_for
 
 pytestmark = pytest.mark.integration
 
+T_AND_OTHER = (  # t with three rows, and a table to write to after t is gone
+    "CREATE TABLE t (id int PRIMARY KEY, v int)",
+    "INSERT INTO t SELECT i, i FROM generate_series(1, 3) i",
+    "CREATE TABLE other (id int PRIMARY KEY)",
+)
+
 
 def _truncates(capture, table: str) -> list[dict]:
     history = capture.zone.read_schema_history()
     rows = [] if history is None else history.to_pylist()
     return [r for r in rows if r["kind"] == "truncate" and (r["schema"], r["table"]) == ("public", table)]
+
+
+def _truncates_after_a_restart(postgres, pg_database: str, capture, other_id: int) -> int:
+    """Stop and start capture, land a change (of `other`), and count the truncates of t landed."""
+    assert capture.stop() == 0
+    capture.start()
+    capture.wait_running()
+    change_and_land(postgres, pg_database, capture, f"INSERT INTO other VALUES ({other_id})")
+    return len(_truncates(capture, "t"))
 
 
 def _stops(capture) -> str:
@@ -45,11 +64,7 @@ def test_a_dropped_table_is_emptied_in_the_target_once(postgres, pg_database, st
     """The drop is noticed from the catalog while the reader is still behind it (capture was stopped
     over a change and the DROP): the truncate lands after that change, so the target ends empty; a
     restart lands it neither again nor lost."""
-    capture = start_pg_capture(
-        "CREATE TABLE t (id int PRIMARY KEY, v int)",
-        "INSERT INTO t SELECT i, i FROM generate_series(1, 3) i",
-        "CREATE TABLE other (id int PRIMARY KEY)",
-    )
+    capture = start_pg_capture(*T_AND_OTHER)
     dump_table(capture, "t")
     change_and_land(postgres, pg_database, capture, "UPDATE t SET v = 0 WHERE id = 3")
     assert capture.stop() == 0
@@ -63,11 +78,7 @@ def test_a_dropped_table_is_emptied_in_the_target_once(postgres, pg_database, st
     state, _ = reconciled_state(capture, "public", "t")
     assert state == {}
     assert "capture.table_dropped" in capture.log()
-    assert capture.stop() == 0
-    capture.start()
-    capture.wait_running()
-    change_and_land(postgres, pg_database, capture, "INSERT INTO other VALUES (2)")
-    assert len(_truncates(capture, "t")) == 1
+    assert _truncates_after_a_restart(postgres, pg_database, capture, 2) == 1
     # created again later: emptied before the new table's first change, as before, and its rows land
     postgres.execute("CREATE TABLE t (id int PRIMARY KEY, v int)", database=pg_database)
     wait_for(lambda: "public.t" in published_tables(postgres, pg_database), 30, what="the new t published")
@@ -78,11 +89,7 @@ def test_a_dropped_table_is_emptied_in_the_target_once(postgres, pg_database, st
 
 def test_a_dropped_table_is_emptied_while_capture_runs_on_an_idle_server(postgres, pg_database, start_pg_capture):
     """Nothing is written after the DROP: the truncate lands at the WAL end the idle stream reports."""
-    capture = start_pg_capture(
-        "CREATE TABLE t (id int PRIMARY KEY, v int)",
-        "INSERT INTO t SELECT i, i FROM generate_series(1, 3) i",
-        "CREATE TABLE other (id int PRIMARY KEY)",
-    )
+    capture = start_pg_capture(*T_AND_OTHER)
     dump_table(capture, "t")
     change_and_land(postgres, pg_database, capture, "UPDATE t SET v = 0 WHERE id = 3")
     postgres.execute("DROP TABLE t", database=pg_database)
@@ -91,30 +98,80 @@ def test_a_dropped_table_is_emptied_while_capture_runs_on_an_idle_server(postgre
     assert state == {}
     change_and_land(postgres, pg_database, capture, "INSERT INTO other VALUES (1)")  # lands after it
     assert_target_holds_source(capture, postgres, pg_database, "other")
-    assert capture.stop() == 0
-    capture.start()
-    capture.wait_running()
-    change_and_land(postgres, pg_database, capture, "INSERT INTO other VALUES (2)")
-    assert len(_truncates(capture, "t")) == 1
+    assert _truncates_after_a_restart(postgres, pg_database, capture, 2) == 1
     assert capture.stop() == 0
 
 
 def test_a_dropped_table_whose_rows_came_only_from_a_dump_is_emptied(postgres, pg_database, start_pg_capture):
-    capture = start_pg_capture(
-        "CREATE TABLE t (id int PRIMARY KEY, v int)",
-        "INSERT INTO t SELECT i, i FROM generate_series(1, 3) i",
-        "CREATE TABLE other (id int PRIMARY KEY)",
-    )
+    capture = start_pg_capture(*T_AND_OTHER)
     dump_table(capture, "t")  # no change of t in the log
     postgres.execute("DROP TABLE t", database=pg_database)
     wait_for(lambda: _truncates(capture, "t"), 30, what="the truncate of t")
     state, _ = reconciled_state(capture, "public", "t")
     assert state == {}
+    assert _truncates_after_a_restart(postgres, pg_database, capture, 1) == 1
     assert capture.stop() == 0
+
+
+@pytest.mark.parametrize(
+    ("away", "moved"),
+    [("ALTER TABLE t RENAME TO t_old", ("public", "t_old")), ("ALTER TABLE t SET SCHEMA archive", ("archive", "t"))],
+    ids=["rename", "set_schema"],
+)
+def test_a_table_renamed_to_a_name_not_captured_is_emptied_and_its_name_captured_again(
+    postgres, pg_database, make_pg_capture, away, moved
+):
+    """Renamed while capture was stopped over a change of it: the truncate lands after that change.
+    Rows written to the renamed table afterwards are not captured (its name is not); a table created
+    under the old name later is captured as a new one."""
+    postgres.execute(*T_AND_OTHER, "CREATE SCHEMA archive", database=pg_database)
+    capture = make_pg_capture(["public.t", "public.other", "public.lt_marker"]).start()
+    capture.wait_running()
+    dump_table(capture, "t")
+    change_and_land(postgres, pg_database, capture, "UPDATE t SET v = 0 WHERE id = 3")
+    assert capture.stop() == 0
+    moved_name = ".".join(moved)
+    statements = ("INSERT INTO t VALUES (4, 4)", away, f"INSERT INTO {moved_name} VALUES (7, 7)")
+    postgres.execute(*statements, database=pg_database)
     capture.start()
     capture.wait_running()
     change_and_land(postgres, pg_database, capture, "INSERT INTO other VALUES (1)")
-    assert len(_truncates(capture, "t")) == 1
+    wait_for(lambda: _truncates(capture, "t"), 30, what="the truncate of t")
+    assert any(e["after"] and e["after"]["id"] == 4 for e in capture.events("public", "t"))  # read before it
+    state, _ = reconciled_state(capture, "public", "t")
+    assert state == {}
+    assert "capture.table_renamed_away" in capture.log()
+    postgres.execute("CREATE TABLE t (id int PRIMARY KEY, v int)", database=pg_database)
+    wait_for(lambda: "public.t" in published_tables(postgres, pg_database), 30, what="the new t published")
+    change_and_land(
+        postgres, pg_database, capture, "INSERT INTO t VALUES (10, 10)", f"INSERT INTO {moved_name} VALUES (8, 8)"
+    )
+    assert_target_holds_source(capture, postgres, pg_database, "t")
+    assert not capture.events(*moved)
+    assert _truncates_after_a_restart(postgres, pg_database, capture, 2) == 1
+    assert_target_holds_source(capture, postgres, pg_database, "t")
+    assert capture.stop() == 0
+
+
+def test_a_table_only_dumped_dropped_twice_is_emptied_twice(postgres, pg_database, start_pg_capture):
+    capture = start_pg_capture(*T_AND_OTHER)
+    dump_table(capture, "t")
+    postgres.execute("DROP TABLE t", database=pg_database)
+    wait_for(lambda: _truncates(capture, "t"), 30, what="the first truncate of t")
+    postgres.execute(
+        "CREATE TABLE t (id int PRIMARY KEY, v int)",
+        "INSERT INTO t SELECT i, i FROM generate_series(5, 6) i",
+        database=pg_database,
+    )
+    wait_for(lambda: "public.t" in published_tables(postgres, pg_database), 30, what="the new t published")
+    dump_table(capture, "t")  # still no change of t in the log
+    wait_until_landed(postgres, pg_database, capture)
+    assert_target_holds_source(capture, postgres, pg_database, "t")
+    postgres.execute("DROP TABLE t", database=pg_database)
+    wait_for(lambda: len(_truncates(capture, "t")) == 2, 30, what="the second truncate of t")
+    state, _ = reconciled_state(capture, "public", "t")
+    assert state == {}
+    assert _truncates_after_a_restart(postgres, pg_database, capture, 1) == 2
     assert capture.stop() == 0
 
 
