@@ -124,7 +124,9 @@ class Relay:
         # pipelined outputs (NATS) send a batch and collect its acknowledgements when the next is ready
         send = getattr(output, "send", None)
         self._pipelined = callable(send) and config.batch_size <= getattr(output, "window", 0)
-        self._inflight = 0  # messages at the start of pending that are sent, their acknowledgements not collected
+        # the windows at the start of pending that are sent, their acknowledgements not collected: sizes, oldest first
+        self._windows: deque[int] = deque()
+        self._inflight = 0  # their messages together
 
     def _initial(self) -> Position:
         position = read_position(self.zone, self.name)
@@ -146,8 +148,8 @@ class Relay:
         with output_lock(self.zone, self.name):
             try:
                 self._run(stop)
-                if self._inflight:  # stopped: what is acknowledged of the batch in flight is not sent again
-                    self._collect(self._pending)
+                if self._windows:  # stopped: what is acknowledged of the batches in flight is not sent again
+                    self._collect_all(self._pending)
             finally:
                 self.output.close()
 
@@ -305,34 +307,56 @@ class Relay:
         return event
 
     def _send(self, pending: list[tuple[Message, int]], stop: threading.Event) -> None:
-        """The next batch of pending goes out. Pipelined (NATS): sent without waiting, once the batch in
-        flight before it is acknowledged, so reading and encoding the next batch overlap with JetStream
-        storing this one (nats-server works on the other core) and with nats-py reading its
-        acknowledgements (its own thread). At most one batch is in flight; all of it acknowledged, or the
-        next is not sent: anything else goes to `_deliver`'s retries, from the first unacknowledged message,
-        so messages still arrive in order. Not pipelined: `_deliver`."""
+        """The next batch of pending goes out. Pipelined (NATS): sent without waiting, so reading and
+        encoding the next batch overlap with JetStream storing this one (nats-server works on the other
+        core) and with nats-py reading its acknowledgements (its own thread). Up to the output's `depth`
+        batches are sent and not collected (2 with fast ingest: the output starts the second as soon as the
+        first is wholly stored, 1 otherwise); a batch is sent only once all before it but those are
+        acknowledged, and the output sends nothing of a batch behind one not wholly stored: anything else
+        goes to `_deliver`'s retries, from the first unacknowledged message, so messages still arrive in
+        order. Not pipelined: `_deliver`."""
         if not self._pipelined:
             self._deliver(pending, stop)
             return
-        if self._inflight:
-            inflight = self._inflight
+        while self._windows and len(self._windows) >= getattr(self.output, "depth", 1):
+            size = self._windows[0]
             done = self._collect(pending)
-            if done < inflight:
+            if done < size:
+                self._collect_all(pending)  # the batches behind it were not sent: they count 0
                 self._deliver(pending, stop, done)
                 return
-        batch = pending[: self.config.batch_size]
+        start = self._inflight
+        batch = pending[start : start + self.config.batch_size]
         if self.output.send([m for m, _ in batch]):  # type: ignore[attr-defined]
-            self._inflight = len(batch)
+            self._windows.append(len(batch))
+            self._inflight += len(batch)
         else:
-            self._deliver(pending, stop, 0)
+            done = self._collect_all(pending)
+            self._deliver(pending, stop, 0 if done is None else done)
 
     def _collect(self, pending: list[tuple[Message, int]]) -> int:
-        """The acknowledgements of the batch in flight, recorded: how many from its first are acknowledged."""
-        self._inflight = 0
+        """The acknowledgements of the oldest batch in flight, recorded: how many from its first are
+        acknowledged."""
+        self._inflight -= self._windows.popleft()
         done: int = self.output.collect()  # type: ignore[attr-defined]
         if done:
             self._acknowledged(pending, done)
         return done
+
+    def _collect_all(self, pending: list[tuple[Message, int]]) -> int | None:
+        """Every batch in flight collected, in order: None when all are wholly acknowledged, else how many of
+        the first that is not were (the batches behind it were not sent, and what they count is ignored)."""
+        failed: int | None = None
+        while self._windows:
+            size = self._windows[0]
+            if failed is not None:
+                self._inflight -= self._windows.popleft()
+                self.output.collect()  # type: ignore[attr-defined]
+                continue
+            done = self._collect(pending)
+            if done < size:
+                failed = done
+        return failed
 
     def _acknowledged(self, pending: list[tuple[Message, int]], done: int) -> None:
         """The first `done` pending messages are acknowledged: the position moves past them (written now)."""
@@ -353,11 +377,8 @@ class Relay:
         `done`: how many of a pipelined batch just collected were acknowledged (0: it failed, back off)."""
         delay = 0.2
         failing_since: float | None = None
-        if done is None and self._inflight:
-            inflight = self._inflight
-            done = self._collect(pending)
-            if done == inflight:
-                done = None  # all of it: on with the rest
+        if done is None and self._windows:
+            done = self._collect_all(pending)  # None: all of it, on with the rest
         while pending and not stop.is_set():
             if done is None:
                 batch = pending[: self.config.batch_size]

@@ -15,6 +15,7 @@ import threading
 import urllib.error
 import urllib.request
 import uuid
+from collections import deque
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
@@ -56,6 +57,10 @@ class NatsOutput:
     nats-py's event loop runs in a thread of its own, so a window's acknowledgements are read (and its
     bytes written) while the relay reads and encodes the next one: `send` publishes a window and returns,
     `collect` waits for its acknowledgements (the relay's pipeline); `deliver` is both, window by window.
+    With fast ingest a second window may be sent before the first is collected (`depth` 2): nats-py's
+    thread builds its frames at once and starts it the moment the first is wholly stored, without waiting
+    for the relay's thread (which may be holding the GIL); if the first is not wholly stored, nothing of the
+    second goes out and its `collect` counts 0, so what JetStream stored stays a prefix of what was sent.
 
     Fast ingest (nats-server 2.14+, ADR-50; `fast_ingest`, on by default): a window goes out as one fast
     batch with gap mode `fail`, so JetStream stores it in order without gaps and acknowledges it every up to
@@ -72,7 +77,9 @@ class NatsOutput:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name=f"nats-{name}", daemon=True)
         self._thread.start()
-        self._sent: list[Message] = []  # the window published by `send`, its acknowledgements not collected
+        # the windows published by `send`, oldest first, their acknowledgements not collected, each with its
+        # fast batch (a concurrent future of nats-py's thread) or None (an acknowledgement a message)
+        self._sent: deque[tuple[list[Message], Any]] = deque()
         self._nc: Any = None
         self._js: Any = None
         self._subjects: dict[tuple[str, str], str] = {}  # (db, table) -> its subject
@@ -83,7 +90,6 @@ class NatsOutput:
         self._complete = asyncio.Event()
         self.fast_ingest = False  # this connection publishes fast-ingest batches (decided in _connect)
         self._batch: _FastBatch | None = None  # the fast batch in flight
-        self._task: Any = None  # send()'s fast batch (a concurrent future) until collect()
         self._secrets = [p for p in (urlsplit(u.strip()).password for u in config.url.split(",")) if p]
 
     def _run(self, coro: Any) -> Any:
@@ -172,17 +178,42 @@ class NatsOutput:
         if len(self._acks) >= self._expected:
             self._complete.set()
 
-    async def _fast_publish(self, group: list[Message]) -> int:
+    @property
+    def depth(self) -> int:
+        """How many windows `send` may have published before the oldest is collected."""
+        return 2 if self.fast_ingest else 1
+
+    async def _fast_publish(self, group: list[Message], after: Any = None) -> int:
         """`group` as one fast-ingest batch (ADR-50, gap mode `fail`): how many, from the first, JetStream
         stored (or recognised as duplicates). The publisher waits for the server's first reply (the batch's
         flow settings, or why it refuses it) and, after that, whenever two flow acknowledgements are
         outstanding (ADR-50's advice), so the server paces it. What may go out at once is written as one
-        block of HPUB frames (`_frames`), not message by message through nats-py's publish."""
+        block of HPUB frames (`_frames`), not message by message through nats-py's publish.
+
+        `after`: the window sent before this one (a concurrent future of its count, `send`): this batch's
+        frames are built while that one is stored, and it starts only once all of that one is stored;
+        otherwise nothing of it goes out and it counts 0."""
         await self._connect()
         nc, timeout = self._nc, self.config.timeout_s
         prefix = f"{uuid.uuid4().hex}.{_FAST_FLOW}.fail."
         reply_prefix, last = self._inbox + prefix, len(group)
-        frames = self._frames(group, reply_prefix)  # first: a message too large leaves no batch behind
+        try:
+            frames = self._frames(group, reply_prefix)  # first: a message too large leaves no batch behind
+        except Exception as exc:
+            frames, refused = [], exc
+        else:
+            refused = None
+        if after is not None:
+            previous, size = after
+            try:
+                if await asyncio.wrap_future(previous) != size:
+                    return 0
+            except Exception:
+                return 0
+            if nc is not self._nc or nc.is_closed:
+                return 0
+        if refused is not None:
+            raise refused
         batch = self._batch = _FastBatch(prefix)
 
         def ended() -> bool:
@@ -307,30 +338,35 @@ class NatsOutput:
 
     def send(self, messages: list[Message]) -> bool:
         """Publish one window (at most `max_inflight` messages) without waiting for its acknowledgements
-        (`collect` counts them); False when it could not be published (`last_error`; nothing counts)."""
-        if self._sent:
-            raise RuntimeError("send() while a window sent before is not collected")
+        (`collect` counts them, oldest window first), behind at most `depth` - 1 windows not collected;
+        False when it could not be published (`last_error`; nothing of it counts)."""
+        if len(self._sent) >= self.depth:
+            raise RuntimeError(f"send() while {len(self._sent)} windows sent before are not collected")
         if not messages or len(messages) > self.window:
             raise ValueError(f"send() takes 1 to {self.window} messages, not {len(messages)}")
         try:
-            self._run(self._connect())
+            if self._nc is None:
+                self._run(self._connect())
             if self.fast_ingest:  # published by nats-py's thread while this one goes on: collect() waits for it
-                self._task = asyncio.run_coroutine_threadsafe(self._fast_publish(messages), self._loop)
-            else:
-                self._run(self._send(messages))
+                after = (self._sent[-1][1], len(self._sent[-1][0])) if self._sent else None
+                coro = self._fast_publish(messages, after)
+                self._sent.append((messages, asyncio.run_coroutine_threadsafe(coro, self._loop)))
+                return True
+            if self._sent:  # fast ingest ended (the stream changed) with a window not collected
+                raise RuntimeError("an acknowledgement a message while a fast batch is not collected")
+            self._run(self._send(messages))
         except Exception as exc:
             self.last_error = self._why(exc)
             self._failed(0)
             return False
-        self._sent = messages
+        self._sent.append((messages, None))
         return True
 
     def collect(self) -> int:
-        """How many of the window `send` published are acknowledged, from the first on."""
-        group, self._sent = self._sent, []
-        task, self._task = self._task, None
-        if not group:
+        """How many of the oldest window `send` published are acknowledged, from the first on."""
+        if not self._sent:
             return 0
+        group, task = self._sent.popleft()
         try:
             done = task.result() if task is not None else self._run(self._acknowledged(group))
             if done == len(group):
@@ -353,11 +389,11 @@ class NatsOutput:
     def close(self) -> None:
         if self._loop.is_closed():
             return
-        self._sent = []
-        if self._task is not None:
-            with contextlib.suppress(Exception):  # its outcome no longer counts
-                self._task.result()
-            self._task = None
+        while self._sent:
+            _group, task = self._sent.popleft()
+            if task is not None:
+                with contextlib.suppress(Exception):  # its outcome no longer counts
+                    task.result()
         self._run(self._close())
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join()

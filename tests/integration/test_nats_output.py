@@ -104,6 +104,28 @@ def test_a_refused_message_stops_the_count_there_and_says_why(nats_server, allow
         assert len(stored) == 6, stored
 
 
+def test_a_second_fast_batch_goes_out_only_behind_a_wholly_stored_first(nats_server):
+    """Two windows in flight (fast ingest): both count when both are stored; when JetStream refuses a
+    message of the first, nothing of the second is sent, so what is stored stays a prefix of what was sent."""
+    if not fast_ingest_here(nats_server.url):
+        pytest.skip("fast ingest needs nats-server 2.14+")
+    out, stream, prefix = output(nats_server.url, max_inflight=4)
+    create_stream(nats_server.url, stream, f"{prefix}.>", max_msg_size=2000, allow_batched=True)
+    big = encode("logtide", "src", "mysql", Event("db", "t", 11, "c", None, {"id": 11, "v": "x" * 5000}, ("id",)))
+    try:
+        assert out.send(messages(4)) and out.depth == 2
+        assert out.send(messages(4, first=5))
+        assert (out.collect(), out.collect()) == (4, 4)
+        assert out.send([*messages(2, first=9), big, *messages(1, first=12)])
+        assert out.send(messages(4, first=13))
+        assert (out.collect(), out.collect()) == (2, 0)
+        assert "src:11" in (out.last_error or ""), out.last_error
+    finally:
+        out.close()
+    stored = [msg_id for msg_id, _ in read_jetstream(nats_server.url, stream, f"{prefix}.>")]
+    assert stored == [m.msg_id for m in messages(10)]
+
+
 def create_stream(url: str, name: str, subject: str, **limits) -> None:
     import nats
     from nats.js.api import StreamConfig
