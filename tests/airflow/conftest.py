@@ -23,8 +23,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from capture.events import Change, Lsn, Op
+from capture.merge_submit import class_archive, merge_jars
 from tests.airflow.live import AIRFLOW
 from tests.conftest import ROOT
+from tests.spark.landing import DOCS, Landing
 
 PLUGINS = ROOT / "plugins"
 DAGS = ROOT / "dags"
@@ -119,3 +122,23 @@ def airflow_ready(airflow_home: AirflowHome) -> AirflowHome:
         slots = source.get("dump", {}).get("pool_slots", 2)
         Pool.create_or_update_pool(f"logtide_{name}", slots, f"Logtide dumps of {name}", include_deferred=False)
     return airflow_home
+
+
+@pytest.fixture(scope="session")
+def jvm_class_archive(catalogs: dict, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The merge JVM's class archive (README, Merge, "Start-up") in this checkout's var/jvm before
+    the first Airflow merge: a task maps the archive `logtide merge` wrote and writes none, so in a
+    fresh clone every spark-submit of tests/airflow (the first tests to run) started its JVM cold.
+    Written as on a host, by a `logtide merge` (of a one-row table); nothing to do when it is there."""
+    landing = Landing(tmp_path_factory.mktemp("class-archive"), catalogs, "class_archive")
+    folder = ROOT / landing.config.merge.class_archive_dir  # relative: the CWD of the suite's merges
+    jars = merge_jars(landing.config)
+    if (archive := class_archive(folder, jars, write=False)) is not None:
+        return archive.path
+    landing.commit(100, DOCS, Change(Lsn(100), Op.CREATE, None, (1, "a", "x")))
+    cmd = [sys.executable, "-m", "capture.cli", "--config", str(landing.config_file()), "merge", "--source", "src"]
+    done = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:]
+    archive = class_archive(folder, jars, write=False)
+    assert archive is not None, done.stdout[-3000:]
+    return archive.path

@@ -114,8 +114,11 @@ def _create_tables(mariadb: Any, postgres: Any) -> None:
 
 
 @pytest.fixture(scope="module")
-def live(airflow_home: AirflowHome, mariadb, postgres, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
-    """Two sources with capture running, and a live Airflow whose DAG processor reads their config."""
+def live(
+    airflow_home: AirflowHome, mariadb, postgres, jvm_class_archive, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Live]:
+    """Two sources with capture running, and a live Airflow whose DAG processor reads their config
+    (its merges map the class archive: they start warm)."""
     folder = tmp_path_factory.mktemp("live")
     _create_tables(mariadb, postgres)
     config_path = folder / "logtide.yaml"

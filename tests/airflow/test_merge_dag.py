@@ -27,7 +27,7 @@ from tests.conftest import ROOT
 from tests.integration.dumping import Workload, table_state, wait_until_landed
 from tests.servers import wait_for
 
-pytestmark = pytest.mark.airflow
+pytestmark = [pytest.mark.airflow, pytest.mark.usefixtures("jvm_class_archive")]  # its merges start warm
 
 
 def with_merge(capture, tmp_path: Path, **merge: Any) -> LogtideConfig:

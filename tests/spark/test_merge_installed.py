@@ -61,7 +61,12 @@ def test_logtide_merge_runs_from_a_wheel_installed_outside_the_checkout(spark, c
     rows = [(1, "a", "x"), (2, "b", "y"), (3, "c", None)]
     landing.commit(100, DOCS, *(Change(Lsn(100, i), Op.CREATE, None, row) for i, row in enumerate(rows)))
     landing.commit(110, DOCS, Change(Lsn(110), Op.UPDATE, rows[1], (2, "b2", "y")))
-    config = landing.config_file(spark_master="local[1]", spark_conf={"spark.sql.shuffle.partitions": "2"})
+    config = landing.config_file(
+        spark_master="local[1]",
+        spark_conf={"spark.sql.shuffle.partitions": "2"},
+        # the suite's JVM class archive (README, Merge, "Start-up"), not a new one in `elsewhere`
+        class_archive_dir=str(ROOT / "var" / "jvm"),
+    )
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "SPARK_HOME", "LOGTIDE_CONFIG"}}
