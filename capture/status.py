@@ -161,7 +161,10 @@ def capture_state(config: LogtideConfig, name: str, zone: LandingZone) -> dict[s
         "since_last_commit_s": round(now - last, 1) if last is not None else None,
     }
     if config.coordination.kind == "zookeeper":
-        lease = lease_status(config, name) or {}
+        try:
+            lease = lease_status(config, name) or {}
+        except Exception as exc:  # a merge goes on without knowing: say so
+            lease = {"error": f"ZooKeeper unreadable: {type(exc).__name__}: {exc}"}
         if lease.get("error"):
             state.update(running=None, reason=str(lease["error"]))
         elif lease.get("leader"):
