@@ -42,6 +42,16 @@ class DumpInputError(LogtideError):
     key, keys of the wrong arity or type, bad chunk settings. Nothing is written."""
 
 
+def table_not_found(schema: str, table: str) -> DumpInputError:
+    """The refusal of a table the source does not have; a name quoted as in SQL (`db`.`t`, "db"."t")
+    is the likely cause when it holds quotes, so the message gives the name to write instead."""
+    error = f"table {schema}.{table} does not exist (or the dump user may not see it)"
+    quotes = '`"'
+    if any(c in quotes for c in schema + table):
+        error += f"; write table names without quotes: {schema.strip(quotes)}.{table.strip(quotes)}"
+    return DumpInputError(error)
+
+
 class DumpCancelledError(LogtideError):
     """The dump was cancelled through its control (Airflow Variable or CLI)."""
 

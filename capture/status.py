@@ -144,6 +144,45 @@ def last_landed_commit(zone: LandingZone) -> float | None:
     return newest
 
 
+def capture_state(config: LogtideConfig, name: str, zone: LandingZone) -> dict[str, Any]:
+    """Whether capture of source `name` runs, and how far its landing zone reaches, from the
+    landing zone and the lease alone (no database): `running` is True, False or None (unknown)
+    with `reason`; `frontier`, `checkpoint_at`/`checkpoint_age_s` (the last commit of capture)
+    and `last_commit_at`/`since_last_commit_s` (source commit time of the newest landed event)."""
+    checkpoint = zone.checkpoint()
+    last = last_landed_commit(zone) if checkpoint is not None else None
+    now = time.time()
+    state: dict[str, Any] = {
+        "source": name,
+        "frontier": lsn_text(checkpoint.frontier.encode()) if checkpoint else None,
+        "checkpoint_at": checkpoint.updated_at.isoformat() if checkpoint else None,
+        "checkpoint_age_s": round(now - checkpoint.updated_at.timestamp(), 1) if checkpoint else None,
+        "last_commit_at": datetime.fromtimestamp(last, UTC).isoformat() if last is not None else None,
+        "since_last_commit_s": round(now - last, 1) if last is not None else None,
+    }
+    if config.coordination.kind == "zookeeper":
+        try:
+            lease = lease_status(config, name) or {}
+        except Exception as exc:  # a merge goes on without knowing: say so
+            lease = {"error": f"ZooKeeper unreadable: {type(exc).__name__}: {exc}"}
+        if lease.get("error"):
+            state.update(running=None, reason=str(lease["error"]))
+        elif lease.get("leader"):
+            state.update(running=True, reason=f"leader {lease['leader']} holds the lease in ZooKeeper")
+        else:
+            state.update(running=False, reason="no capture instance holds its lease in ZooKeeper")
+        return state
+    held = zone.lock_held()
+    lock = zone.root / "capture.lock"
+    if held is None:
+        state.update(running=None, reason="the kernel's lock table cannot be read")
+    elif held:
+        state.update(running=True, reason=f"a process holds {lock}")
+    else:
+        state.update(running=False, reason=f"no process holds {lock}")
+    return state
+
+
 # -- lag --------------------------------------------------------------------------------------
 
 

@@ -81,6 +81,25 @@ class LandingZone:
         finally:
             handle.close()
 
+    def lock_held(self, locks: Path = Path("/proc/locks")) -> bool | None:
+        """Whether a process holds the lock file (`lock`), read from the kernel's lock table
+        without taking the lock (a probe that took it would make a capture starting at that
+        moment fail); None where the table cannot be read. Any process of this kernel counts, in
+        other containers too; a capture on another machine does not show here."""
+        try:
+            stat = (self.root / "capture.lock").stat()
+            table = locks.read_text()
+        except FileNotFoundError:
+            return False if locks.exists() else None
+        except OSError:
+            return None
+        ident = f"{os.major(stat.st_dev):02x}:{os.minor(stat.st_dev):02x}:{stat.st_ino}"
+        for line in table.splitlines():
+            fields = line.split()
+            if "->" not in fields and len(fields) > 5 and fields[1] == "FLOCK" and fields[5] == ident:
+                return True
+        return False
+
     def checkpoint(self) -> Checkpoint | None:
         return read_checkpoint(self.checkpoint_path)
 

@@ -23,7 +23,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -42,6 +42,7 @@ from capture.landing.reader import Watermarks, Window, chunk_window, dump_chunk_
 from capture.log import get_logger
 from capture.merge.target import target_of
 from capture.merge_submit import APPLICATION, build_merge_submit, merge_lock
+from capture.status import capture_state
 from logtide_airflow.hooks import config_path
 
 log = get_logger(__name__)
@@ -89,15 +90,56 @@ def last_chunks(zone: LandingZone, dump_id: str, tables: Sequence[str]) -> dict[
     return found
 
 
+CAPTURE_STALE_S = 15.0  # no checkpoint for this long and no lease held: capture is stopped
+CAPTURE_CHECK_EVERY_S = 5.0
+
+
+def capture_stopped(config: LogtideConfig, zone: LandingZone) -> str | None:
+    """Why capture of the zone's source is stopped, or None while it may run: its lease is free
+    (`capture_state`) and it has written no checkpoint for `CAPTURE_STALE_S` (both: a lease this
+    machine cannot see, such as a capture on another host, never stops a waiting dump)."""
+    state = capture_state(config, zone.source, zone)
+    age = state["checkpoint_age_s"]
+    if state["running"] is not False or (age is not None and age < CAPTURE_STALE_S):
+        return None
+    written = f"its last checkpoint was written at {state['checkpoint_at']}" if age is not None else "no checkpoint"
+    return f"capture for source {zone.source} is not running ({state['reason']}; {written})"
+
+
+def log_landing(config: LogtideConfig, zone: LandingZone) -> dict[str, Any]:
+    """Log how far the landing zone reaches (what a merge can bring to the targets) and, prominently,
+    when capture is not running: such a merge is stale from the last landed commit on."""
+    state = capture_state(config, zone.source, zone)
+    log.info("merge.landing", **{k: v for k, v in state.items() if k != "reason"}, capture=state["reason"])
+    if state["running"] is False:
+        log.warning(
+            "merge.capture_stopped",
+            source=zone.source,
+            reason=state["reason"],
+            merged_up_to=state["last_commit_at"],
+            lag_s=state["since_last_commit_s"],
+            action=f"this merge brings the targets only up to the last landed commit; changes made in the source "
+            f"since are not merged: start `logtide capture --source {zone.source}`, then merge again",
+        )
+    return state
+
+
 def wait_for_high_watermarks(
-    zone: LandingZone, dump_id: str, tables: Sequence[str], timeout_s: float, poll_s: float = 0.5
+    zone: LandingZone,
+    dump_id: str,
+    tables: Sequence[str],
+    timeout_s: float,
+    poll_s: float = 0.5,
+    stopped: Callable[[], str | None] = lambda: None,
 ) -> dict[str, dict[str, Any]]:
     """Wait until the committed frontier is past the HIGH watermark of each table's last chunk of
-    `dump_id`; return per table its last chunk, that watermark's LSN and the frontier seen."""
+    `dump_id`; return per table its last chunk, that watermark's LSN and the frontier seen. Fails
+    at once (not after `timeout_s`) when `stopped` gives a reason: capture is not running."""
     chunks = last_chunks(zone, dump_id, tables)
     marks = Watermarks(zone)  # follows the checkpoint; reads each committed file once
     windows: dict[str, Window] = {}
     began = time.monotonic()
+    next_check = began
     while True:
         marks.refresh()
         for name, (path, meta) in chunks.items():
@@ -106,14 +148,26 @@ def wait_for_high_watermarks(
         waiting = [name for name in chunks if name not in windows]
         if not waiting:
             break
-        if time.monotonic() - began >= timeout_s:
-            name = waiting[0]
-            meta = chunks[name][1]
+        name, now = waiting[0], time.monotonic()
+        meta = chunks[name][1]
+        missing = f"HIGH watermark {meta.high_id} of {name} (chunk {meta.chunk} of dump {dump_id})"
+        clear = (
+            f"clear this task with its downstream tasks (in the UI: Clear, Downstream) so that merge_{zone.source} "
+            "runs again too; clearing this task alone leaves the merge upstream_failed and the run failed"
+        )
+        if now >= next_check:
+            next_check = now + CAPTURE_CHECK_EVERY_S
+            if (reason := stopped()) is not None:
+                raise LandingTimeoutError(
+                    f"{reason}: {missing} has not landed (committed frontier {marks.frontier}), so the dump "
+                    f"cannot be merged and nothing was merged. Start `logtide capture --source {zone.source}`, "
+                    f"then {clear}"
+                )
+        if now - began >= timeout_s:
             raise LandingTimeoutError(
-                f"capture for source {zone.source} has not landed HIGH watermark {meta.high_id} of {name} "
-                f"(chunk {meta.chunk} of dump {dump_id}) in {timeout_s:.0f} s (committed frontier "
-                f"{marks.frontier}): is `logtide capture --source {zone.source}` running? Start it, then clear "
-                "this task (merge.landed_timeout_s sets the wait)"
+                f"capture for source {zone.source} has not landed {missing} in {timeout_s:.0f} s (committed "
+                f"frontier {marks.frontier}): is `logtide capture --source {zone.source}` running? Start it, then "
+                f"{clear} (merge.landed_timeout_s sets the wait)"
             )
         time.sleep(poll_s)
     waited = round(time.monotonic() - began, 3)
@@ -173,6 +227,7 @@ class LogtideMergeOperator(SparkSubmitOperator):
         try:
             path, config = merge_config()
             zone = LandingZone(config.landing.path, str(self.source))
+            log_landing(config, zone)
             tables = check_tables(zone, []) if self.tables is None else list(self.tables)
             if not tables:
                 raise AirflowSkipException(f"nothing to merge for source {self.source}")

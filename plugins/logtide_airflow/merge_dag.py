@@ -32,7 +32,13 @@ from capture.errors import LogtideError
 from capture.landing import LandingZone
 from capture.log import get_logger
 from logtide_airflow.conf import refuse_unknown_conf
-from logtide_airflow.merge import LogtideMergeOperator, check_tables, merge_config, wait_for_high_watermarks
+from logtide_airflow.merge import (
+    LogtideMergeOperator,
+    capture_stopped,
+    check_tables,
+    merge_config,
+    wait_for_high_watermarks,
+)
 
 log = get_logger(__name__)
 
@@ -124,7 +130,8 @@ def add_dump_merge(source: str, planned: Any, dump: Any) -> Any:
         try:
             _, config = merge_config()
             zone = LandingZone(config.landing.path, source)
-            wait_for_high_watermarks(zone, dump_id, tables, config.merge.landed_timeout_s)
+            timeout = config.merge.landed_timeout_s
+            wait_for_high_watermarks(zone, dump_id, tables, timeout, stopped=lambda: capture_stopped(config, zone))
         except LogtideError as exc:
             log.error("merge.not_landed", source=source, dump_id=dump_id, error=str(exc))
             raise AirflowFailException(str(exc)) from exc

@@ -156,15 +156,14 @@ class LogtideDumpOperator(BaseOperator):
         except SourceConnectionError:
             raise  # transient: Airflow retries, and the retry resumes after the last finished chunk
         except DumpStoppedError as exc:
-            log.warning(
-                "dump.stopped",
-                dump_id=dump_id,
-                source=self.source,
-                table=self.table,
-                reason=str(exc),
-                action="clear this task to resume after the last finished chunk",
+            action = (  # a run marked failed has marked summary, landed_ and merge_ skipped: they must rerun too
+                "clear this task with its downstream tasks (in the UI: Clear, Downstream; not Only failed) to "
+                f"resume after the last finished chunk and run summary, landed_{self.source} and merge_{self.source}"
             )
-            raise AirflowFailException(f"{exc}; clear this task to resume after the last finished chunk") from exc
+            log.warning(
+                "dump.stopped", dump_id=dump_id, source=self.source, table=self.table, reason=str(exc), action=action
+            )
+            raise AirflowFailException(f"{exc}; {action}") from exc
         except DumpClaimedError as exc:
             log.error("dump.refused", dump_id=dump_id, source=self.source, table=self.table, error=str(exc))
             raise AirflowFailException(

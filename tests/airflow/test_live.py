@@ -210,9 +210,11 @@ def password_connection(live: Live) -> Iterator[None]:
     live.airflow.client.delete("/api/v2/connections/logtide_maria")
 
 
-def _log_text(airflow: LiveAirflow, run_id: str, task_id: str, map_index: int = -1, attempt: int = 1) -> str:
+def _log_text(
+    airflow: LiveAirflow, run_id: str, task_id: str, map_index: int = -1, attempt: int = 1, dag_id: str = "logtide_dump"
+) -> str:
     """A task's log as the UI shows it: each line's event, and the message of the exception that failed it."""
-    url = f"{airflow.run_url('logtide_dump', run_id)}/taskInstances/{task_id}/logs/{attempt}"
+    url = f"{airflow.run_url(dag_id, run_id)}/taskInstances/{task_id}/logs/{attempt}"
     lines = []
     for entry in airflow.get(url, map_index=map_index)["content"]:
         entry = entry if isinstance(entry, dict) else {"event": entry}
@@ -411,3 +413,120 @@ def test_screenshots_of_the_trigger_form_a_finished_run_and_a_task_log(
         browser.quit()
     widths = {name: _png_width(folder / name) for name in ("trigger-form.png", "run-grid.png", "task-log.png")}
     assert widths == {"trigger-form.png": 1400, "run-grid.png": 1400, "task-log.png": 1800}
+
+
+def test_with_capture_stopped_a_dump_is_not_merged_and_a_merge_warns(live: Live):
+    """Capture of maria stopped: a dump's `landed_maria` fails at once (its HIGH watermarks cannot
+    land, so nothing is reported merged) and says what to clear; a `logtide_merge` merges what has
+    landed, with a warning saying how far that reaches. Capture started again, clearing the failed
+    task alone leaves the merge upstream_failed (the log said so); clearing it with its downstream
+    tasks, as the UI's Clear > Downstream does, merges the dump: the target equals the table."""
+    airflow, capture, ledger = live.airflow, live.captures["maria"], f"{DATABASE}.ledger"
+    live.servers["maria"].execute("UPDATE ledger SET note = 'before stop' WHERE id = 3", database=DATABASE)
+    live.wait_until_landed("maria")
+    capture.stop()
+    try:
+        run = airflow.trigger("logtide_dump", {"source": "maria", "tables": [ledger], "chunk_size": 200})
+        merge = airflow.trigger("logtide_merge", {"source": "maria"})
+        assert airflow.wait_finished("logtide_dump", run, timeout=300) == "failed"
+        states = airflow.task_states("logtide_dump", run)
+        assert states[("dump_maria", 0)] == "success" and states[("landed_maria", -1)] == "failed", states
+        assert states[("merge_maria", -1)] == "upstream_failed", states
+        text = _log_text(airflow, run, "landed_maria")
+        assert "capture for source maria is not running (no process holds " in text, text
+        assert f"of {ledger} (chunk " in text and "cannot be merged and nothing was merged" in text
+        assert "clear this task with its downstream tasks (in the UI: Clear, Downstream)" in text
+
+        assert airflow.wait_finished("logtide_merge", merge) == "success"
+        text = _log_text(airflow, merge, "merge_maria", dag_id="logtide_merge")
+        assert "merge.landing source=maria frontier=" in text and " last_commit_at=" in text, text
+        assert "merge.capture_stopped source=maria" in text
+        assert "changes made in the source since are not merged" in text
+    finally:
+        capture.start()
+        capture.wait_running()
+    live.servers["maria"].execute("UPDATE ledger SET note = 'after stop' WHERE id = 4", database=DATABASE)
+    live.wait_until_landed("maria")
+    clear = {"dry_run": False, "task_ids": ["landed_maria"], "only_failed": False, "reset_dag_runs": True,
+             "dag_run_id": run}  # fmt: skip
+    for downstream in (False, True):
+        response = airflow.client.post(
+            "/api/v2/dags/logtide_dump/clearTaskInstances", json={**clear, "include_downstream": downstream}
+        )
+        assert response.status_code == 200, response.text
+        state = airflow.wait_finished("logtide_dump", run, timeout=600)
+        states = airflow.task_states("logtide_dump", run)
+        assert states[("landed_maria", -1)] == "success", states
+        if not downstream:
+            assert state == "failed" and states[("merge_maria", -1)] == "upstream_failed", states
+    assert state == "success" and states[("merge_maria", -1)] == "success", states
+    live.targets_equal_sources(("maria",))
+
+
+def test_a_run_marked_failed_finishes_when_its_failed_task_is_cleared_with_downstream(live: Live):
+    """Marking a running dump run failed stops its dump task and marks `summary`, `landed_maria`
+    and `merge_maria` skipped. The stopped task's log says what to clear; clearing it with its
+    downstream tasks (the UI's Clear > Downstream, not Only failed) resumes the dump, merges it
+    and ends the run `success`: the target equals the table."""
+    from logtide_airflow.operators import dump_id_for_run
+
+    airflow, ledger = live.airflow, f"{DATABASE}.ledger"
+    run = airflow.trigger("logtide_dump", {"source": "maria", "tables": [ledger], "chunk_size": 60, "delay_s": 1})
+    store = ProgressStore(live.captures["maria"].zone, dump_id_for_run(run))
+    wait_for(lambda: store.load(DATABASE, "ledger").chunk >= 2, 300, 0.1, "the second chunk")
+    assert airflow.client.patch(airflow.run_url("logtide_dump", run), json={"state": "failed"}).status_code == 200
+    wait_for(lambda: "dump.stopped" in _log_text(airflow, run, "dump_maria", 0), 60, 0.5, "the task to stop")
+    states = airflow.task_states("logtide_dump", run)
+    assert states[("dump_maria", 0)] == "failed", states
+    assert states[("landed_maria", -1)] == states[("merge_maria", -1)] == states[("summary", -1)] == "skipped"
+    text = _log_text(airflow, run, "dump_maria", 0)
+    assert "clear this task with its downstream tasks (in the UI: Clear, Downstream; not Only failed)" in text, text
+
+    clear = {"dry_run": False, "task_ids": [["dump_maria", 0]], "only_failed": False, "reset_dag_runs": True,
+             "include_downstream": True, "dag_run_id": run}  # fmt: skip
+    response = airflow.client.post("/api/v2/dags/logtide_dump/clearTaskInstances", json=clear)
+    assert response.status_code == 200, response.text
+    assert airflow.wait_finished("logtide_dump", run, timeout=600) == "success", airflow.task_states(
+        "logtide_dump", run
+    )
+    states = airflow.task_states("logtide_dump", run)
+    assert states[("merge_maria", -1)] == states[("summary", -1)] == "success", states
+    live.targets_equal_sources(("maria",))
+
+
+def test_hostile_params_and_tables_of_an_every_table_dump(live: Live):
+    """Runs triggered together, without merges, then a dump of every table of a database that holds a keyless
+    table, a key under a case-insensitive collation and a table named in Unicode; keys that no row
+    has; a Unicode table name in the params; a table name quoted as in SQL."""
+    airflow, ledger = live.airflow, f"{DATABASE}.ledger"
+    live.servers["maria"].execute(
+        "CREATE TABLE nokey_live (v INT)",
+        "INSERT INTO nokey_live VALUES (1), (1)",
+        "CREATE TABLE ci_keys (k VARCHAR(10) COLLATE utf8mb4_general_ci PRIMARY KEY, v INT)",
+        "INSERT INTO ci_keys VALUES ('a', 1), ('B', 2), ('c', 3), ('ö', 4)",
+        "CREATE TABLE `café` (id INT PRIMARY KEY, `naïve` VARCHAR(10)) DEFAULT CHARSET utf8mb4",
+        "INSERT INTO `café` VALUES (1, 'é'), (2, '漢字')",
+        database=DATABASE,
+    )
+    base = {"source": "maria", "merge": False, "chunk_size": 2}
+    runs = {
+        "no keys": airflow.trigger("logtide_dump", {**base, "tables": [ledger], "keys": [999_999, 1_000_000]}),
+        "unicode": airflow.trigger("logtide_dump", {**base, "tables": [f"{DATABASE}.café"]}),
+        "quoted": airflow.trigger("logtide_dump", {**base, "tables": [f"`{DATABASE}`.`ci_keys`"]}),
+    }
+    ends = {name: airflow.wait_finished("logtide_dump", run_id, timeout=600) for name, run_id in runs.items()}
+    # after them: the ledger is claimed by the run dumping it (tested above)
+    runs["every"] = airflow.trigger("logtide_dump", {"source": "maria", "merge": False, "tables": []})
+    ends["every"] = airflow.wait_finished("logtide_dump", runs["every"], timeout=600)
+    summaries = {n: airflow.xcom("logtide_dump", r, "summary") for n, r in runs.items() if ends[n] == "success"}
+    texts = {n: _log_text(airflow, r, "plan_maria") for n, r in runs.items()}
+    assert ends == {"every": "success", "no keys": "success", "unicode": "success", "quoted": "failed"}, ends
+    every = {t["table"]: t for t in summaries["every"]["per_table"]}
+    assert {t: every[t]["rows"] for t in (f"{DATABASE}.ci_keys", f"{DATABASE}.café")} == {
+        f"{DATABASE}.ci_keys": 4,
+        f"{DATABASE}.café": 2,
+    }
+    assert [s["table"] for s in summaries["every"]["skipped"]] == [f"{DATABASE}.nokey_live"]
+    assert summaries["no keys"]["missing_keys"] == 2 and summaries["no keys"]["rows"] == 0
+    assert summaries["unicode"]["rows"] == 2
+    assert f"write table names without quotes: {DATABASE}.ci_keys" in texts["quoted"], texts["quoted"]

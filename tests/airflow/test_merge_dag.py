@@ -166,9 +166,11 @@ def test_the_merge_waits_for_capture_and_says_so_when_it_does_not_land(
     assert states[("dump_src", 0)] == states[("summary", -1)] == "success", states
     assert states[("landed_src", -1)] == "failed" and states[("merge_src", -1)] == "upstream_failed"
     [error] = [e["error"] for e in events.named("merge.not_landed")]
-    assert error.startswith("capture for source src has not landed HIGH watermark ")
-    assert f"of {database}.items (chunk 1 of dump " in error
-    assert "in 2 s" in error and "is `logtide capture --source src` running?" in error
+    # capture not running: it says so at once, not after merge.landed_timeout_s
+    assert error.startswith("capture for source src is not running (no process holds "), error
+    assert "no checkpoint): HIGH watermark " in error and f"of {database}.items (chunk 1 of dump " in error
+    assert "cannot be merged and nothing was merged. Start `logtide capture --source src`" in error
+    assert "clear this task with its downstream tasks (in the UI: Clear, Downstream)" in error
 
 
 def test_bad_merge_params_are_refused_with_the_reason(airflow_ready, mariadb, database, make_capture, tmp_path):

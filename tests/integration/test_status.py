@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from capture.dump.progress import dump_dir
-from capture.status import collect, render
+from capture.status import capture_state, collect, render
 from tests.conftest import ROOT
 from tests.integration.dumping import run_dump, wait_until_landed
 from tests.integration.postgres.conftest import make_pg_capture, pg_database  # noqa: F401 - fixtures
@@ -54,8 +54,14 @@ def test_lag_grows_while_capture_is_stopped_and_returns_to_zero(mariadb, databas
         health = json.loads(response.read())
     assert health["leader"] is True and health["epoch"] == caught_up["epoch"] and health["lag_s"] == 0.0
     assert health["instance"].endswith(f":{capture.process.pid}")
+    # what an Airflow merge logs (plugins/logtide_airflow/merge.py): the lock file held, or not
+    running = capture_state(capture.config, "src", capture.zone)
+    assert running["running"] is True and running["frontier"] == caught_up["frontier"], running
+    assert running["last_commit_at"] == caught_up["lag"]["last_commit_at"]
 
     assert capture.stop() == 0
+    stopped = capture_state(capture.config, "src", capture.zone)
+    assert stopped["running"] is False and stopped["reason"].startswith("no process holds "), stopped
     _insert_each_in_its_own_transaction(mariadb, database, 100, 40)
     time.sleep(1.2)  # the binlog's commit times have a resolution of one second
     behind = _status(capture.config_path)

@@ -17,7 +17,7 @@ from typing import Any
 
 import pymysql
 
-from capture.errors import DumpInputError
+from capture.errors import table_not_found
 from capture.events import Column, TableSchema
 from capture.sources.mysql.connection import query
 from capture.sources.mysql.types import MAX_ARROW_DECIMAL, ColumnBuilder, column_from_catalog
@@ -76,7 +76,7 @@ def describe(
     configuration names for it); DumpInputError if it does not exist, UnusableTableError if no key."""
     rows = query(conn, COLUMNS_SQL, (schema, table))
     if not rows:
-        raise DumpInputError(f"table {schema}.{table} does not exist (or the dump user may not see it)")
+        raise table_not_found(schema, table)
     names = (
         "COLUMN_NAME",
         "DATA_TYPE",

@@ -12,7 +12,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from capture.errors import DumpInputError
+from capture.errors import DumpInputError, table_not_found
 from capture.events import Column, TableSchema
 from capture.sources.postgres.connection import query
 from capture.sources.postgres.types import ColumnBuilder, TypeInfo, builder, column_type, select_as_text
@@ -166,7 +166,7 @@ def described(
     names for it), a builder per column and whether a SELECT must cast it to text
     (`types.select_as_text`); DumpInputError if it does not exist, UnusableTableError if no key."""
     if not rows:
-        raise DumpInputError(f"table {schema}.{table} does not exist (or the dump user may not see it)")
+        raise table_not_found(schema, table)
     oid, attributes, candidates, encoding = rows[0]
     columns, builders, as_text, exact = [], [], [], {}
     for name, type_oid, typmod, source_type, _not_null, collation in attributes or ():

@@ -161,6 +161,7 @@ def test_bad_requests_are_refused_before_anything_is_written(postgres, pg_databa
     source.setup()  # the watermark table exists: "nothing written" is no row in it
     cases = [
         (DumpRequest(tables=["public.nope"]), "table public.nope does not exist"),
+        (DumpRequest(tables=['"public"."ledger"']), "write table names without quotes: public.ledger"),
         (DumpRequest(tables=["public.keyless"]), "has no primary key and no UNIQUE index on NOT NULL"),
         (DumpRequest(tables=["public.ledger"], keys=[[1, 2]]), "has 2 value(s); public.ledger"),
         (DumpRequest(tables=["public.ledger"], keys=["abc"]), "key value 'abc' for column 'id' is not an integer"),
