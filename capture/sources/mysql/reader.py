@@ -334,8 +334,8 @@ class BinlogReader:
             elif kind == ev.TABLE_MAP:
                 table_map = table_maps.get(data[ev.BODY : end], post_header[ev.TABLE_MAP])
                 tables[table_map.table_id] = table_map
-                if self.captured(table_map.schema, table_map.table):
-                    self._maps[table_map.schema, table_map.table] = table_map
+                if not table_map.seen:  # the table changed (or was emptied) since its last table map
+                    self._note_map(table_map)
             elif kind == ev.XID:
                 in_transaction = False
                 yield self._end(log_pos, file_seq, pending_gtid, commit_ts)
@@ -417,7 +417,9 @@ class BinlogReader:
                 for index, gone in enumerate(emptied):
                     yield Truncate(Lsn(lsn.major, index), txid, commit_ts, *gone)
                 for gone in [truncated, *emptied] if truncated is not None else emptied:
-                    self._maps.pop(gone, None)
+                    last = self._maps.pop(gone, None)
+                    if last is not None:
+                        last.seen = False  # its next table map (likely this one) is noted again
                     self._altered[gone] = (None, None)  # its landed rows are gone: no MODIFY changes them
                 if standalone or not in_transaction:
                     standalone = False
@@ -437,6 +439,14 @@ class BinlogReader:
                 yield self._heartbeat(kind, log_pos, data[ev.BODY : end]) if pending_gtid is None else Heartbeat()
             if self.stop.is_set() and not in_transaction:
                 return
+
+    def _note_map(self, table_map: TableMap) -> None:
+        """Note a captured table's map as the one read last (`_maps`), once a table map object: the
+        same object comes back from `TableMapCache` for every TABLE_MAP event until the table changes
+        (an ALTER, a reopened table: a new table id); one of a table emptied since is noted again."""
+        table_map.seen = True
+        if self.captured(table_map.schema, table_map.table):
+            self._maps[table_map.schema, table_map.table] = table_map
 
     def _heartbeat(self, kind: int, log_pos: int, body: bytes) -> Heartbeat:
         """A heartbeat; with read-only watermarks on MariaDB, one that names where the binlog ends.
