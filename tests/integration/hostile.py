@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import random
 import threading
+from decimal import Decimal
 
 import pymysql
 
+from tests.integration.dumping import run_dump, wait_until_landed
 from tests.spark.merging import plain
 
 TABLES = {
@@ -23,7 +25,14 @@ TABLES = {
     "vbk": ("CREATE TABLE vbk (k VARBINARY(3000) PRIMARY KEY, v INT)", ("k",)),
     "uci": ("CREATE TABLE uci (k VARCHAR(20) COLLATE utf8mb4_unicode_ci PRIMARY KEY, v INT)", ("k",)),
     "uq": ("CREATE TABLE uq (u VARCHAR(20) COLLATE utf8mb4_general_ci NOT NULL, v INT, UNIQUE KEY (u))", ("u",)),
+    "odd": (  # key columns MariaDB orders otherwise than Spark: ENUM by member, CHAR padded, DECIMAL(65,30)
+        "CREATE TABLE odd (e ENUM('z','b','a','') NOT NULL, c CHAR(6) COLLATE latin1_swedish_ci NOT NULL,"
+        " d DECIMAL(65,30) NOT NULL, bits BIT(64), bin BINARY(4), st SET('x','y','z'), v INT,"
+        " PRIMARY KEY (e, c, d))",
+        ("e", "c", "d"),
+    ),
 }
+_DECIMALS = ["99999999999999999999999999999999999.999999999999999999999999999999", "-0.000000000000000000000000000001"]
 _WORDS = ["a", "A", "á", "Á", "ä", "b", "B ", "ss", "ß", "e\u0301", "é", "z", "Z", "ǆ", "ǅ"]
 
 
@@ -34,6 +43,11 @@ def populate(mariadb, database: str) -> None:
         "vbk": [f"(REPEAT(UNHEX('{i % 256:02x}ff00'), {i * 10 % 1000}), {i})" for i in range(1, 60)],
         "uci": [f"('{w}{i}', {i})" for i, w in enumerate(_WORDS * 3)],
         "uq": [f"('{w}-{i}', {i})" for i, w in enumerate(_WORDS * 3)],
+        "odd": [
+            f"('{'zba'[i % 4] if i % 4 < 3 else ''}', '{'xXåÅ'[i % 4]}{i % 5}', {_DECIMALS[i % 2]} - {i},"
+            f" {2**64 - 1 - i}, UNHEX('{i:02x}'), '{'x,z' if i % 2 else ''}', {i})"
+            for i in range(60)
+        ],
     }
     for table, (ddl, _) in TABLES.items():
         columns = "(id, a, n)" if table == "gen" else ""
@@ -86,6 +100,10 @@ class Writer(threading.Thread):
             f"UPDATE uq SET u = '{w}-{i}', v = v + 1 WHERE u = '{rng.choice(_WORDS)}-{i}'",
             f"DELETE FROM uq WHERE u = '{w}-{rng.randrange(45)}'",
             f"INSERT INTO uq VALUES ('{w}-{i} ', {n})",  # a trailing blank: the same key under PAD SPACE
+            f"UPDATE uq SET u = CONCAT(u, ' ') WHERE v = {rng.randrange(45)}",  # respelt by a trailing blank
+            f"UPDATE uq SET u = TRIM(TRAILING ' ' FROM u) WHERE v = {rng.randrange(45)}",
+            f"UPDATE odd SET e = '{rng.choice('zba')}', c = UPPER(c), bits = bits >> 1, st = 'y' WHERE v = {i}",
+            f"UPDATE odd SET d = -d, c = CONCAT(c, ' '), bin = NULL WHERE v = {rng.randrange(60)}",
         ]
 
     def stop(self) -> None:
@@ -95,13 +113,43 @@ class Writer(threading.Thread):
             raise self.error
 
 
+def dump_while_writing(mariadb, database: str, make_capture, chunk_size: int, **options):
+    """Write the tables' rows, start capture of the database (`options`: the source's settings),
+    dump every table in chunks of `chunk_size` while a `Writer` changes them, wait until every
+    change landed; the capture."""
+    populate(mariadb, database)
+    capture = make_capture([f"{database}.*"], **options).start()
+    capture.wait_running()
+    writer = Writer(mariadb, database, chunk_size)
+    writer.start()
+    try:
+        for table in TABLES:
+            run_dump(capture, f"{database}.{table}", chunk_size)
+    finally:
+        writer.stop()
+    wait_until_landed(mariadb, capture)
+    assert writer.statements > 100
+    return capture
+
+
 def source_state(mariadb, database: str, table: str) -> dict:
     """The table's rows as SELECT shows them, its invisible column too (the binlog and the dump carry it)."""
     with mariadb.connect(database) as conn, conn.cursor(pymysql.cursors.DictCursor) as cur:
-        columns = {"gen": "*, h", "fkey": "f, CAST(r AS DOUBLE) AS r, v"}.get(table, "*")  # FLOAT: its exact value
+        columns = {  # the invisible column too; a FLOAT's exact value; BIT(64) as its number
+            "gen": "*, h",
+            "fkey": "f, CAST(r AS DOUBLE) AS r, v",
+            "odd": "e, c, d, CAST(bits AS UNSIGNED) AS bits, bin, st, v",
+        }.get(table, "*")
         cur.execute(f"SELECT {columns} FROM {table}")
         return {n: row for n, row in enumerate(cur.fetchall())}
 
 
 def rows(state: dict) -> list[str]:
-    return sorted(repr(sorted((c, plain(v)) for c, v in row.items())) for row in state.values())
+    return sorted(repr(sorted((c, _same(plain(v))) for c, v in row.items())) for row in state.values())
+
+
+def _same(value: object) -> object:
+    """One spelling of a number landed as Decimal (BIT(64)) or text (DECIMAL(65,30)) and read as int or Decimal."""
+    if isinstance(value, Decimal | int) and not isinstance(value, bool):
+        return format(Decimal(value), "f")
+    return value

@@ -15,8 +15,9 @@ import pytest
 
 from capture.dump.reconcile import apply, reconcile_table
 from capture.landing.log_writer import SCHEMA_HISTORY_SCHEMA
-from capture.sources.mysql.column_rewrites import column_rewrite, columns_after, landed_column_types
+from capture.sources.mysql.column_rewrites import column_rewrite, columns_after, landed_column_types, table_charset
 from capture.sources.mysql.column_types import ColumnType, definition, from_definition
+from capture.sources.mysql.table_charsets import may_change
 from tests.servers import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("drop_database_afterwards")]
@@ -478,3 +479,30 @@ def test_the_default_charset_is_the_one_at_the_alter(mariadb, database, make_cap
     capture.wait_events(database, "t", 3)
     assert "ColumnRewriteError" not in capture.log()[at:]
     assert capture.stop() == 0
+
+
+def test_table_charset_parsed():
+    """The default charset an ALTER TABLE gives its table (`table_charset`), and the DDL that may
+    change it (`table_charsets.may_change`)."""
+    for statement, charset in (
+        ("ALTER TABLE t DEFAULT CHARSET latin1", "latin1"),
+        ("ALTER TABLE t CHARACTER SET = 'utf8'", "utf8mb3"),
+        ("ALTER TABLE t DEFAULT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin", "utf8mb4"),
+        ("ALTER TABLE t COLLATE latin1_bin, MODIFY v VARCHAR(3)", "latin1"),
+        ("ALTER TABLE t CONVERT TO CHARACTER SET ascii", "ascii"),
+        ("ALTER TABLE t CONVERT TO CHARSET DEFAULT", None),
+    ):
+        assert table_charset(statement, "d") == (("d", "t"), charset), statement
+    for statement in (
+        "ALTER TABLE t MODIFY v VARCHAR(3) CHARACTER SET latin1",
+        "ALTER TABLE t ALTER COLUMN v SET DEFAULT 'x'",
+        "ALTER TABLE t ADD COLUMN c CHAR(1) CHARSET ascii DEFAULT 'a'",
+        "CREATE TABLE t2 (v INT) DEFAULT CHARSET latin1",
+    ):
+        assert table_charset(statement, "d") is None, statement
+    assert may_change("ALTER TABLE d.t CONVERT TO CHARSET latin1", "x", ("d", "t"))
+    assert may_change("RENAME TABLE t TO t_old, t_new TO t", "d", ("d", "t"))
+    assert may_change("CREATE OR REPLACE TABLE t (i INT)", "d", ("d", "t"))
+    assert not may_change("ALTER TABLE t MODIFY v VARCHAR(30)", "d", ("d", "t"))
+    assert not may_change("CREATE INDEX i ON t (v)", "d", ("d", "t"))
+    assert not may_change("ALTER TABLE u DEFAULT CHARSET latin1", "d", ("d", "t"))

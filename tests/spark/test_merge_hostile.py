@@ -8,26 +8,15 @@ from __future__ import annotations
 import pytest
 
 from capture.merge.app import run_merge
-from tests.integration.dumping import run_dump, wait_until_landed
-from tests.integration.hostile import TABLES, Writer, populate, rows, source_state
+from tests.integration.hostile import TABLES, dump_while_writing, rows, source_state
 from tests.spark.merging import iceberg_state
 
 pytestmark = [pytest.mark.spark, pytest.mark.usefixtures("drop_database_afterwards")]
 
 
 def test_hostile_tables_merge_to_the_source(mariadb, database, make_capture, merge_config, spark):
-    populate(mariadb, database)
-    capture = make_capture([f"{database}.*"]).start()
-    capture.wait_running()
+    capture = dump_while_writing(mariadb, database, make_capture, 20)
     config = merge_config(capture.config)
-    writer = Writer(mariadb, database, 1)
-    writer.start()
-    try:
-        for table in TABLES:
-            run_dump(capture, f"{database}.{table}", 7)
-    finally:
-        writer.stop()
-    wait_until_landed(mariadb, capture)
     run_merge(spark, config, "src")
     for table, (_, key) in TABLES.items():
         target = f"`{config.merge.catalog_name}`.`{database}`.`{database}__{table}`"

@@ -599,7 +599,8 @@ class BinlogReader:
         """Follow the default charsets `_default_charset` knows through a DDL statement: set where it
         names one, forgotten (asked again when needed) where it may have changed one otherwise."""
         stated = table_charset(statement, schema)
-        for table in list(self._charsets):
+        text = statement.lower()
+        for table in [t for t in self._charsets if t[1].lower() in text]:  # parsed only if it may name it
             if may_change(statement, schema, table):
                 del self._charsets[table]
         if stated is not None and stated[1] is not None:
