@@ -230,6 +230,7 @@ class BinlogReader:
         # captured tables' default charsets at the event being read (`_default_charset`), and its end
         self._charsets: dict[tuple[str, str], str | None] = {}
         self._event_end = 4
+        self._resumed_charsets: dict[tuple[str, str], str | None] = {}  # `_resumed_charset`
         self._altered: dict[tuple[str, str], tuple[TableMap | None, Columns | None]] = {}
         # sessions' temporary tables (by thread id) as their logged DDL shows them (`_table_moves`)
         self._temporary: dict[int, set[tuple[str, str]]] = {}
@@ -567,10 +568,7 @@ class BinlogReader:
             return None
         if self._landed_types is None:  # as landed before this reader started (no DDL of the table since)
             history = self._history() if self._history is not None else []
-            resumed = (str(self.resume["file"]), int(self.resume.get("pos", 4)))
-            conn = self._catalog_connection()
-            as_resumed = lambda t: unchanged_since(conn, self._named(t), *resumed)  # noqa: E731
-            self._landed_types, self._partial_types = landed_column_types(history, as_resumed)
+            self._landed_types, self._partial_types = landed_column_types(history, self._resumed_charset)
         if table in self._partial_types:
             self._partial_types.discard(table)  # said once
             log.warning(
@@ -594,6 +592,16 @@ class BinlogReader:
             conn = self._catalog_connection()
             self._charsets[table] = unchanged_since(conn, table, self.file, self._event_end)
         return self._charsets[table]
+
+    def _resumed_charset(self, table: tuple[str, str]) -> str | None:
+        """The table's default charset where this reader resumed, for the landed history's ALTERs
+        (`landed_column_types`): the catalog's, if no DDL logged since may have changed it (one
+        binlog scan a table)."""
+        table = self._named(table)
+        if table not in self._resumed_charsets:
+            at = (str(self.resume["file"]), int(self.resume.get("pos", 4)))
+            self._resumed_charsets[table] = unchanged_since(self._catalog_connection(), table, *at)
+        return self._resumed_charsets[table]
 
     def _follow_charsets(self, schema: str, statement: str) -> None:
         """Follow the default charsets `_default_charset` knows through a DDL statement: set where it
