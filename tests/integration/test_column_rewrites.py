@@ -15,8 +15,9 @@ import pytest
 
 from capture.dump.reconcile import apply, reconcile_table
 from capture.landing.log_writer import SCHEMA_HISTORY_SCHEMA
-from capture.sources.mysql.column_rewrites import column_rewrite, columns_after, landed_column_types
+from capture.sources.mysql.column_rewrites import column_rewrite, columns_after, landed_column_types, table_charset
 from capture.sources.mysql.column_types import ColumnType, definition, from_definition
+from capture.sources.mysql.table_charsets import may_change
 from tests.servers import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("drop_database_afterwards")]
@@ -432,3 +433,76 @@ def test_an_older_landing_zone_falls_back_and_catches_up(mariadb, database, make
     capture.wait_events(database, "users", 3)
     assert capture.process.poll() is None and "ColumnRewriteError" not in capture.log()[at:]
     assert capture.stop() == 0
+
+
+def test_the_default_charset_is_the_one_at_the_alter(mariadb, database, make_capture):
+    """A MODIFY of a string column naming no charset gives it the table's default charset at that
+    moment. Capture stopped while the default charset changed around the MODIFY: on main it judged
+    the MODIFY with the default the catalog showed when capture read it, later: it passed a MODIFY
+    that turned '中' into '?' (a default latin1 then, utf8mb4 again since; the landed row kept '中'),
+    and stopped at a lossless widening (a default latin1 then, ascii since). Now capture stops or
+    runs on as it would have, had it read them live."""
+    mariadb.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(10)) DEFAULT CHARSET utf8mb4", database=database)
+    capture = make_capture([f"{database}.t"]).start()
+    capture.wait_running()
+    mariadb.execute("INSERT INTO t VALUES (1, '中')", "ALTER TABLE t DEFAULT CHARSET latin1", database=database)
+    _wait_statement(capture, "DEFAULT CHARSET latin1")  # read live
+    assert capture.stop() == 0
+
+    # the default charset read before (latin1) is not the catalog's now (utf8mb4): not trusted
+    with mariadb.connect(database) as conn, conn.cursor() as cursor:
+        cursor.execute("SET SESSION sql_mode = ''")
+        cursor.execute("ALTER TABLE t MODIFY v VARCHAR(10)")
+        cursor.execute("ALTER TABLE t DEFAULT CHARSET utf8mb4")
+        cursor.execute("INSERT INTO t VALUES (2, 'x')")
+    assert _select(mariadb, database, "t")[0] == {"id": 1, "v": "?"}
+    at = len(capture.log())
+    assert capture.run_to_exit(timeout=30) == 2, capture.log()[at:]
+    assert "ColumnRewriteError" in capture.log()[at:] and "MODIFY v" in capture.log()[at:]
+    assert len(capture.events(database, "t")) == 1
+    capture.set_source(column_rewrites="accept")
+    capture.start()
+    capture.wait_events(database, "t", 2)
+    assert capture.stop() == 0
+    capture.set_source(column_rewrites="refuse")
+
+    # a widening in latin1 (v is latin1 now), the default set to latin1 before it and to ascii after
+    mariadb.execute(
+        "ALTER TABLE t DEFAULT CHARSET latin1",
+        "ALTER TABLE t MODIFY v VARCHAR(20)",
+        "ALTER TABLE t DEFAULT CHARSET ascii",
+        "INSERT INTO t VALUES (3, 'y')",
+        database=database,
+    )
+    at = len(capture.log())
+    capture.start()
+    capture.wait_events(database, "t", 3)
+    assert "ColumnRewriteError" not in capture.log()[at:]
+    assert capture.stop() == 0
+
+
+def test_table_charset_parsed():
+    """The default charset an ALTER TABLE gives its table (`table_charset`), and the DDL that may
+    change it (`table_charsets.may_change`)."""
+    for statement, charset in (
+        ("ALTER TABLE t DEFAULT CHARSET latin1", "latin1"),
+        ("ALTER TABLE t CHARACTER SET = 'utf8'", "utf8mb3"),
+        ("ALTER TABLE t DEFAULT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin", "utf8mb4"),
+        ("ALTER TABLE t COLLATE latin1_bin, MODIFY v VARCHAR(3)", "latin1"),
+        ("ALTER TABLE t CONVERT TO CHARACTER SET ascii", "ascii"),
+        ("ALTER TABLE t CONVERT TO CHARSET DEFAULT", None),
+    ):
+        assert table_charset(statement, "d") == (("d", "t"), charset), statement
+    for statement in (
+        "ALTER TABLE t MODIFY v VARCHAR(3) CHARACTER SET latin1",
+        "ALTER TABLE t ALTER COLUMN v SET DEFAULT 'x'",
+        "ALTER TABLE t ADD COLUMN c CHAR(1) CHARSET ascii DEFAULT 'a'",
+        "CREATE TABLE t2 (v INT) DEFAULT CHARSET latin1",
+    ):
+        assert table_charset(statement, "d") is None, statement
+    assert may_change("ALTER TABLE d.t CONVERT TO CHARSET latin1", "x", ("d", "t"))
+    assert may_change("RENAME TABLE t TO t_old, t_new TO t", "d", ("d", "t"))
+    assert may_change("CREATE OR REPLACE TABLE t (i INT)", "d", ("d", "t"))
+    assert not may_change("ALTER TABLE t MODIFY v VARCHAR(30)", "d", ("d", "t"))
+    assert not may_change("CREATE INDEX i ON t (v)", "d", ("d", "t"))
+    assert not may_change("ALTER TABLE u DEFAULT CHARSET latin1", "d", ("d", "t"))

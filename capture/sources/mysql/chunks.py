@@ -25,6 +25,7 @@ from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE, Watermark, c
 from capture.sources.mysql import snapshot
 from capture.sources.mysql.catalog import base_tables, describe, table_keys
 from capture.sources.mysql.connection import connection_settings, query, translate
+from capture.sources.mysql.member_keys import Numbering, member_numbering, numbered
 from capture.sources.mysql.sql import chunk_select, duplicate_select, key_after_select, keys_select, qualified, quote
 from capture.sources.mysql.types import ColumnBuilder, select_conversions
 from capture.sources.table_keys import check_named_keys, duplicate_key_error
@@ -54,6 +55,7 @@ class MySqlChunkSource:
         self.name = name
         self.config = config
         self._builders: dict[str, list[ColumnBuilder]] = {}
+        self._numbering: dict[str, Numbering] = {}  # ENUM / SET key columns by table fingerprint (`member_keys`)
         self.readonly = config.watermarks == "readonly"
         self._position: int | None = None  # readonly: where the last watermark stands in the log
         try:
@@ -111,12 +113,18 @@ class MySqlChunkSource:
     def describe(self, schema: str, table: str) -> TableSchema:
         described, builders = describe(self._conn, schema, table, self.name, self.config.named_key(schema, table))
         self._builders[described.fingerprint] = builders
+        self._numbering[described.fingerprint] = member_numbering(self._conn, described)
         return described
+
+    def _bound(self, table: TableSchema, key: Row | None) -> Row | None:
+        """A chunk bound as the server compares it with the key columns (`member_keys`)."""
+        return numbered(key, self._numbering.get(table.fingerprint, {}))
 
     def check_dumpable(self, table: TableSchema, start: Row | None, stop: Row | None) -> None:
         """A key named in the configuration: refuse it when two rows in [start, stop] share it."""
         if self.config.named_key(table.schema, table.table) != table.key:
             return
+        start, stop = self._bound(table, start), self._bound(table, stop)
         rows = self._run(*duplicate_select(table.schema, table.table, table.key, start, stop))
         if rows:
             value = rows[0][0] if len(table.key) == 1 else rows[0]
@@ -165,6 +173,7 @@ class MySqlChunkSource:
     def select_chunk(
         self, table: TableSchema, after: Row | None, start: Row | None, stop: Row | None, limit: int
     ) -> pa.StructArray:
+        after, start, stop = self._bound(table, after), self._bound(table, start), self._bound(table, stop)
         sql, params = chunk_select(
             table.schema, table.table, table.names, table.key, after, start, stop, limit, _floats(table)
         )

@@ -26,6 +26,7 @@ from capture.errors import ColumnRewriteError
 from capture.log import get_logger
 from capture.sources.mysql.column_types import (
     ColumnType,
+    charset_name,
     converted,
     from_definition,
     from_source_type,
@@ -77,10 +78,11 @@ def column_rewrite(
         return None
     before = None if columns is None else columns(table)
     found: list[str] = []
+    charset = _charset_of(statement, schema, table, default_charset)
     for clause in _split(tokens[i:], words[i:]):
         found += _clause(*clause)
         if before is not None:
-            found += _type_change(*clause, before, lambda: default_charset(table))
+            found += _type_change(*clause, before, charset)
     return ColumnRewrite(table, tuple(found)) if found else None
 
 
@@ -159,7 +161,7 @@ def columns_after(
     if table is None:
         return before
     after = dict(before)
-    charset = lambda: default_charset(table)  # noqa: E731
+    charset = _charset_of(statement, schema, table, default_charset)
     for t, w in _split(tokens[i:], words[i:]):
         modified = _modified(t, w)
         if modified is not None:
@@ -192,6 +194,49 @@ def columns_after(
             if target is not None:
                 after = {name: converted(col, target) for name, col in after.items()}
     return after
+
+
+# a clause starting with these sets table options (the default charset among them), not a column
+_TABLE_OPTIONS = {"DEFAULT", "CHARACTER", "CHARSET", "COLLATE", "CONVERT"}
+
+
+def table_charset(statement: str, schema: str) -> tuple[Table, str | None] | None:
+    """The table an ALTER TABLE statement gives a default charset (`[DEFAULT] CHARACTER SET [=] cs`,
+    `[DEFAULT] COLLATE [=] c`, `CONVERT TO CHARACTER SET cs`) and that charset (None where the text
+    does not name it: `DEFAULT`); None for a statement that sets none."""
+    if "alter" not in statement[:40].lower():
+        return None
+    tokens, words, table, i = parse_alter(statement, schema)
+    if table is None:
+        return None
+    found: tuple[Table, str | None] | None = None
+    for t, w in _split(tokens[i:], words[i:]):
+        if w[0] not in _TABLE_OPTIONS or w[:2] == ["DEFAULT", "("]:
+            continue
+        named = collated = None
+        for n, word in enumerate(w):
+            if word in ("CHARSET", "SET") and (word == "CHARSET" or w[n - 1 : n] == ["CHARACTER"]):
+                at = n + 1 + (w[n + 1 : n + 2] == ["="])
+                named = str(t[at]).strip("'").lower() if at < len(t) else "default"
+            elif word == "COLLATE":
+                at = n + 1 + (w[n + 1 : n + 2] == ["="])
+                collated = str(t[at]).strip("'").lower() if at < len(t) else "default"
+        if named is None and collated is not None:
+            named = collated if collated in ("binary", "default") else collated.split("_")[0]
+        if named is not None:
+            found = (table, None if named == "default" else charset_name(named))
+    return found
+
+
+def _charset_of(
+    statement: str, schema: str, table: Table, default_charset: Callable[[Table], str | None]
+) -> Callable[[], str | None]:
+    """The default charset a column the statement defines takes: the one the statement itself gives
+    the table (its table options apply to its column definitions), else the table's before it."""
+    stated = table_charset(statement, schema)
+    if stated is not None:
+        return lambda: stated[1]
+    return lambda: default_charset(table)
 
 
 def _split(tokens: list, words: list[str]) -> list[tuple[list, list[str]]]:
@@ -312,7 +357,7 @@ def landed_column_types(
     records in LSN order, `kind`, `schema`, `table`, `statement`, `columns`): its last `table`
     record's, with the ALTER TABLE statements of it since applied (`columns_after`); none once
     another DDL statement that may change it names the table (or drops a database of its name).
-    Statements that change no column keep them (`_keeps_types`: `CREATE INDEX ... ON t`, OPTIMIZE,
+    Statements that change no column keep them (`keeps_types`: `CREATE INDEX ... ON t`, OPTIMIZE,
     a trigger or view; an ALTER of another table that renames none). A record's column types are
     its columns' `definition`s (the whole type as the table map gave it: `column_types.definition`);
     a record landed before those were recorded has none, and its types are what `from_source_type`
@@ -320,7 +365,9 @@ def landed_column_types(
     from such a record."""
     found: dict[Table, Columns] = {}
     partial: set[Table] = set()
-    for record in history:
+    charsets = _HistoryCharsets(history, default_charset)
+    for at, record in enumerate(history):
+        charsets.at = at
         if record["kind"] == "table":
             columns, table = {}, (record["schema"], record["table"])
             whole = bool(record["columns"])
@@ -343,16 +390,40 @@ def landed_column_types(
             words = {str(t).lower() for t in tokens}
             dropped = "drop" in words and ("database" in words or "schema" in words)
             # an ALTER of another table keeps this one's columns unless it renames a table to its name
-            keeps = _keeps_types(keywords) or (altered is not None and "RENAME" not in keywords)
+            keeps = keeps_types(keywords) or (altered is not None and "RENAME" not in keywords)
             for table in list(found):
                 if altered is not None and altered == table:
-                    found[table] = columns_after(statement, schema, found[table], default_charset)
+                    found[table] = columns_after(statement, schema, found[table], charsets)
                 elif keeps:
                     continue
                 elif table[1].lower() in words or (dropped and table[0].lower() in words):
                     del found[table]
                     partial.discard(table)
     return found, partial
+
+
+class _HistoryCharsets:
+    """Each table's default charset at a record of the landed schema history (`at`): the one the
+    last ALTER before it set (`table_charset`); else, when no ALTER after it sets one, the one
+    `default_charset` gives (the table's at the end of the history); else not known (None)."""
+
+    def __init__(self, history: list[dict[str, Any]], default_charset: Callable[[Table], str | None]) -> None:
+        self.at = 0
+        self._default = default_charset
+        self._set: list[tuple[int, Table, str | None]] = []
+        for n, record in enumerate(history):
+            if record["kind"] == "ddl":
+                stated = table_charset(record["statement"] or "", record["schema"] or "")
+                if stated is not None:
+                    self._set.append((n, *stated))
+
+    def __call__(self, table: Table) -> str | None:
+        before = [charset for n, named, charset in self._set if named == table and n < self.at]
+        if before:
+            return before[-1]
+        if any(named == table and n > self.at for n, named, _ in self._set):
+            return None
+        return self._default(table)
 
 
 # statements that may name a table but leave its columns as they are (or, TRUNCATE, empty it)
@@ -362,7 +433,7 @@ _KEEPING_OBJECTS = {"INDEX", "TRIGGER", "VIEW", "PROCEDURE", "FUNCTION", "EVENT"
 _OTHER_OBJECTS = {"TABLE", "DATABASE", "SCHEMA", "SEQUENCE", "SERVER", "USER", "ROLE", "PACKAGE", "TABLESPACE"}
 
 
-def _keeps_types(words: list[str]) -> bool:
+def keeps_types(words: list[str]) -> bool:
     """A DDL statement (`words`: its keywords) that changes no column of any table."""
     if not words:
         return False

@@ -97,7 +97,8 @@ class ColumnType:
         return name
 
 
-def _charset_name(name: str | None) -> str | None:
+def charset_name(name: str | None) -> str | None:
+    """A charset's name as the table map gives it (utf8: utf8mb3)."""
     if name is None:
         return None
     name = name.lower()
@@ -106,7 +107,7 @@ def _charset_name(name: str | None) -> str | None:
 
 def from_binlog(col: Any) -> ColumnType:
     """The type of a table map's column (`table_maps.BinlogColumn`)."""
-    kind, charset = col.type, _charset_name(col.character_set_name)
+    kind, charset = col.type, charset_name(col.character_set_name)
     nullable = bool(col.nullable)
     if kind in _INT_RANK:
         return ColumnType("int", rank=_INT_RANK[kind], unsigned=col.unsigned, nullable=nullable)
@@ -202,11 +203,11 @@ def parse_definition(tokens: list, words: list[str], default_charset: str | None
             nullable = False
         elif word in ("CHARSET", "CHARACTER") and i + 1 < len(words):
             i += 1 + (word == "CHARACTER")  # CHARACTER SET x
-            charset = _charset_name(str(tokens[i]).strip("'")) if i < len(tokens) else None
+            charset = charset_name(str(tokens[i]).strip("'")) if i < len(tokens) else None
         elif word == "COLLATE" and i + 1 < len(tokens) and charset is None:
             i += 1
             collation = str(tokens[i]).strip("'").lower()
-            charset = _charset_name("binary" if collation == "binary" else collation.split("_")[0])
+            charset = charset_name("binary" if collation == "binary" else collation.split("_")[0])
         elif word in ("DEFAULT", "COMMENT", "ON", "CHECK", "REFERENCES", "AS", "GENERATED", "INVISIBLE"):
             if word == "DEFAULT" and i + 1 < len(words) and words[i + 1] == "(":
                 _, i = _args(tokens, words, i + 1)
@@ -269,7 +270,7 @@ def parse_definition(tokens: list, words: list[str], default_charset: str | None
 def converted(old: ColumnType, charset: str) -> ColumnType:
     """A column after CONVERT TO CHARACTER SET `charset` (string, ENUM and SET columns; a TEXT grows
     to the type that holds as many characters, as the server does)."""
-    charset = _charset_name(charset) or charset
+    charset = charset_name(charset) or charset
     if old.family not in _STRINGS | {"enum", "set"}:
         return old
     if charset == "binary":

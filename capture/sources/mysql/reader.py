@@ -47,9 +47,10 @@ from capture.sources.mysql.column_rewrites import (
     column_rewrite,
     columns_after,
     landed_column_types,
+    table_charset,
 )
 from capture.sources.mysql.column_types import from_binlog
-from capture.sources.mysql.connection import ER_SPECIFIC_ACCESS_DENIED, connection_settings, query, translate
+from capture.sources.mysql.connection import ER_SPECIFIC_ACCESS_DENIED, connection_settings, translate
 from capture.sources.mysql.foreign_keys import (
     MAY_ADD,
     CascadingKey,
@@ -72,6 +73,7 @@ from capture.sources.mysql.statements import (
     truncated_table,
     written_tables,
 )
+from capture.sources.mysql.table_charsets import may_change, unchanged_since
 from capture.sources.mysql.table_maps import BinlogColumn, TableMap, TableMapCache
 from capture.sources.mysql.table_moves import check_rename, dropped_database, table_moves, temporary_tables
 from capture.sources.mysql.types import table_schema
@@ -225,6 +227,10 @@ class BinlogReader:
         # the table map read last of each captured table, and the column types ALTERs gave it since
         # (`_columns`): what a MODIFY of a type is judged against
         self._maps: dict[tuple[str, str], TableMap] = {}
+        # captured tables' default charsets at the event being read (`_default_charset`), and its end
+        self._charsets: dict[tuple[str, str], str | None] = {}
+        self._event_end = 4
+        self._resumed_charsets: dict[tuple[str, str], str | None] = {}  # `_resumed_charset`
         self._altered: dict[tuple[str, str], tuple[TableMap | None, Columns | None]] = {}
         # sessions' temporary tables (by thread id) as their logged DDL shows them (`_table_moves`)
         self._temporary: dict[int, set[tuple[str, str]]] = {}
@@ -329,8 +335,8 @@ class BinlogReader:
             elif kind == ev.TABLE_MAP:
                 table_map = table_maps.get(data[ev.BODY : end], post_header[ev.TABLE_MAP])
                 tables[table_map.table_id] = table_map
-                if self.captured(table_map.schema, table_map.table):
-                    self._maps[table_map.schema, table_map.table] = table_map
+                if not table_map.seen:  # the table changed (or was emptied) since its last table map
+                    self._note_map(table_map)
             elif kind == ev.XID:
                 in_transaction = False
                 yield self._end(log_pos, file_seq, pending_gtid, commit_ts)
@@ -370,6 +376,7 @@ class BinlogReader:
                     self._statement_logged(schema, statement, log_pos)  # refused unless it writes no captured table
                     continue
                 lsn = Lsn(file_seq | (log_pos - (end - ev.BODY)))
+                self._event_end = log_pos
                 if not self.mariadb and not in_transaction:
                     txid = f"{self.file}:{log_pos}"
                     commit_ts = self._commit_time(timestamp)
@@ -398,6 +405,8 @@ class BinlogReader:
                     check_column_rewrite(self.name, self.config, rewrite, statement, f"{self.file}:{log_pos}")
                 if not temporary and "alter" in statement[:40].lower():
                     self._alter_columns(schema, statement)
+                if not temporary:
+                    self._follow_charsets(schema, statement)
                 self._hidden.clear()  # DDL may have created or dropped a trigger, view or function
                 yield SchemaChange(lsn, txid, commit_ts, schema, statement)
                 truncated = None if temporary else truncated_table(schema, statement)
@@ -409,7 +418,9 @@ class BinlogReader:
                 for index, gone in enumerate(emptied):
                     yield Truncate(Lsn(lsn.major, index), txid, commit_ts, *gone)
                 for gone in [truncated, *emptied] if truncated is not None else emptied:
-                    self._maps.pop(gone, None)
+                    last = self._maps.pop(gone, None)
+                    if last is not None:
+                        last.seen = False  # its next table map (likely this one) is noted again
                     self._altered[gone] = (None, None)  # its landed rows are gone: no MODIFY changes them
                 if standalone or not in_transaction:
                     standalone = False
@@ -429,6 +440,14 @@ class BinlogReader:
                 yield self._heartbeat(kind, log_pos, data[ev.BODY : end]) if pending_gtid is None else Heartbeat()
             if self.stop.is_set() and not in_transaction:
                 return
+
+    def _note_map(self, table_map: TableMap) -> None:
+        """Note a captured table's map as the one read last (`_maps`), once a table map object: the
+        same object comes back from `TableMapCache` for every TABLE_MAP event until the table changes
+        (an ALTER, a reopened table: a new table id); one of a table emptied since is noted again."""
+        table_map.seen = True
+        if self.captured(table_map.schema, table_map.table):
+            self._maps[table_map.schema, table_map.table] = table_map
 
     def _heartbeat(self, kind: int, log_pos: int, body: bytes) -> Heartbeat:
         """A heartbeat; with read-only watermarks on MariaDB, one that names where the binlog ends.
@@ -549,7 +568,7 @@ class BinlogReader:
             return None
         if self._landed_types is None:  # as landed before this reader started (no DDL of the table since)
             history = self._history() if self._history is not None else []
-            self._landed_types, self._partial_types = landed_column_types(history, self._default_charset)
+            self._landed_types, self._partial_types = landed_column_types(history, self._resumed_charset)
         if table in self._partial_types:
             self._partial_types.discard(table)  # said once
             log.warning(
@@ -565,15 +584,35 @@ class BinlogReader:
         return dict(self._landed_types.get(table, {}))
 
     def _default_charset(self, table: tuple[str, str]) -> str | None:
-        """The table's default charset, as the catalog shows it now (None when it has no such table)."""
-        rows = query(
-            self._catalog_connection(),
-            "SELECT c.CHARACTER_SET_NAME FROM information_schema.TABLES t JOIN"
-            " information_schema.COLLATION_CHARACTER_SET_APPLICABILITY c ON c.COLLATION_NAME = t.TABLE_COLLATION"
-            " WHERE t.TABLE_SCHEMA = %s AND t.TABLE_NAME = %s",
-            self._named(table),
-        )
-        return str(rows[0][0]) if rows else None
+        """The table's default charset at the event being read (`table_charsets`): as the DDL read
+        since set it, else the catalog's if no DDL logged since the event changed it (asked once a
+        table, then followed); None when not known."""
+        table = self._named(table)
+        if table not in self._charsets:
+            conn = self._catalog_connection()
+            self._charsets[table] = unchanged_since(conn, table, self.file, self._event_end)
+        return self._charsets[table]
+
+    def _resumed_charset(self, table: tuple[str, str]) -> str | None:
+        """The table's default charset where this reader resumed, for the landed history's ALTERs
+        (`landed_column_types`): the catalog's, if no DDL logged since may have changed it (one
+        binlog scan a table)."""
+        table = self._named(table)
+        if table not in self._resumed_charsets:
+            at = (str(self.resume["file"]), int(self.resume.get("pos", 4)))
+            self._resumed_charsets[table] = unchanged_since(self._catalog_connection(), table, *at)
+        return self._resumed_charsets[table]
+
+    def _follow_charsets(self, schema: str, statement: str) -> None:
+        """Follow the default charsets `_default_charset` knows through a DDL statement: set where it
+        names one, forgotten (asked again when needed) where it may have changed one otherwise."""
+        stated = table_charset(statement, schema)
+        text = statement.lower()
+        for table in [t for t in self._charsets if t[1].lower() in text]:  # parsed only if it may name it
+            if may_change(statement, schema, table):
+                del self._charsets[table]
+        if stated is not None and stated[1] is not None:
+            self._charsets[self._named(stated[0])] = stated[1]
 
     def _alter_columns(self, schema: str, statement: str) -> None:
         """Follow the column types of the captured table an ALTER TABLE (landed) changes (`_columns`)."""

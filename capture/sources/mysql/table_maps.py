@@ -74,7 +74,8 @@ class BinlogColumn:
 
 @dataclass(eq=False)
 class TableMap:
-    """A table at one moment of the log. `compiled` is the reader's (schema, decoder) for it."""
+    """A table at one moment of the log. `compiled` is the reader's (schema, decoder) for it, `seen`
+    whether it has read it: the reader notes a captured table's map as its last only when it changes."""
 
     table_id: int
     schema: str
@@ -82,6 +83,7 @@ class TableMap:
     columns: tuple[BinlogColumn, ...]
     key: tuple[str, ...]  # SIMPLE_PRIMARY_KEY columns, in column order
     compiled: Any = field(default=None, repr=False)
+    seen: bool = field(default=False, repr=False)  # the reader has read this table map (`BinlogReader._items`)
 
 
 class TableMapCache:
