@@ -289,7 +289,8 @@ def test_hostile_values_and_operations_converge(postgres, request, spark, catalo
         _run(postgres, db, CHANGES)
         _two_phase(postgres, db)
         for table in KEYS:  # dumped again: repairs judge the hostile keys against the target's
-            run_dump(capture, f"public.{table}", chunk_size=4)
+            # nankey's 4th key is now (1.5, 24:00), landing as (1.5, NULL): a full chunk may not end there
+            run_dump(capture, f"public.{table}", chunk_size=10 if table == "nankey" else 4)
         wait_until_landed(postgres, db, capture)
         run_merge(spark, config, "src")
         capture.stop()
