@@ -80,11 +80,20 @@ def _progress(count: int, expected: int, done: bool, elapsed: float) -> tuple[fl
     return round(100 * part, 1), round(elapsed / part - elapsed, 1) if part > 0 else None
 
 
-def _check_advances(table: TableSchema, number: int, after: Row, rows: pa.StructArray) -> None:
-    """A full chunk must end past the key the previous one ended at, or the next SELECT returns it
-    again: keys whose landed values collapse (PostgreSQL infinity, BC and years past 9999 in a key
-    column all land as 0001-01-01 or 9999-12-31) would loop forever."""
+def _check_resumable(table: TableSchema, number: int, after: Row | None, rows: pa.StructArray) -> None:
+    """The next chunk resumes after this full chunk's last landed key, so that key must be one the
+    database can compare: not NULL (a key value the landing zone cannot hold, PostgreSQL's NaN in
+    numeric(p,s) or time 24:00, lands as NULL; `(k) > (NULL)` selects nothing and the dump would
+    end without the rows after it), and past the key the previous chunk ended at, or the next
+    SELECT returns it again: keys whose landed values collapse (PostgreSQL infinity, BC and years
+    past 9999 in a key column all land as 0001-01-01 or 9999-12-31) would loop forever."""
     end = tuple(rows.field(k)[-1].as_py() for k in table.key)
+    if None in end:
+        raise DumpInputError(
+            f"{table.qualified_name}: chunk {number} ends at key {encode_key(end)}, which lands as NULL "
+            f"(README: numeric NaN, time 24:00 in key ({', '.join(table.key)})), so the next chunk could not "
+            "resume after it; dump with a chunk_size larger than the rows up to the last such key"
+        )
     if end == after:
         raise DumpInputError(
             f"{table.qualified_name}: chunk {number} ends at key {encode_key(end)}, as the chunk before it did: "
@@ -384,8 +393,8 @@ class DumpEngine:
                     raise
                 table = self._schema_changed(dump_id, table, current, number)
                 continue
-            if read.keys is None and not read.last and progress.after is not None:
-                _check_advances(table, number, progress.after, read.rows)
+            if read.keys is None and not read.last:
+                _check_resumable(table, number, progress.after, read.rows)
             meta = ChunkMeta(
                 dump_id=dump_id,
                 table=table.qualified_name,

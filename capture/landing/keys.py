@@ -1,10 +1,10 @@
 """Key values encoded as JSON for progress files and chunk metadata without losing their type
-(decimals, bytes, dates, times as tagged objects)."""
+(decimals, bytes, dates, times of day and durations as tagged objects)."""
 
 from __future__ import annotations
 
 import base64
-from datetime import date, datetime, timedelta
+from datetime import date, datetime, time, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -24,6 +24,8 @@ def encode_value(value: Any) -> Any:
         return {"date": value.isoformat()}
     if isinstance(value, timedelta):
         return {"micros": value // timedelta(microseconds=1)}
+    if isinstance(value, time):  # PostgreSQL time (MariaDB's TIME is a timedelta)
+        return {"time": value.isoformat()}
     raise TypeError(f"cannot encode key value of type {type(value).__name__}")
 
 
@@ -37,6 +39,7 @@ def decode_value(value: Any) -> Any:
         "datetime": datetime.fromisoformat,
         "date": date.fromisoformat,
         "micros": lambda n: timedelta(microseconds=n),
+        "time": time.fromisoformat,
     }[kind](text)
 
 

@@ -570,8 +570,7 @@ def key_filter(source: Any, keys: list[str], types: dict[str, Any], alias: str =
         return None
     numeric = isinstance(spark_type, (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.DecimalType))
     rows = (
-        source.where(sf.col(quote(first)).isNotNull())
-        .select(text.alias("_text"), sf.col(quote(first)).alias("_value"))
+        source.select(text.alias("_text"), sf.col(quote(first)).alias("_value"))
         .distinct()
         .orderBy("_value")
         .limit(PRUNE_MAX_KEYS + 1)
@@ -582,10 +581,13 @@ def key_filter(source: Any, keys: list[str], types: dict[str, Any], alias: str =
     )
     if len(rows) > PRUNE_MAX_KEYS:
         return None
-    if not rows:
-        return "false"
     column = f"{alias}.{quote(first)}"
-    spans = []
+    # a key part that landed as NULL (a value the landing zone cannot hold: PostgreSQL's numeric
+    # NaN) matches the target's NULL (`<=>` in the MERGE): sorted first by the ORDER BY
+    spans = [f"{column} IS NULL"] if rows and rows[0]["_text"] is None else []
+    rows = rows[len(spans) :]
+    if not rows:
+        return spans[0] if spans else "false"
     for i, j in _cuts([r["_value"] if numeric else None for r in rows], numeric, PRUNE_RANGES):
         lo, hi = _literal(rows[i]["_text"], spark_type), _literal(rows[j]["_text"], spark_type)
         spans.append(f"{column} = {lo}" if i == j else f"({column} >= {lo} AND {column} <= {hi})")
@@ -806,7 +808,7 @@ class TableMerge:
                     window = events.select(*keys, "_lsn")
                     survivors = chunk_rows.join(
                         window,
-                        [chunk_rows[k] == window[k] for k in keys]
+                        [chunk_rows[k].eqNullSafe(window[k]) for k in keys]  # NULL: a key part landed as NULL
                         + [window["_lsn"] > chunk_rows["_low"], window["_lsn"] < chunk_rows["_high"]],
                         "left_anti",
                     )
@@ -815,7 +817,12 @@ class TableMerge:
                         hidden_keys = hidden.select("_cid", *keys)
                         if sum(m.num_rows for m, _ in metas) <= BROADCAST_EVENTS:
                             hidden_keys = sf.broadcast(hidden_keys)
-                        survivors = survivors.join(hidden_keys, ["_cid", *keys], "left_anti")
+                        survivors = survivors.join(
+                            hidden_keys,
+                            [survivors["_cid"] == hidden_keys["_cid"]]
+                            + [survivors[k].eqNullSafe(hidden_keys[k]) for k in keys],
+                            "left_anti",
+                        )
                     stream = stream.unionByName(self._chunk_stream(survivors))
                     if self.has_missing:
                         stream = stream.unionByName(self._bases(chunk_rows, events, hidden))
@@ -1190,7 +1197,7 @@ class TableMerge:
         rows = chunk_rows.select(*keys, "_cid", "_low", "_high")
         newer = rows.join(
             window,
-            [rows[k] == window[f"_w{i}"] for i, k in enumerate(keys)]
+            [rows[k].eqNullSafe(window[f"_w{i}"]) for i, k in enumerate(keys)]
             + [window["_lsn"] > rows["_low"], window["_lsn"] < rows["_high"]],
         ).select("_cid", *keys, "_lsn", "_order", "_op", "_missing")
         if hidden is not None:
@@ -1208,7 +1215,14 @@ class TableMerge:
             ).alias("_carried"),
         )
         per_key = per_key.where((sf.col("_last_op") != "d") & (sf.size("_carried") < len(others)))
-        based = chunk_rows.join(per_key, ["_cid", *keys])
+        per_key = per_key.select(
+            sf.col("_cid").alias("_pcid"), *(sf.col(k).alias(f"_p{i}") for i, k in enumerate(keys)), "_carried"
+        )
+        same = [chunk_rows["_cid"] == per_key["_pcid"]]
+        based = chunk_rows.join(
+            per_key, same + [chunk_rows[k].eqNullSafe(per_key[f"_p{i}"]) for i, k in enumerate(keys)]
+        )
+        based = based.drop("_pcid", *(f"_p{i}" for i in range(len(keys))))
         return self._chunk_stream(based, sf.col("_carried"))
 
     def _repairs(
@@ -1483,7 +1497,9 @@ class TableMerge:
             source = source.persist(StorageLevel.MEMORY_AND_DISK)  # read by the key filter, then the MERGE
             source.createOrReplaceTempView(view)
             try:
-                on = " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in keys)
+                # null-safe: a key part the landing zone could not hold lands as NULL (PostgreSQL's
+                # numeric NaN, time 24:00), and that row's later events must still find it
+                on = " AND ".join(f"t.{quote(k)} <=> s.{quote(k)}" for k in keys)
                 pruning = key_filter(source, keys, {f.name: f.dataType for f in target_fields})
                 self.report["key_filter"] = pruning is not None
                 if pruning is not None:

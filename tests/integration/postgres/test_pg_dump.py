@@ -232,23 +232,39 @@ def test_progress_of_a_table_never_analysed_is_estimated(postgres, pg_database, 
     assert all(line["percent"] is None or line["percent"] < 100 for line in lines[:-1])
 
 
-def test_a_key_whose_values_land_as_one_value_refuses_to_loop(postgres, pg_database, make_pg_capture):
-    """infinity and years past 9999 in a date key all land as 9999-12-31 (README): a full chunk of
-    them would end where the chunk before it ended, and the next would read them again."""
-    postgres.execute(
+KEYS_LANDING_AS_ONE_OR_NULL = [
+    pytest.param(  # infinity and years past 9999 all land as 9999-12-31: the next chunk would read them again
         "CREATE TABLE far_keys (d date PRIMARY KEY, v int)",
         "INSERT INTO far_keys VALUES ('9999-12-30', 1), ('infinity', 2), ('10000-01-01', 3), ('20000-01-01', 4)",
-        database=pg_database,
-    )
+        r"public\.far_keys: chunk 2 ends at key .*9999-12-31.* key \(d\)",
+        (5, 4),
+        id="collapsed",
+    ),
+    pytest.param(  # NaN lands as NULL: `(k, i) > (NULL, 2)` selects nothing, and on main the dump ended
+        # there without the rows after it, and no error
+        "CREATE TABLE nan_keys (k numeric(10,2), i int, v int, PRIMARY KEY (k, i))",
+        "INSERT INTO nan_keys VALUES ('NaN', 1, 1), ('NaN', 2, 2), ('NaN', 3, 3)",
+        r"public\.nan_keys: chunk 1 ends at key \[None, 2\], which lands as NULL",
+        (4, 3),
+        id="null",
+    ),
+]
+
+
+@pytest.mark.parametrize(("ddl", "rows", "refused", "larger"), KEYS_LANDING_AS_ONE_OR_NULL)
+def test_a_full_chunk_the_next_cannot_resume_after_is_refused(
+    postgres, pg_database, make_pg_capture, ddl, rows, refused, larger
+):
+    """Keys whose landed values collapse (README) or land as NULL: with chunks of 2 the dump stops with
+    an error naming the table and the key; with a chunk larger than those keys it dumps every row."""
+    postgres.execute(ddl, rows, database=pg_database)
+    table = "public." + ddl.split()[2]
     engine, source = open_engine(make_pg_capture())
     try:
-        with pytest.raises(DumpInputError, match=r"public\.far_keys: chunk 2 ends at key .*9999-12-31.* key \(d\)"):
-            engine.run(DumpRequest(tables=["public.far_keys"], settings=DumpSettings(chunk_size=2)))
-        assert (
-            engine.run(DumpRequest(tables=["public.far_keys"], settings=DumpSettings(chunk_size=5)))["tables"][0][
-                "rows"
-            ]
-            == 4
-        )
+        with pytest.raises(DumpInputError, match=refused):
+            engine.run(DumpRequest(tables=[table], settings=DumpSettings(chunk_size=2)))
+        chunk_size, count = larger
+        request = DumpRequest(tables=[table], settings=DumpSettings(chunk_size=chunk_size))
+        assert engine.run(request)["tables"][0]["rows"] == count
     finally:
         source.close()
