@@ -1,7 +1,8 @@
 """What `logtide status` reports, collected without Spark and without a running capture service.
 
 Per source:
-- the lease (ZooKeeper: leader, standbys, epoch) and the checkpoint (frontier, position, epoch);
+- the lease (ZooKeeper: leader, standbys, epoch), whether capture runs (`capture_running`) and the
+  checkpoint (frontier, position, epoch);
 - lag: the source's log end against the landed position (MariaDB/MySQL: binlog bytes and, with
   GTIDs, transactions; PostgreSQL: WAL bytes from the slot's confirmed LSN), the time since the
   last landed commit, and `lag_s`: 0 when nothing is waiting, else that time (an upper bound: the
@@ -40,9 +41,10 @@ from capture.dump.states import dumps_status, held_dumps
 from capture.errors import UnusableTableError
 from capture.events import lsn_text
 from capture.landing import LandingZone
+from capture.landing.alive import ALIVE_STALE_S, read_alive
 from capture.landing.checkpoint import Checkpoint
 from capture.landing.reader import chunk_files, committed_frontier, merge_tables, table_segments
-from capture.landing.zone import table_folder
+from capture.landing.zone import LOCK_TABLE, table_folder
 from capture.merge.target import FRONTIER, UNKNOWN_SAMPLE, UNKNOWN_VALUES, Target, frontier_value, recorded, target_of
 from capture.sources import open_source
 from capture.sources.table_keys import no_key
@@ -70,6 +72,7 @@ def source_status(config: LogtideConfig, name: str) -> dict[str, Any]:
         "checkpoint_at": checkpoint.updated_at.isoformat() if checkpoint else None,
         "epoch": checkpoint.epoch if checkpoint else None,
         "lease": lease_status(config, name),
+        "capture": dict(zip(("running", "reason"), capture_running(config, name, zone), strict=True)),
         "events_by_table": events_by_table(zone) if checkpoint else {},
     }
     report["lag"] = lag_status(name, source, zone, checkpoint)
@@ -130,13 +133,16 @@ def events_by_table(zone: LandingZone) -> dict[str, int]:
 
 def last_landed_commit(zone: LandingZone) -> float | None:
     """Source commit time (epoch seconds) of the newest landed event: the last committed file of
-    every table folder holds it."""
+    every table folder holds it (a file removed meanwhile, by a restarted capture, is left out)."""
     newest: float | None = None
     for schema, table in zone.tables():
         files = zone.committed_files(table_folder(schema, table))
         if not files:
             continue
-        column = pq.read_table(files[-1], columns=["_commit_ts"])["_commit_ts"]
+        try:
+            column = pq.read_table(files[-1], columns=["_commit_ts"])["_commit_ts"]
+        except FileNotFoundError:
+            continue
         value = pc.max(column).as_py()
         if value is not None:
             stamp = value.replace(tzinfo=value.tzinfo or UTC).timestamp()
@@ -144,43 +150,57 @@ def last_landed_commit(zone: LandingZone) -> float | None:
     return newest
 
 
-def capture_state(config: LogtideConfig, name: str, zone: LandingZone) -> dict[str, Any]:
-    """Whether capture of source `name` runs, and how far its landing zone reaches, from the
-    landing zone and the lease alone (no database): `running` is True, False or None (unknown)
-    with `reason`; `frontier`, `checkpoint_at`/`checkpoint_age_s` (the last commit of capture)
-    and `last_commit_at`/`since_last_commit_s` (source commit time of the newest landed event)."""
-    checkpoint = zone.checkpoint()
-    last = last_landed_commit(zone) if checkpoint is not None else None
-    now = time.time()
-    state: dict[str, Any] = {
-        "source": name,
-        "frontier": lsn_text(checkpoint.frontier.encode()) if checkpoint else None,
-        "checkpoint_at": checkpoint.updated_at.isoformat() if checkpoint else None,
-        "checkpoint_age_s": round(now - checkpoint.updated_at.timestamp(), 1) if checkpoint else None,
-        "last_commit_at": datetime.fromtimestamp(last, UTC).isoformat() if last is not None else None,
-        "since_last_commit_s": round(now - last, 1) if last is not None else None,
-    }
+def capture_running(
+    config: LogtideConfig, name: str, zone: LandingZone, locks: Path = LOCK_TABLE
+) -> tuple[bool | None, str]:
+    """Whether capture of source `name` runs (True, False or None: unknown) and why. ZooKeeper: a
+    leader holds the lease. Local lease: a process holds the lock file (/proc/locks, this PID
+    namespace only) or its heartbeat (`capture.landing.alive`) is younger than `ALIVE_STALE_S`;
+    stopped when neither, so a capture in another container or on another host counts."""
     if config.coordination.kind == "zookeeper":
         try:
             lease = lease_status(config, name) or {}
         except Exception as exc:  # a merge goes on without knowing: say so
             lease = {"error": f"ZooKeeper unreadable: {type(exc).__name__}: {exc}"}
         if lease.get("error"):
-            state.update(running=None, reason=str(lease["error"]))
-        elif lease.get("leader"):
-            state.update(running=True, reason=f"leader {lease['leader']} holds the lease in ZooKeeper")
-        else:
-            state.update(running=False, reason="no capture instance holds its lease in ZooKeeper")
-        return state
-    held = zone.lock_held()
+            return None, str(lease["error"])
+        if lease.get("leader"):
+            return True, f"leader {lease['leader']} holds the lease in ZooKeeper"
+        return False, "no capture instance holds its lease in ZooKeeper"
     lock = zone.root / "capture.lock"
-    if held is None:
-        state.update(running=None, reason="the kernel's lock table cannot be read")
-    elif held:
-        state.update(running=True, reason=f"a process holds {lock}")
-    else:
-        state.update(running=False, reason=f"no process holds {lock}")
-    return state
+    held = zone.lock_held(locks)
+    if held:
+        return True, f"a process holds {lock}"
+    beat = read_alive(zone.root)
+    if beat is not None and beat["age_s"] < ALIVE_STALE_S:
+        return True, f"capture (pid {beat.get('pid')} on {beat.get('host')}) wrote its heartbeat {beat['age_s']} s ago"
+    if beat is None and held is None:
+        return None, "the kernel's lock table cannot be read and there is no heartbeat"
+    last = "no heartbeat"
+    if beat is not None:
+        last = f"its last heartbeat is {beat['age_s']} s old (stale after {ALIVE_STALE_S:g} s)"
+    return False, f"no process holds {lock} here and {last}"
+
+
+def capture_state(config: LogtideConfig, name: str, zone: LandingZone) -> dict[str, Any]:
+    """Whether capture of source `name` runs (`capture_running`), and how far its landing zone
+    reaches, from the landing zone and the lease alone (no database): `running` is True, False or
+    None (unknown) with `reason`; `frontier`, `checkpoint_at`/`checkpoint_age_s` (the last commit of
+    capture) and `last_commit_at`/`since_last_commit_s` (source commit time of the newest landed event)."""
+    checkpoint = zone.checkpoint()
+    last = last_landed_commit(zone) if checkpoint is not None else None
+    now = time.time()
+    running, reason = capture_running(config, name, zone)
+    return {
+        "source": name,
+        "frontier": lsn_text(checkpoint.frontier.encode()) if checkpoint else None,
+        "checkpoint_at": checkpoint.updated_at.isoformat() if checkpoint else None,
+        "checkpoint_age_s": round(now - checkpoint.updated_at.timestamp(), 1) if checkpoint else None,
+        "last_commit_at": datetime.fromtimestamp(last, UTC).isoformat() if last is not None else None,
+        "since_last_commit_s": round(now - last, 1) if last is not None else None,
+        "running": running,
+        "reason": reason,
+    }
 
 
 # -- lag --------------------------------------------------------------------------------------
@@ -377,6 +397,8 @@ def render(report: list[dict[str, Any]]) -> str:
             f"source {entry['source']} ({entry['kind']}, {entry['watermarks']} watermarks{cascades})"
             f"  landing {entry['landing']}"
         )
+        running = {True: "running", False: "not running", None: "unknown"}[entry["capture"]["running"]]
+        lines.append(f"  capture {running} ({entry['capture']['reason']})")
         lease = entry["lease"]
         if lease is not None:
             standbys = ", ".join(lease.get("standbys") or []) or "none"

@@ -9,11 +9,13 @@ from contextlib import ExitStack
 
 from capture.coordination.fencing import landed_epoch
 from capture.landing import LandingZone
+from capture.landing.alive import AliveBeat
 
 
 class LocalLease:
     """`LandingZone.lock()` as a Lease. Does not wait: a second instance gets LockHeldError,
-    whose message names the holder's pid. The lock dies with its process, so it is never lost."""
+    whose message names the holder's pid. The lock dies with its process, so it is never lost.
+    While held, the heartbeat file (`capture.landing.alive`) says so to other containers and hosts."""
 
     kind = "local"
     waits = False
@@ -28,9 +30,12 @@ class LocalLease:
     def acquire(self, stop: threading.Event) -> bool:
         if stop.is_set():
             return False
-        stack = ExitStack()
-        stack.enter_context(self.zone.lock())  # raises LockHeldError when held
-        self._stack = stack
+        with ExitStack() as stack:
+            stack.enter_context(self.zone.lock())  # raises LockHeldError when held
+            beat = AliveBeat(self.zone.root)
+            stack.callback(beat.stop)  # before the lock is released: stopped cleanly, no heartbeat left
+            beat.start()
+            self._stack = stack.pop_all()
         self._epoch = landed_epoch(self.zone) + 1  # under the lock: no other writer can race us
         return True
 

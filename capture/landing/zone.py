@@ -23,6 +23,7 @@ from capture.log import get_logger
 log = get_logger(__name__)
 
 SCHEMA_HISTORY = "schema_history"
+LOCK_TABLE = Path("/proc/locks")
 
 
 @functools.lru_cache(maxsize=4096)
@@ -81,11 +82,13 @@ class LandingZone:
         finally:
             handle.close()
 
-    def lock_held(self, locks: Path = Path("/proc/locks")) -> bool | None:
+    def lock_held(self, locks: Path = LOCK_TABLE) -> bool | None:
         """Whether a process holds the lock file (`lock`), read from the kernel's lock table
         without taking the lock (a probe that took it would make a capture starting at that
-        moment fail); None where the table cannot be read. Any process of this kernel counts, in
-        other containers too; a capture on another machine does not show here."""
+        moment fail); None where the table cannot be read. The table lists only the locks of
+        this PID namespace's processes: a capture in another container (docker-compose.yml runs
+        Airflow and capture in separate ones) or on another machine does not show here, nor
+        reliably one on NFS or overlayfs; its heartbeat does (`capture.landing.alive`)."""
         try:
             stat = (self.root / "capture.lock").stat()
             table = locks.read_text()

@@ -42,7 +42,7 @@ from capture.landing.reader import Watermarks, Window, chunk_window, dump_chunk_
 from capture.log import get_logger
 from capture.merge.target import target_of
 from capture.merge_submit import APPLICATION, build_merge_submit, merge_lock
-from capture.status import capture_state
+from capture.status import capture_running, capture_state
 from logtide_airflow.hooks import config_path
 
 log = get_logger(__name__)
@@ -90,20 +90,19 @@ def last_chunks(zone: LandingZone, dump_id: str, tables: Sequence[str]) -> dict[
     return found
 
 
-CAPTURE_STALE_S = 15.0  # no checkpoint for this long and no lease held: capture is stopped
-CAPTURE_CHECK_EVERY_S = 5.0
+CAPTURE_CHECK_EVERY_S = 2.0  # cheap: /proc/locks and the small heartbeat file
 
 
 def capture_stopped(config: LogtideConfig, zone: LandingZone) -> str | None:
-    """Why capture of the zone's source is stopped, or None while it may run: its lease is free
-    (`capture_state`) and it has written no checkpoint for `CAPTURE_STALE_S` (both: a lease this
-    machine cannot see, such as a capture on another host, never stops a waiting dump)."""
-    state = capture_state(config, zone.source, zone)
-    age = state["checkpoint_age_s"]
-    if state["running"] is not False or (age is not None and age < CAPTURE_STALE_S):
+    """Why capture of the zone's source is stopped, or None while it may run (`capture_running`:
+    its lease held, or with the local lease its lock visible here or its heartbeat fresh)."""
+    running, reason = capture_running(config, zone.source, zone)
+    if running is not False:
         return None
-    written = f"its last checkpoint was written at {state['checkpoint_at']}" if age is not None else "no checkpoint"
-    return f"capture for source {zone.source} is not running ({state['reason']}; {written})"
+    checkpoint = zone.checkpoint()
+    at = checkpoint.updated_at.isoformat() if checkpoint else None
+    written = f"its last checkpoint was written at {at}" if at else "no checkpoint"
+    return f"capture for source {zone.source} is not running ({reason}; {written})"
 
 
 def log_landing(config: LogtideConfig, zone: LandingZone) -> dict[str, Any]:

@@ -4,6 +4,8 @@ dump progress, and the applied frontier read from Iceberg tables a real merge wr
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,7 +17,8 @@ import pytest
 import yaml
 
 from capture.dump.progress import dump_dir
-from capture.status import capture_state, collect, render
+from capture.landing.alive import ALIVE_STALE_S
+from capture.status import capture_running, capture_state, collect, render
 from tests.conftest import ROOT
 from tests.integration.dumping import run_dump, wait_until_landed
 from tests.integration.postgres.conftest import make_pg_capture, pg_database  # noqa: F401 - fixtures
@@ -49,6 +52,7 @@ def test_lag_grows_while_capture_is_stopped_and_returns_to_zero(mariadb, databas
     assert caught_up["lag"]["bytes"] == 0 and caught_up["lag"]["transactions"] == 0
     assert caught_up["lag"]["lag_s"] == 0.0 and caught_up["lag"]["last_commit_at"] is not None
     assert caught_up["events_by_table"] == {f"{database}.t": 5}
+    assert caught_up["capture"] == {"running": True, "reason": f"a process holds {capture.zone.root}/capture.lock"}
     port = capture.config.source("src").metrics.port  # the instance's own view: it leads, with that epoch
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as response:
         health = json.loads(response.read())
@@ -70,6 +74,7 @@ def test_lag_grows_while_capture_is_stopped_and_returns_to_zero(mariadb, databas
     assert lag["lag_s"] >= 1.0 and lag["lag_s"] == lag["since_last_commit_s"]
     text = _cli(capture.config_path, "status").stdout
     assert f"lag {lag['bytes']} bytes, 40 transactions" in text
+    assert f"capture not running (no process holds {capture.zone.root}/capture.lock here and no heartbeat)" in text
 
     capture.start()
     capture.wait_events(database, "t", 45)
@@ -77,6 +82,56 @@ def test_lag_grows_while_capture_is_stopped_and_returns_to_zero(mariadb, databas
     again = _status(capture.config_path)["lag"]
     assert again["bytes"] == 0 and again["transactions"] == 0 and again["lag_s"] == 0.0
     capture.stop()
+
+
+# what Airflow's `landed_<source>` (capture_stopped) and `log_landing` see, run in a PID namespace of its own
+_ELSEWHERE = """
+import json, sys
+from capture.config import load_config
+from capture.landing import LandingZone
+from capture.status import capture_state
+from logtide_airflow.merge import capture_stopped
+config = load_config(sys.argv[1])
+zone = LandingZone(config.landing.path, "src")
+print(json.dumps({"stopped": capture_stopped(config, zone), **capture_state(config, "src", zone)}))
+"""
+
+
+def _seen_from_another_container(config: Path, tmp_path: Path) -> dict:
+    """Airflow runs in another container than capture (docker-compose.yml): there /proc/locks does
+    not show capture's lock, as here in a new PID namespace (`unshare --pid --mount-proc`, as root)."""
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'plugins'}", "AIRFLOW_HOME": str(tmp_path / "airflow")}
+    command = ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", _ELSEWHERE, str(config)]
+    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_an_idle_capture_in_another_container_runs_until_killed(mariadb, database, start_capture, tmp_path):
+    """An idle source: capture writes no checkpoint. On main, once the checkpoint was 15 s old,
+    Airflow in another container (the lock not visible there) said capture was not running: a
+    dump's `landed_` failed at once and every merge warned `merge.capture_stopped`. Its heartbeat
+    says it runs; killed, it is stopped within ALIVE_STALE_S of its last heartbeat."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare for a PID namespace of its own")
+    capture = start_capture("CREATE TABLE t (id INT PRIMARY KEY, v INT)")
+    idle = lambda: time.time() - capture.zone.checkpoint().updated_at.timestamp() > 16  # noqa: E731
+    wait_for(idle, 30, 0.5, "the checkpoint to be 16 s old")
+    elsewhere = _seen_from_another_container(capture.config_path, tmp_path)
+    assert elsewhere["stopped"] is None and elsewhere["running"] is True, elsewhere
+    assert f"capture (pid {capture.process.pid} on " in elsewhere["reason"] and elsewhere["checkpoint_age_s"] > 16
+
+    capture.kill()
+    killed = time.monotonic()
+    wait_for(lambda: capture_running(capture.config, "src", capture.zone)[0] is False, 20, 0.2, "capture to be stopped")
+    assert time.monotonic() - killed <= ALIVE_STALE_S + 1
+    elsewhere = _seen_from_another_container(capture.config_path, tmp_path)
+    assert elsewhere["running"] is False, elsewhere
+    assert elsewhere["stopped"].startswith("capture for source src is not running (no process holds "), elsewhere
+    assert (
+        "its last heartbeat is " in elsewhere["stopped"]
+        and "its last checkpoint was written at " in elsewhere["stopped"]
+    )
 
 
 def test_status_without_the_database_still_shows_the_landing_zone(mariadb, database, make_capture, tmp_path):

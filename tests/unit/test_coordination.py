@@ -4,6 +4,7 @@ local lease, and that a fenced-off writer can neither write, commit nor delete."
 from __future__ import annotations
 
 import json
+import os
 import threading
 from datetime import UTC, datetime
 
@@ -17,9 +18,11 @@ from capture.coordination.local import LocalLease
 from capture.errors import ConfigError, FencedError, LeaseLostError, LockHeldError
 from capture.events import Change, ChangeBatch, Column, Lsn, Op, TableSchema, TransactionEnd
 from capture.landing import Checkpoint, LandingZone
+from capture.landing.alive import ALIVE_STALE_S, alive_path
 from capture.landing.checkpoint import read_checkpoint
 from capture.landing.files import segment_name, write_parquet_atomic
 from capture.landing.log_writer import LogWriter
+from capture.status import capture_running
 
 pytestmark = pytest.mark.unit
 
@@ -80,6 +83,29 @@ def test_local_lease_refuses_a_second_instance_and_counts_epochs(tmp_path):
     stop = threading.Event()
     stop.set()
     assert not lease.acquire(stop)
+
+
+def test_the_heartbeat_says_capture_runs_where_its_lock_is_not_visible(tmp_path):
+    """Another container's /proc/locks does not list capture's lock (an empty table here): the
+    heartbeat alone decides, fresh = running, older than ALIVE_STALE_S or missing = stopped."""
+    config, zone = _config(), LandingZone(tmp_path, "src")
+    elsewhere = tmp_path / "locks"
+    elsewhere.write_text("")
+    lease = open_lease(config, "s", zone)
+    assert lease.acquire(threading.Event())
+    assert capture_running(config, "s", zone) == (True, f"a process holds {zone.root / 'capture.lock'}")
+    running, reason = capture_running(config, "s", zone, elsewhere)
+    assert running is True and reason.startswith(f"capture (pid {os.getpid()} on "), reason
+    lease.release()  # a clean stop removes the heartbeat
+    assert not alive_path(zone.root).exists()
+    assert capture_running(config, "s", zone, elsewhere)[1].endswith("here and no heartbeat")
+    for age, expected in ((ALIVE_STALE_S - 2, True), (ALIVE_STALE_S + 1, False)):  # a killed capture's
+        at = datetime.now(UTC).timestamp() - age
+        beat = {"at": datetime.fromtimestamp(at, UTC).isoformat(), "pid": 7, "host": "capture-1"}
+        alive_path(zone.root).write_text(json.dumps(beat))
+        running, reason = capture_running(config, "s", zone, elsewhere)
+        assert running is expected, reason
+    assert reason.endswith(f"its last heartbeat is {ALIVE_STALE_S + 1:.1f} s old (stale after {ALIVE_STALE_S:g} s)")
 
 
 def _commit_one(writer: LogWriter, major: int) -> None:
