@@ -87,7 +87,12 @@ class ChunkReadAgain(LogtideError):
 
 class DumpClaimedError(LogtideError):
     """Another dump holds a table this dump asks for (or this dump lost its claim on it); two
-    dumps of one table never run at once. Nothing was written."""
+    dumps of one table never run at once. Nothing was written. `holder`: the dump id holding the
+    table, when its record says (an Airflow backfill run waits behind another's: operators.py)."""
+
+    def __init__(self, message: str, holder: str | None = None) -> None:
+        super().__init__(message)
+        self.holder = holder
 
 
 class UnusableTableError(DumpInputError):

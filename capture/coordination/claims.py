@@ -94,7 +94,8 @@ def claimed_error(source: str, table: str, holder: Holder | None) -> DumpClaimed
     else:
         cancel = "with `logtide dump-control`"
     return DumpClaimedError(
-        f"table {table} is being dumped by {who}; wait for it or cancel it {cancel}. Nothing was written"
+        f"table {table} is being dumped by {who}; wait for it or cancel it {cancel}. Nothing was written",
+        holder.dump_id if holder else None,
     )
 
 

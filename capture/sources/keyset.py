@@ -34,12 +34,13 @@ def select_where(columns: str, table: str, where: Sequence[str]) -> str:
     return sql + " WHERE " + " AND ".join(where) if where else sql
 
 
-def key_comparison(table: str, key: Sequence[str], row: str = "") -> str:
+def key_comparison(table: str, key: Sequence[str], row: str = "", selected: Sequence[str] = ()) -> str:
     """`SELECT a > b` for two keys (parameters: a's values, then b's) as the table orders its key:
     each key goes through a UNION with the key columns, whose impossible WHERE reads no row, so its
     values take the columns' types and collations; the row comparison is then lexicographic, as
-    ORDER BY is. `table` and `key` come quoted; `row`: the dialect's row constructor keyword."""
-    columns = ", ".join(key)
+    ORDER BY is. `table` and `key` come quoted; `row`: the dialect's row constructor keyword;
+    `selected`: what the UNION selects in place of each key column, named as it (default: the column)."""
+    columns = ", ".join(selected or key)
     typed = f"(SELECT {columns} FROM {table} WHERE FALSE UNION ALL SELECT {', '.join(['%s'] * len(key))})"
 
     def values(alias: str) -> str:

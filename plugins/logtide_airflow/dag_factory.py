@@ -271,7 +271,11 @@ def build_dump_dag(
         for source, task_id in zip(sources, dump_task_ids, strict=True):
             planned = plan_for(source)
             dump = LogtideDumpOperator.partial(
-                task_id=task_id, pool=pool_name(source), source=source, map_index_template="{{ task.table }}"
+                task_id=task_id,
+                pool=pool_name(source),
+                source=source,
+                map_index_template="{{ task.table }}",
+                queue_behind=dump_id_prefix or None,  # the backfill DAG: its runs queue, not fail
             ).expand_kwargs(planned)
             dumps.append(dump)
             add_dump_merge(source, planned, dump)

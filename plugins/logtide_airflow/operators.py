@@ -12,10 +12,11 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from airflow.sdk import BaseOperator
-from airflow.sdk.exceptions import AirflowFailException
+from airflow.sdk.exceptions import AirflowFailException, AirflowRescheduleException
 from pydantic import ValidationError
 
 from capture.config import DumpConfig
@@ -100,6 +101,11 @@ class LogtideDumpOperator(BaseOperator):
     `dump_id` defaults to one derived from the DAG run id. Settings left None take the source's
     `dump:` defaults from the config; the Variables of `logtide_airflow.control` override them
     while the dump runs.
+
+    `queue_behind`: a dump id prefix (the backfill DAG's `backfill-`). While the table is held by
+    another dump whose id has it, the task is rescheduled every `claim_poke_s` (its pool slot is
+    free meanwhile) for up to `claim_wait_s`, instead of failing: an `airflow backfill create`
+    starts up to 10 runs at once whatever the DAG's max_active_runs, and they then queue.
     """
 
     template_fields: Sequence[str] = ("source", "table", "dump_id", *REQUEST_FIELDS)
@@ -117,9 +123,15 @@ class LogtideDumpOperator(BaseOperator):
         chunk_size: int | None = None,
         delay_s: float | None = None,
         max_rows_per_s: float | None = None,
+        queue_behind: str | None = None,
+        claim_wait_s: float = 6 * 3600,
+        claim_poke_s: float = 20,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.queue_behind = queue_behind
+        self.claim_wait_s = claim_wait_s
+        self.claim_poke_s = claim_poke_s
         self.source = source
         self.table = table
         self.dump_id = dump_id
@@ -165,6 +177,7 @@ class LogtideDumpOperator(BaseOperator):
             )
             raise AirflowFailException(f"{exc}; {action}") from exc
         except DumpClaimedError as exc:
+            self._queue(context, dump_id, exc)
             log.error("dump.refused", dump_id=dump_id, source=self.source, table=self.table, error=str(exc))
             raise AirflowFailException(
                 f"{exc}; this run can dump {self.table} after that: clear this task once it is done"
@@ -176,3 +189,22 @@ class LogtideDumpOperator(BaseOperator):
         except LogtideError as exc:
             log.error("dump.refused", dump_id=dump_id, source=self.source, table=self.table, error=str(exc))
             raise AirflowFailException(str(exc)) from exc
+
+    def _queue(self, context: Any, dump_id: str, exc: DumpClaimedError) -> None:
+        """Reschedule the task while another dump of `queue_behind` holds the table, up to
+        `claim_wait_s` after the first refusal; past it (or another holder) return: it fails."""
+        prefix, holder = self.queue_behind, exc.holder
+        if not prefix or not holder or holder == dump_id or not holder.startswith(prefix):
+            return
+        now = datetime.now(UTC)
+        waited = (now - (context["ti"].get_first_reschedule_date(context) or now)).total_seconds()
+        if waited >= self.claim_wait_s:
+            raise AirflowFailException(
+                f"{exc}; this run waited {waited:.0f} s for dump {holder} (claim_wait_s {self.claim_wait_s:.0f}): "
+                f"clear this task once it is done"
+            ) from exc
+        log.info(
+            "dump.claim_queued", dump_id=dump_id, table=self.table, holder=holder, waited_s=round(waited),
+            next_try_s=self.claim_poke_s,
+        )  # fmt: skip
+        raise AirflowRescheduleException(now + timedelta(seconds=self.claim_poke_s)) from exc

@@ -530,3 +530,38 @@ def test_hostile_params_and_tables_of_an_every_table_dump(live: Live):
     assert summaries["no keys"]["missing_keys"] == 2 and summaries["no keys"]["rows"] == 0
     assert summaries["unicode"]["rows"] == 2
     assert f"write table names without quotes: {DATABASE}.ci_keys" in texts["quoted"], texts["quoted"]
+
+
+def test_the_runs_of_a_backfill_queue_for_their_table_instead_of_failing(live: Live):
+    """`logtide_backfill_maria` appears (its schedule added to the config) and starts its scheduled
+    run at once (no catchup: the latest past fire time); a backfill over two more dates, created
+    through the API as `airflow backfill create` does (Airflow starts up to 10 of its runs at once,
+    whatever the DAG's max_active_runs), competes for the ledger's claim: the runs that find it
+    held by another run of the DAG wait (rescheduled, saying which dump holds it), then dump it.
+    Every run ends `success`, each with a whole dump of the table."""
+    from logtide_airflow.operators import dump_id_for_run
+
+    airflow, zone, dag_id = live.airflow, live.captures["maria"].zone, "logtide_backfill_maria"
+    config = yaml.safe_load((live.folder / "logtide.yaml").read_text())
+    config["sources"]["maria"]["dump"] = {"backfill_schedule": "0 3 1 1 *", "backfill_tables": [f"{DATABASE}.ledger"],
+                                          "chunk_size": 100, "delay_s": 1}  # fmt: skip
+    (live.folder / "logtide.yaml").write_text(yaml.safe_dump(config))
+    airflow.wait_dag(dag_id, timeout=300)
+    body = {"dag_id": dag_id, "from_date": "2024-01-01T00:00:00Z", "to_date": "2025-06-01T00:00:00Z",
+            "dag_run_conf": {"merge": False}}  # fmt: skip
+    response = airflow.client.post("/api/v2/backfills", json=body)
+    assert response.status_code == 200, response.text
+    wait_for(lambda: len(airflow.get(f"/api/v2/dags/{dag_id}/dagRuns")["dag_runs"]) >= 3, 120, 1, "three runs")
+    runs = [r["dag_run_id"] for r in airflow.get(f"/api/v2/dags/{dag_id}/dagRuns")["dag_runs"]]
+    states = {run_id: airflow.wait_finished(dag_id, run_id, timeout=900) for run_id in runs}
+    assert set(states.values()) == {"success"}, {r: airflow.task_states(dag_id, r) for r in runs}
+    rows = len(live.table_state("maria", "ledger"))
+    for run_id in runs:
+        progress = ProgressStore(zone, dump_id_for_run(run_id, "backfill-")).load(DATABASE, "ledger")
+        assert progress.done and progress.rows == rows, (run_id, progress)
+    queued = [
+        text
+        for run_id in runs
+        if "dump.claim_queued" in (text := _log_text(airflow, run_id, "dump_maria", 0, dag_id=dag_id))
+    ]
+    assert queued and f"table={DATABASE}.ledger holder=backfill-" in queued[0], queued

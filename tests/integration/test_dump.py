@@ -196,6 +196,7 @@ def test_the_cli_refuses_zero_settings_and_a_range_that_ends_before_it_starts(ma
     mariadb.execute(
         "CREATE TABLE names (name VARCHAR(10) COLLATE utf8mb4_general_ci PRIMARY KEY, b VARBINARY(10) NOT NULL UNIQUE)",
         "CREATE TABLE pairs (a INT, b VARCHAR(5), PRIMARY KEY (a, b))",
+        "CREATE TABLE sizes (e ENUM('z','b','a') NOT NULL, s SET('y','x') NOT NULL, PRIMARY KEY (e, s))",
         database=database,
     )
     capture = make_capture([f"{database}.*"])
@@ -208,6 +209,11 @@ def test_the_cli_refuses_zero_settings_and_a_range_that_ends_before_it_starts(ma
         (["--table", f"{database}.pairs", "--from", '[2, "a"]', "--to", '[1, "z"]'], 'key_from [2, "a"] comes after'),
         # utf8mb4_general_ci orders a < B; byte order would say B < a
         (["--table", f"{database}.names", "--from", '"B"', "--to", '"a"'], 'key_from "B" comes after key_to "a"'),
+        # ENUM and SET keys are ordered by member number: z < b < a, y < x; as text a < z
+        (["--table", f"{database}.sizes", "--from", '["a", "y"]', "--to", '["z", "y"]'], 'key_from ["a", "y"] comes'),
+        (["--table", f"{database}.sizes", "--from", '["b", "x"]', "--to", '["b", "y"]'], 'key_from ["b", "x"] comes'),
+        (["--table", f"{database}.sizes", "--from", '["q", "y"]'], "'q' is not a member of ENUM column e"),
+        (["--table", f"{database}.sizes", "--to", '["a", "x,w"]'], "'x,w' is not a member of SET column s"),
     ]
     for number, (args, message) in enumerate(cases):
         dump_id = f"refused-{number}"
@@ -221,6 +227,9 @@ def test_the_cli_refuses_zero_settings_and_a_range_that_ends_before_it_starts(ma
     try:  # the same letters in the VARBINARY column compare as bytes: B before a
         by_bytes = dataclasses.replace(source.describe(database, "names"), key=("b",))
         assert not source.key_after(by_bytes, (b"B",), (b"a",)) and source.key_after(by_bytes, (b"a",), (b"B",))
+        sizes = source.describe(database, "sizes")  # in member order: accepted as a range
+        assert not source.key_after(sizes, ("z", "x"), ("a", "y")) and source.key_after(sizes, ("a", "y"), ("z", "x"))
+        assert not source.key_after(sizes, ("b", "y"), ("b", "x,y"))  # SET bits: y=1 < x,y=3
     finally:
         source.close()
 

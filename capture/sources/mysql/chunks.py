@@ -25,7 +25,7 @@ from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE, Watermark, c
 from capture.sources.mysql import snapshot
 from capture.sources.mysql.catalog import base_tables, describe, table_keys
 from capture.sources.mysql.connection import connection_settings, query, translate
-from capture.sources.mysql.member_keys import Numbering, member_numbering, numbered
+from capture.sources.mysql.member_keys import Numbering, check_members, member_numbering, numbered
 from capture.sources.mysql.sql import chunk_select, duplicate_select, key_after_select, keys_select, qualified, quote
 from capture.sources.mysql.types import ColumnBuilder, select_conversions
 from capture.sources.table_keys import check_named_keys, duplicate_key_error
@@ -121,7 +121,11 @@ class MySqlChunkSource:
         return numbered(key, self._numbering.get(table.fingerprint, {}))
 
     def check_dumpable(self, table: TableSchema, start: Row | None, stop: Row | None) -> None:
-        """A key named in the configuration: refuse it when two rows in [start, stop] share it."""
+        """Refuse a range bound whose ENUM / SET value is not a member (bound as a number it would
+        mean the error value ''); a key named in the configuration: refuse it when two rows in
+        [start, stop] share it."""
+        for bound in (start, stop):
+            check_members(table, bound, self._numbering.get(table.fingerprint, {}))
         if self.config.named_key(table.schema, table.table) != table.key:
             return
         start, stop = self._bound(table, start), self._bound(table, stop)
@@ -186,7 +190,9 @@ class MySqlChunkSource:
         return self._rows(table, sql, params)
 
     def key_after(self, table: TableSchema, key: Row, other: Row) -> bool:
-        return bool(self._run(key_after_select(table.schema, table.table, table.key), [*key, *other])[0][0])
+        numbering = self._numbering.get(table.fingerprint, {})
+        sql = key_after_select(table.schema, table.table, table.key, numbering)
+        return bool(self._run(sql, [*(self._bound(table, key) or ()), *(self._bound(table, other) or ())])[0][0])
 
     def read_view(self) -> None:
         """Chunk reads see transactions in binlog order (preflight checks it): nothing to add."""

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 import pymysql
 
+from capture.errors import DumpInputError
 from capture.events import Row, TableSchema
 from capture.sources.mysql.connection import query
 
@@ -61,3 +62,18 @@ def numbered(key: Row | Sequence[object] | None, numbering: Numbering) -> Row | 
         else:
             values[at] = sum(numbers.get(m, 0) for m in str(value).split(",") if m)
     return tuple(values)
+
+
+def check_members(table: TableSchema, key: Row | None, numbering: Numbering) -> None:
+    """DumpInputError for a key value (a range bound) that names no member of its ENUM / SET key
+    column: `numbered` would bind it as the error value '' (0), silently moving the bound."""
+    for at, (kind, numbers) in numbering.items():
+        value = None if key is None else key[at]
+        if value is None or value == "":
+            continue
+        unknown = [m for m in ([str(value)] if kind == "enum" else str(value).split(",")) if m not in numbers]
+        if unknown:
+            raise DumpInputError(
+                f"key value {value!r} is not a member of {kind.upper()} column {table.key[at]} of "
+                f"{table.qualified_name} (members, in the order the server sorts them: {', '.join(map(repr, numbers))})"
+            )

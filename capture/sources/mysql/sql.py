@@ -66,10 +66,12 @@ def chunk_select(
     return sql, [*params, limit]
 
 
-def key_after_select(schema: str, table: str, key: Sequence[str]) -> str:
+def key_after_select(schema: str, table: str, key: Sequence[str], numbered: Collection[int] = ()) -> str:
     """`SELECT a > b` for two keys as the table orders its key (keyset.key_comparison): a column's
-    collation wins over a literal's."""
-    return key_comparison(qualified(schema, table), [quote(k) for k in key])
+    collation wins over a literal's. `numbered`: the ENUM / SET key columns (by position), compared
+    by member number as the server orders them, with the keys' values bound as numbers (`member_keys`)."""
+    selected = [f"{quote(k)} + 0 AS {quote(k)}" if at in numbered else quote(k) for at, k in enumerate(key)]
+    return key_comparison(qualified(schema, table), [quote(k) for k in key], selected=selected)
 
 
 def keys_select(
