@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import pytest
 
+from capture.dump.control import DumpSettings
+from capture.dump.engine import DumpRequest
+from capture.errors import DumpInputError
 from tests.integration.dumping import reconciled_state, run_dump, wait_until_landed
 from tests.integration.hostile import TABLES, dump_while_writing, rows, source_state
 
@@ -36,6 +39,51 @@ def test_an_enum_or_set_key_is_dumped_whole(mariadb, database, make_capture):
         database=database,
     )
     _assert_dumped_whole(mariadb, database, make_capture, "ek", 37)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    "members, values",
+    [
+        ("'z','b','a',''", "('bogus', 1), ('bogus', 2), ('bogus', 3), ('z', 1), ('a', 1), ('', 10), ('', 11)"),
+        (
+            "'z','a\\\\b','it''s','n\\nl','a'",
+            "('a\\\\b', 1), ('a\\\\b', 2), ('a\\\\b', 3), ('z', 1), ('a', 1), ('it''s', 1), ('it''s', 2),"
+            " ('it''s', 3), ('n\\nl', 1), ('n\\nl', 2), ('n\\nl', 3)",
+        ),
+    ],
+    ids=["error_value_and_empty_member", "escaped"],
+)
+def test_enum_members_that_read_back_ambiguously_are_dumped_whole(mariadb, database, make_capture, members, values):
+    """The error value (number 0, which permissive sql_mode writes) and a real '' member (4) both
+    read back as '': on main a chunk ending on an error-value row went on at `e > 4`, skipping
+    rows (a full dump's repair then deletes them from the target). A member `a\\b` is shown in
+    COLUMN_TYPE with its backslash doubled: on main a chunk ending on it went on at `e > 0`, for ever."""
+    mariadb.execute(
+        "SET SESSION sql_mode = ''",
+        f"CREATE TABLE ee (e ENUM({members}) NOT NULL, i INT NOT NULL, PRIMARY KEY (e, i))",
+        f"INSERT INTO ee VALUES {values}",
+        database=database,
+    )
+    _assert_dumped_whole(mariadb, database, make_capture, "ee", values.count("("))
+
+
+def test_enum_bounds_match_members_by_the_column_collation(mariadb, database, make_capture):
+    """`--from 'B'` names the member 'b' under a _ci collation (on main: number 0, so 'z' was dumped
+    too), `--from 'N\\nL'` the member written `'n\\nl'` in COLUMN_TYPE; text that is no member is refused."""
+    mariadb.execute(
+        "CREATE TABLE eb (e ENUM('z','b','n\\nl','a') COLLATE utf8mb4_general_ci PRIMARY KEY, v INT)",
+        "INSERT INTO eb VALUES ('z', 1), ('b', 2), ('n\\nl', 3), ('a', 4)",
+        database=database,
+    )
+    capture = make_capture([f"{database}.*"]).start()
+    capture.wait_running()
+    settings = DumpSettings(chunk_size=1)
+    for key_from, count in (("B", 3), ("N\nL", 2)):
+        summary = run_dump(capture, DumpRequest(tables=[f"{database}.eb"], key_from=key_from, settings=settings))
+        assert summary["tables"][0]["rows"] == count, key_from
+    with pytest.raises(DumpInputError, match="'q' is not a member"):
+        run_dump(capture, DumpRequest(tables=[f"{database}.eb"], key_from="q", settings=settings))
 
 
 def test_a_wide_decimal_key_is_dumped_whole(mariadb, database, make_capture):

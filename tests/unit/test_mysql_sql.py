@@ -36,6 +36,11 @@ def test_a_key_range_starts_inclusive_and_stops_inclusive():
     assert params == [1, 1, 2, 5, 5, 6, 10]
 
 
+def test_enum_key_numbers_follow_the_columns():
+    sql, _ = chunk_select("s", "t", ["e", "v"], ["e"], None, None, None, 10, numbers=["e"])
+    assert sql == "SELECT `e`, `v`, `e` + 0 FROM `s`.`t` ORDER BY `e` LIMIT %s"
+
+
 def test_keys_select_binds_every_value():
     sql, params = keys_select("s", "t", ["a", "b"], ["a", "b"], [(1, "x"), (2, "y")])
     assert (

@@ -25,12 +25,13 @@ from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE, Watermark, c
 from capture.sources.mysql import snapshot
 from capture.sources.mysql.catalog import base_tables, describe, table_keys
 from capture.sources.mysql.connection import connection_settings, query, translate
-from capture.sources.mysql.member_keys import Numbering, check_members, member_numbering, numbered
+from capture.sources.mysql.member_keys import Numbering, member_numbering, numbered, with_numbers
 from capture.sources.mysql.sql import chunk_select, duplicate_select, key_after_select, keys_select, qualified, quote
 from capture.sources.mysql.types import ColumnBuilder, select_conversions
 from capture.sources.table_keys import check_named_keys, duplicate_key_error
 
 ER_DBACCESS_DENIED, ER_TABLEACCESS_DENIED = 1044, 1142
+KEPT_ENDS = 4  # chunk ends remembered a table: a chunk read again goes on after the one before it
 ER_TABLE_DEF_CHANGED = 1412  # a consistent snapshot reading a table re-created after it began
 WATERMARK_DDL = f"""CREATE TABLE IF NOT EXISTS {qualified(WATERMARK_SCHEMA, WATERMARK_TABLE)} (
   slot VARCHAR(255) NOT NULL PRIMARY KEY COMMENT 'dump id / table: one row per dump and table',
@@ -56,6 +57,7 @@ class MySqlChunkSource:
         self.config = config
         self._builders: dict[str, list[ColumnBuilder]] = {}
         self._numbering: dict[str, Numbering] = {}  # ENUM / SET key columns by table fingerprint (`member_keys`)
+        self._ends: dict[str, dict[Row, Row]] = {}  # by fingerprint: recent chunks' last keys -> with numbers
         self.readonly = config.watermarks == "readonly"
         self._position: int | None = None  # readonly: where the last watermark stands in the log
         try:
@@ -116,19 +118,19 @@ class MySqlChunkSource:
         self._numbering[described.fingerprint] = member_numbering(self._conn, described)
         return described
 
-    def _bound(self, table: TableSchema, key: Row | None) -> Row | None:
-        """A chunk bound as the server compares it with the key columns (`member_keys`)."""
-        return numbered(key, self._numbering.get(table.fingerprint, {}))
+    def _bound(self, table: TableSchema, key: Row | None, *, lowest: bool, given: bool = True) -> Row | None:
+        """A chunk bound as the server compares it with the key columns (`member_keys`), by its text."""
+        numbering = self._numbering.get(table.fingerprint, {})
+        try:
+            return numbered(self._conn, table, key, numbering, lowest=lowest, given=given)
+        except pymysql.MySQLError as exc:
+            raise translate(exc, self.config) from exc
 
     def check_dumpable(self, table: TableSchema, start: Row | None, stop: Row | None) -> None:
-        """Refuse a range bound whose ENUM / SET value is not a member (bound as a number it would
-        mean the error value ''); a key named in the configuration: refuse it when two rows in
-        [start, stop] share it."""
-        for bound in (start, stop):
-            check_members(table, bound, self._numbering.get(table.fingerprint, {}))
+        """A key named in the configuration: refuse it when two rows in [start, stop] share it."""
+        start, stop = self._bound(table, start, lowest=True), self._bound(table, stop, lowest=False)
         if self.config.named_key(table.schema, table.table) != table.key:
             return
-        start, stop = self._bound(table, start), self._bound(table, stop)
         rows = self._run(*duplicate_select(table.schema, table.table, table.key, start, stop))
         if rows:
             value = rows[0][0] if len(table.key) == 1 else rows[0]
@@ -162,7 +164,9 @@ class MySqlChunkSource:
                 ) from None
             raise
 
-    def _rows(self, table: TableSchema, sql: str, params: list[Any]) -> pa.StructArray:
+    def _rows(self, table: TableSchema, sql: str, params: list[Any], numbers: int = 0) -> pa.StructArray:
+        """The rows as Arrow; `numbers` trailing columns: the last row's ENUM / SET key numbers, kept
+        as the bound to go on after it (`_bound`)."""
         try:
             rows = self._run(sql, params)
         except pymysql.err.OperationalError as exc:
@@ -172,16 +176,27 @@ class MySqlChunkSource:
         arrays = [build(list(map(itemgetter(i), rows))) for i, build in enumerate(self._builders[table.fingerprint])]
         chunk = pa.StructArray.from_arrays(arrays, fields=list(table.row_type))
         check_landable_key(table, chunk)
+        if numbers and rows:
+            last = tuple(chunk.field(k)[-1].as_py() for k in table.key)
+            ends = self._ends.setdefault(table.fingerprint, {})
+            ends.pop(last, None)
+            ends[last] = with_numbers(last, self._numbering[table.fingerprint], rows[-1][-numbers:])
+            for old in list(ends)[:-KEPT_ENDS]:
+                del ends[old]
         return chunk
 
     def select_chunk(
         self, table: TableSchema, after: Row | None, start: Row | None, stop: Row | None, limit: int
     ) -> pa.StructArray:
-        after, start, stop = self._bound(table, after), self._bound(table, start), self._bound(table, stop)
+        # a chunk's last key: by the numbers read with it; a resumed dump's saved key: by its text
+        known = None if after is None else self._ends.get(table.fingerprint, {}).get(tuple(after))
+        after = known or self._bound(table, after, lowest=True, given=False)
+        start, stop = self._bound(table, start, lowest=True), self._bound(table, stop, lowest=False)
+        numbers = [table.key[at] for at in sorted(self._numbering.get(table.fingerprint, {}))]
         sql, params = chunk_select(
-            table.schema, table.table, table.names, table.key, after, start, stop, limit, _floats(table)
+            table.schema, table.table, table.names, table.key, after, start, stop, limit, _floats(table), numbers
         )
-        return self._rows(table, sql, params)
+        return self._rows(table, sql, params, len(numbers))
 
     def select_keys(self, table: TableSchema, keys: list[Row]) -> pa.StructArray:
         if not keys:
@@ -192,7 +207,8 @@ class MySqlChunkSource:
     def key_after(self, table: TableSchema, key: Row, other: Row) -> bool:
         numbering = self._numbering.get(table.fingerprint, {})
         sql = key_after_select(table.schema, table.table, table.key, numbering)
-        return bool(self._run(sql, [*(self._bound(table, key) or ()), *(self._bound(table, other) or ())])[0][0])
+        bounds = [*(self._bound(table, key, lowest=True) or ()), *(self._bound(table, other, lowest=False) or ())]
+        return bool(self._run(sql, bounds)[0][0])
 
     def read_view(self) -> None:
         """Chunk reads see transactions in binlog order (preflight checks it): nothing to add."""

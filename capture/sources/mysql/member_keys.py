@@ -6,12 +6,18 @@ by its bits, and an index on one is in that order, as `ORDER BY` is; but compare
 then skip rows: after a chunk ending in 'z' nothing is "greater", and the dump ends there. Compared
 with a number the column is compared by its number: so the bounds of such a key column are bound
 as the member's position (1-based; 0 for the error value '') or the SET's bits.
+
+The text does not always name one number: the error value and a real '' member both read as ''.
+So a chunk's next bound is the number the server gives for its last row (`col+0`, read with
+the chunk); text is numbered only for bounds given by a user (matched by the column's
+collation, refused when no member) and for a resumed dump's saved key.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import pymysql
 
@@ -19,61 +25,109 @@ from capture.errors import DumpInputError
 from capture.events import Row, TableSchema
 from capture.sources.mysql.connection import query
 
-_MEMBER = re.compile(r"'((?:[^']|'')*)'")
+_MEMBER = re.compile(r"'((?:[^'\\]|''|\\.)*)'")
+_ESCAPES = {"0": "\0", "n": "\n", "r": "\r", "Z": "\x1a"}  # as SHOW CREATE TABLE writes them
 
-# key column index -> the number of each value (ENUM: position; SET: one bit a member)
-Numbering = dict[int, tuple[str, dict[str, int]]]
+
+@dataclass(frozen=True)
+class Members:
+    """One ENUM or SET key column: its members in order and the collation they compare by."""
+
+    name: str
+    kind: str  # "enum" or "set"
+    members: tuple[str, ...]
+    charset: str
+    collation: str
+
+
+# key column index -> that column's members
+Numbering = dict[int, Members]
+
+
+def _unescaped(member: str) -> str:
+    """A member as COLUMN_TYPE quotes it (`''`, `\\\\`, `\\n` ...) back to its text."""
+    return re.sub(r"''|\\(.)", lambda m: "'" if m.group(0) == "''" else _ESCAPES.get(m.group(1), m.group(1)), member)
 
 
 def member_numbering(conn: pymysql.connections.Connection, table: TableSchema) -> Numbering:
-    """The ENUM and SET columns of the table's key, with their members' numbers (none: {})."""
+    """The ENUM and SET columns of the table's key, with their members (none: {})."""
     kinds = {c.name: c.source_type for c in table.columns}
     wanted = [k for k in table.key if kinds.get(k) in ("enum", "set")]
     if not wanted:
         return {}
     rows = query(
         conn,
-        "SELECT COLUMN_NAME, COLUMN_TYPE FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
+        "SELECT COLUMN_NAME, COLUMN_TYPE, CHARACTER_SET_NAME, COLLATION_NAME FROM information_schema.COLUMNS"
+        " WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
         (table.schema, table.table),
     )
-    types = {str(name): str(column_type) for name, column_type in rows}
+    types = {str(name): (str(column_type), str(cs), str(coll)) for name, column_type, cs, coll in rows}
     found: Numbering = {}
     for at, name in enumerate(table.key):
         if name in wanted and name in types:
-            members = [m.replace("''", "'") for m in _MEMBER.findall(types[name])]
-            if kinds[name] == "enum":
-                found[at] = ("enum", {m: n for n, m in enumerate(members, 1)})
-            else:
-                found[at] = ("set", {m: 1 << n for n, m in enumerate(members)})
+            column_type, charset, collation = types[name]
+            members = tuple(_unescaped(m) for m in _MEMBER.findall(column_type))
+            found[at] = Members(name, kinds[name], members, charset, collation)
     return found
 
 
-def numbered(key: Row | Sequence[object] | None, numbering: Numbering) -> Row | None:
-    """A key's values with its ENUM and SET values as their numbers (unknown text: 0, as the error value)."""
-    if key is None or not numbering:
-        return None if key is None else tuple(key)
+def with_numbers(key: Row, numbering: Numbering, numbers: Sequence[int | str]) -> Row:
+    """A key with its ENUM and SET values replaced by the numbers the server read for them."""
     values = list(key)
-    for at, (kind, numbers) in numbering.items():
-        value = values[at]
-        if value is None:
-            continue
-        if kind == "enum":
-            values[at] = numbers.get(str(value), 0)
-        else:
-            values[at] = sum(numbers.get(m, 0) for m in str(value).split(",") if m)
+    for at, number in zip(sorted(numbering), numbers, strict=True):
+        values[at] = int(number)
     return tuple(values)
 
 
-def check_members(table: TableSchema, key: Row | None, numbering: Numbering) -> None:
-    """DumpInputError for a key value (a range bound) that names no member of its ENUM / SET key
-    column: `numbered` would bind it as the error value '' (0), silently moving the bound."""
-    for at, (kind, numbers) in numbering.items():
-        value = None if key is None else key[at]
-        if value is None or value == "":
+def _positions(conn: pymysql.connections.Connection, column: Members, text: str) -> list[int]:
+    """The 1-based positions of the members equal to `text` by the column's collation."""
+    if not column.members:
+        return []
+    convert = f"CONVERT(%s USING {column.charset})"
+    matches = ", ".join(f"{convert} COLLATE {column.collation} = {convert}" for _ in column.members)
+    params = [v for m in column.members for v in (text, m)]
+    row = query(conn, f"SELECT {matches}", params)[0]
+    return [n for n, equal in enumerate(row, 1) if equal]
+
+
+def _candidates(conn: pymysql.connections.Connection, column: Members, text: str) -> list[int] | None:
+    """The numbers `text` may stand for (the ENUM error value '' as 0 too); None: not a value."""
+    if column.kind == "enum":
+        found = _positions(conn, column, text)
+        return ([*found, 0] if text == "" else found) or None
+    total = 0
+    for part in text.split(",") if text else []:
+        found = _positions(conn, column, part)
+        if not found:
+            return None
+        total |= 1 << (found[0] - 1)
+    return [total]
+
+
+def numbered(
+    conn: pymysql.connections.Connection,
+    table: TableSchema,
+    key: Row | Sequence[object] | None,
+    numbering: Numbering,
+    *,
+    lowest: bool,
+    given: bool,
+) -> Row | None:
+    """A key bound in text with its ENUM and SET values as their numbers: the lowest number the
+    text may stand for (a range's start, a saved key to go on after) or the highest (a range's
+    end). `given` by a user: text that is no member is refused; a saved key's is taken as 0."""
+    if key is None or not numbering:
+        return None if key is None else tuple(key)
+    values = list(key)
+    for at, column in numbering.items():
+        if values[at] is None:
             continue
-        unknown = [m for m in ([str(value)] if kind == "enum" else str(value).split(",")) if m not in numbers]
-        if unknown:
+        found = _candidates(conn, column, str(values[at]))
+        if found is None and given:
             raise DumpInputError(
-                f"key value {value!r} is not a member of {kind.upper()} column {table.key[at]} of "
-                f"{table.qualified_name} (members, in the order the server sorts them: {', '.join(map(repr, numbers))})"
+                f"{table.qualified_name}: {values[at]!r} is not a member of {column.kind.upper()} column {column.name} "
+                f"(members, in the order the server sorts them: {', '.join(map(repr, column.members))})"
+                "; give one of them"
             )
+        values[at] = 0 if found is None else (min(found) if lowest else max(found))
+    return tuple(values)

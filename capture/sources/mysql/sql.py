@@ -57,11 +57,14 @@ def chunk_select(
     stop: Sequence[object] | None,
     limit: int,
     floats: Collection[str] = (),
+    numbers: Sequence[str] = (),
 ) -> tuple[str, list[object]]:
     """Next chunk in key order: key > after (exclusive), or key >= start on the first chunk
-    of a range; key <= stop (inclusive) when the range has an end. `floats`: the FLOAT columns."""
+    of a range; key <= stop (inclusive) when the range has an end. `floats`: the FLOAT columns;
+    `numbers`: ENUM / SET key columns whose numbers follow the columns (`member_keys`)."""
     where, params = chunk_bounds(after, start, stop, lambda op, values: (f"({_compare(key, op)})", _params(values)))
-    sql = select_where(select_list(columns, floats), qualified(schema, table), where)
+    listed = select_list(columns, floats) + "".join(f", {quote(n)} + 0" for n in numbers)
+    sql = select_where(listed, qualified(schema, table), where)
     sql += f" ORDER BY {', '.join(quote(k) for k in key)} LIMIT %s"
     return sql, [*params, limit]
 
