@@ -243,9 +243,10 @@ class PgOutputReader:
             elif kind == 66:  # B
                 group.begin(buf)
                 if watcher.drops:  # tables dropped before this transaction committed: emptied first
-                    dropped = watcher.due(group.transactions[-1][0])
+                    dropped = self._due(group.transactions[-1][0])
                     if dropped:
                         yield from self._ends(group.truncate(dropped, dropped=True))
+                        run_oid = b""
             elif kind == 67:  # C
                 group.commit(buf)
                 if group.full or time.monotonic() - group.since >= hold:
@@ -260,10 +261,15 @@ class PgOutputReader:
                     yield from self._ends(group.hand_over())
                 run_oid = b""
                 described = self._describe(relation)
+                if not described.captured and not described.watermark:  # renamed away from a captured name?
+                    kept = watcher.watched().get(relation.oid)
+                    if kept is not None and kept != (relation.schema, relation.table):
+                        described = self._describe(replace(relation, schema=kept[0], table=kept[1]))
                 if described.captured and not described.watermark:  # stops here on refused DDL
                     empty = self._relations.check(self.name, self.config, self._catalog, relation.oid, described.schema)
                     if empty and group.open:  # before the new relation's first change (schema_change.py)
                         yield from self._ends(group.truncate([TableSchema(s, t, (), ()) for s, t in empty]))
+                    self._uncapture(described.schema, [oid for oid in self._tables if oid != relation.oid])
                 self._tables[relation.oid] = described
             elif kind == 84:  # T: one Truncate per captured relation it lists (CASCADE included)
                 truncate = pgoutput.parse_truncate(buf)
@@ -315,7 +321,7 @@ class PgOutputReader:
         frontier = self._frontier if self.keepalive_frontier else max(self._frontier, Lsn(ended).encode())
         if frontier >= Lsn(wal_end).encode():  # no room below wal_end: the next transaction lands them
             return None
-        dropped = self._watcher.due(wal_end)
+        dropped = self._due(wal_end)
         if not dropped:
             return []
         first = max(Lsn(wal_end - 1).encode(), frontier + 1)
@@ -327,6 +333,23 @@ class PgOutputReader:
         resume = {"lsn": format_lsn(wal_end), "frontier_at": str(self._frontier), **self._watcher.enums.resume()}
         items.append(TransactionEnd(Lsn.decode(self._frontier), resume, ts, now))
         return items
+
+    def _due(self, position: int) -> list[TableSchema]:
+        """The watcher's drops due at `position` (`CatalogWatcher.due`). A relation renamed away keeps
+        its OID: its later changes (no new Relation message comes) are no longer the name's."""
+        dropped = self._watcher.due(position)
+        for table in dropped:
+            self._uncapture(table, [table.relation])
+        return dropped
+
+    def _uncapture(self, name: TableSchema, oids: list[int | None]) -> None:
+        """Relations `oids` that are described under `name` (captured) are not captured any more: renamed
+        away, their drop landed or a new relation took the name (their changes would land under it)."""
+        for oid in oids:
+            info = self._tables.get(oid) if oid is not None else None
+            same = info is not None and info.schema.qualified_name == name.qualified_name
+            if info is not None and same and info.captured and not info.watermark:
+                self._tables[oid] = replace(info, captured=False)
 
     def _loggable(self, relation: pgoutput.Relation, identity: tuple[str, ...], key: tuple[str, ...]) -> bool:
         """False (said once) for a table whose identity index does not hold its key: its DELETEs and key

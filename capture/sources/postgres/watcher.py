@@ -14,7 +14,14 @@ position D after that statement's snapshot. Everything the round decides lands a
 The relations watched: those capture landed under a captured name (schema_change.Relations), and
 of tables whose rows came only from dumps, the relation their newest chunk read. The landing
 zone's list of dumped tables (`Landed.dumped_tables`) is the same object until a dump folder
-changes (landing.reader.DumpedTables); only a new list is looked through again.
+changes (landing.reader.DumpedTables); only a new list is looked through again (and, each round, the
+names found without a chunk yet: a chunk renamed into its folder changes no dump folder).
+
+A relation renamed away and back before a round sees it: the watcher never sees the other name, and
+the reader lands the changes made under it as the captured name's (`watched`, reader's Relation
+messages), so nothing is lost. Seen by a round, the rename away lands its truncate as above, and
+from there on the relation's changes are not captured under the old name (renamed back later: a
+relation never seen, emptied and its dump named, schema_change.Relations.check).
 """
 
 from __future__ import annotations
@@ -95,19 +102,25 @@ class CatalogWatcher:
 
     def _standing(self) -> dict[int, Table]:
         """Relation -> captured name, of the relations to watch (not those whose drop is pending)."""
-        standing = {oid: n for oid, n in self.relations.standing().items() if n[0] != WATERMARK_SCHEMA}
         if self.landed is not None:
             self._look_through_dumps()
-            for name, oid in self._dumped.items():
-                known = self.relations.by_name.get(name)
-                if known is None or (known.dropped and known.relation != oid):
-                    standing.setdefault(oid, name)
-        return {oid: name for oid, name in standing.items() if oid not in self.drops}
+        return {oid: name for oid, name in self.watched().items() if oid not in self.drops}
+
+    def watched(self) -> dict[int, Table]:
+        """Relation -> the captured name it stands for: landed under it, or its rows only dumped; a drop
+        or rename away seen but not landed yet included (changes read before its position are the name's)."""
+        standing = {oid: n for oid, n in self.relations.standing().items() if n[0] != WATERMARK_SCHEMA}
+        for name, oid in self._dumped.items():
+            known = self.relations.by_name.get(name)
+            if known is None or (known.dropped and known.relation != oid):
+                standing.setdefault(oid, name)
+        return standing
 
     def _look_through_dumps(self) -> None:
         """The relation the newest chunk of each table only dumped read: of a new list of dumped tables,
         the names not looked at yet and those whose relation was dropped (dumped again since?); and
-        names whose watched relation turned out not to be theirs any more (`due`)."""
+        names whose watched relation turned out not to be theirs any more (`due`). A name without a chunk
+        yet is looked at again each round until one lands."""
         listing = self.landed.dumped_tables()
         if listing is not self._listing:
             self._listing = listing
@@ -115,11 +128,13 @@ class CatalogWatcher:
                 known = self.relations.by_name.get(name)
                 if (known is None and name not in self._dumped) or (known is not None and known.dropped):
                     self._unread.add(name)
-        for name in self._unread:
+        for name in list(self._unread):
             baseline = self.landed.dumped_schema(*name)
-            if baseline is not None and baseline[1] is not None:
+            if baseline is None:  # its folder made, no chunk renamed in yet (no folder changes when one is)
+                continue
+            if baseline[1] is not None:
                 self._dumped[name] = baseline[1]
-        self._unread.clear()
+            self._unread.discard(name)
 
     def _captured(self, catalog: Any, oid: int, name: Table, partition: bool) -> bool:
         """Whether relation `oid`, now called `name`, is still captured (renamed onto a captured name:

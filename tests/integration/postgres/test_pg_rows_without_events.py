@@ -14,14 +14,23 @@ each of which left a target diverging silently on main (README, PostgreSQL: Sche
   dropped and the target of t kept its rows. Now emptied as a dropped table is.
 - A table only dumped, dropped, created and dumped again, then dropped again: its second drop was
   not found (the name counted as dropped for good). Now emptied again.
+- A table only dumped whose chunk landed seconds after its dump's table folder: never watched, so
+  its DROP landed no truncate. Now looked at again each round until its chunk is there.
+- ALTER TABLE t RENAME TO t_tmp, changes, and back before a watcher round (or while capture is
+  stopped): the changes made under t_tmp were dropped. Now they land as t's.
 """
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
+from capture.landing.reader import DumpedTables
+from capture.sources.postgres.watcher import CHECK_S
 from tests.integration.postgres.dumping import (
     assert_target_holds_source,
+    assert_target_is_source,
     change_and_land,
     dump_table,
     published_tables,
@@ -305,4 +314,125 @@ def test_a_table_with_rows_attached_as_a_partition_is_named_with_its_dump(postgr
     postgres.execute("ALTER TABLE m DETACH PARTITION x", database=pg_database)
     wait_for(lambda: "publication.partition_detached" in capture.log(), 30, what="the detach named")
     assert "table=public.x" in capture.log().split("publication.partition_detached")[1].splitlines()[0]
+    assert capture.stop() == 0
+
+
+def test_a_dumped_table_whose_chunk_landed_late_is_still_watched(postgres, pg_database, start_pg_capture):
+    """A dump's table folder was there, its chunk not yet (renamed in seconds later, while the dump
+    folder did not change again): on main the name was looked at once, found without a chunk and never
+    again, so a later DROP of the table (rows only dumped) landed no truncate."""
+    capture = start_pg_capture(*T_AND_OTHER)
+    dump_table(capture, "t")
+    assert capture.stop() == 0
+    folder = next((capture.zone.root / "chunks").glob("*/public.t"))
+    aside = capture.zone.root.parent / "aside"
+    aside.mkdir()
+    for path in folder.iterdir():
+        path.rename(aside / path.name)
+    capture.start()
+    capture.wait_running()
+    time.sleep(2 * CHECK_S + DumpedTables.RACY_S)  # the empty folder looked through, and its listing settled
+    for path in aside.iterdir():  # the chunks land in the folder: the dump folder's mtime stays
+        path.rename(folder / path.name)
+    time.sleep(2 * CHECK_S)
+    postgres.execute("DROP TABLE t", database=pg_database)
+    wait_for(lambda: _truncates(capture, "t"), 30, what="the truncate of t")
+    state, _ = reconciled_state(capture, "public", "t")
+    assert state == {}
+    assert capture.stop() == 0
+
+
+RENAME_DANCE = (  # renamed away and back, with changes made under the name not captured
+    "ALTER TABLE t RENAME TO t_tmp",
+    "UPDATE t_tmp SET v = 100 WHERE id = 1",
+    "INSERT INTO t_tmp VALUES (5, 5)",
+    "DELETE FROM t_tmp WHERE id = 2",
+    "ALTER TABLE t_tmp RENAME TO t",
+)
+
+
+@pytest.mark.parametrize("running", [True, False], ids=["running", "stopped"])
+def test_changes_made_while_renamed_away_and_back_land(postgres, pg_database, make_pg_capture, running):
+    """Renamed away and back within one watcher round (in one transaction while capture runs, so no round
+    falls between; separately while capture is stopped): the changes made under the other name are the
+    table's. On main they were dropped (its Relation message named a table not captured), and the target
+    kept the old rows."""
+    postgres.execute(*T_AND_OTHER, database=pg_database)
+    capture = make_pg_capture(["public.t", "public.other", "public.lt_marker"]).start()
+    capture.wait_running()
+    dump_table(capture, "t")
+    change_and_land(postgres, pg_database, capture, "UPDATE t SET v = 0 WHERE id = 3")
+    if running:
+        postgres.execute("; ".join(RENAME_DANCE), database=pg_database)  # one implicit transaction
+    else:
+        assert capture.stop() == 0
+        postgres.execute(*RENAME_DANCE, database=pg_database)
+        capture.start()
+        capture.wait_running()
+    change_and_land(postgres, pg_database, capture, "UPDATE t SET v = 7 WHERE id = 3", "INSERT INTO other VALUES (1)")
+    assert_target_is_source(capture, postgres, pg_database, "t")
+    assert not _truncates(capture, "t")
+    assert capture.stop() == 0
+
+
+@pytest.mark.parametrize("publication", [(), ("CREATE PUBLICATION logtide_src FOR ALL TABLES",)], ids=["list", "all"])
+def test_a_table_renamed_away_is_not_captured_under_its_name_after_its_truncate(
+    postgres, pg_database, make_pg_capture, publication
+):
+    """A change made under the other name before the watcher saw the rename lands as the name's (its
+    Relation message comes once, unless a round fell between the two statements); after the truncate
+    the relation's changes, which come without a new Relation message, are not the name's. With a
+    publication of all tables they keep coming (capture's own publication sync takes the renamed table
+    out)."""
+    postgres.execute(*T_AND_OTHER, *publication, database=pg_database)
+    capture = make_pg_capture(["public.t", "public.other", "public.lt_marker"]).start()
+    capture.wait_running()
+    dump_table(capture, "t")
+    change_and_land(postgres, pg_database, capture, "UPDATE t SET v = 0 WHERE id = 3")
+    # two transactions: a DDL transaction's invalidations make pgoutput send the Relation message again
+    postgres.execute("ALTER TABLE t RENAME TO t_tmp", "UPDATE t_tmp SET v = 100 WHERE id = 1", database=pg_database)
+    wait_for(lambda: _truncates(capture, "t"), 30, what="the truncate of t")
+    change_and_land(
+        postgres,
+        pg_database,
+        capture,
+        "INSERT INTO t_tmp VALUES (20, 20)",
+        "UPDATE t_tmp SET v = 5 WHERE id = 2",
+        "INSERT INTO other VALUES (1)",
+    )
+    state, _ = reconciled_state(capture, "public", "t")
+    assert state == {}
+    assert not capture.events("public", "t_tmp")
+    assert capture.stop() == 0
+
+
+def test_a_table_renamed_away_whose_name_another_table_took_is_not_captured_under_it(
+    postgres, pg_database, make_pg_capture
+):
+    """Before a round sees the rename, another table is renamed onto the name (a publication of all
+    tables: its changes come at once): the first relation's later changes, without a new Relation
+    message, are not the name's any more."""
+    postgres.execute(
+        *T_AND_OTHER,
+        "CREATE TABLE u (id int PRIMARY KEY, v int)",
+        "CREATE PUBLICATION logtide_src FOR ALL TABLES",
+        database=pg_database,
+    )
+    capture = make_pg_capture(["public.t", "public.other", "public.lt_marker"]).start()
+    capture.wait_running()
+    dump_table(capture, "t")
+    change_and_land(postgres, pg_database, capture, "UPDATE t SET v = 0 WHERE id = 3")
+    postgres.execute(
+        "ALTER TABLE t RENAME TO t_tmp",
+        "UPDATE t_tmp SET v = 100 WHERE id = 1",
+        "ALTER TABLE u RENAME TO t",
+        "INSERT INTO t VALUES (10, 10)",
+        "INSERT INTO t_tmp VALUES (20, 20)",
+        database=pg_database,
+    )
+    change_and_land(postgres, pg_database, capture, "INSERT INTO other VALUES (1)")
+    assert not [e for e in capture.events("public", "t") if (e["after"] or {}).get("id") == 20]
+    dump_table(capture, "t")  # the dump capture.table_replaced names
+    wait_until_landed(postgres, pg_database, capture)
+    assert_target_is_source(capture, postgres, pg_database, "t")
     assert capture.stop() == 0
