@@ -106,3 +106,18 @@ def test_a_table_only_dumped_is_judged_against_its_chunks_schema():
     relations = Relations([], dumped)
     assert relations.drop("src", 10, ("public", "t")) is True
     assert relations.drop("src", 10, ("public", "t")) is False
+
+
+def test_a_table_only_dumped_dropped_twice_is_not_emptied_again_after_a_restart():
+    """Each drop's truncate record names its relation; restarted, the second (relation 11, dumped
+    after the first drop, never landed a `table` record) counts as dropped too."""
+
+    def dumped(schema: str, table: str):
+        return ({"id": "integer"}, 11) if table == "t" else None
+
+    truncates = [{"kind": "truncate", "schema": "public", "table": "t", "relation": oid} for oid in (10, 11)]
+    for landed in (truncates, [_landed("t", 10, id="integer"), *truncates]):
+        relations = Relations(landed, dumped)
+        assert relations.drop("src", 11, ("public", "t")) is False
+        assert relations.drop("src", 10, ("public", "t")) is False
+        assert relations.standing() == {}

@@ -113,10 +113,12 @@ class Relations:
         for row in records:  # in LSN order: the last record of a name wins
             name = (row["schema"], row["table"])
             if row.get("kind", "table") == "truncate":
+                # a drop's truncate names the relation the name held then (`drop`), landed or only
+                # dumped (no `table` record: a table only dumped, or dropped, created and dumped again)
                 known = self.by_name.get(name)
-                if known is None:  # a table only dumped, then dropped
+                if known is None or known.relation != row["relation"]:
                     self.by_name[name] = Known({}, row["relation"], dropped=True)
-                elif known.relation == row["relation"]:
+                else:
                     known.dropped = True
                 continue
             columns = {c["name"]: c["source_type"] for c in row["columns"] or ()}

@@ -55,11 +55,14 @@ def _truncates(capture, table: str) -> list[dict]:
 
 
 def _truncates_after_a_restart(postgres, pg_database: str, capture, other_id: int) -> int:
-    """Stop and start capture, land a change (of `other`), and count the truncates of t landed."""
+    """Stop and start capture, land two changes (of `other`), and count the truncates of t landed.
+    The second commits after the restarted reader's first catalog round (it streams only after it,
+    and the first change landed), so a truncate that round finds due lands with it at the latest."""
     assert capture.stop() == 0
     capture.start()
     capture.wait_running()
     change_and_land(postgres, pg_database, capture, f"INSERT INTO other VALUES ({other_id})")
+    change_and_land(postgres, pg_database, capture, f"INSERT INTO other VALUES ({other_id + 100})")
     return len(_truncates(capture, "t"))
 
 
