@@ -549,8 +549,15 @@ def test_the_runs_of_a_backfill_queue_for_their_table_instead_of_failing(live: L
     airflow.wait_dag(dag_id, timeout=300)
     body = {"dag_id": dag_id, "from_date": "2024-01-01T00:00:00Z", "to_date": "2025-06-01T00:00:00Z",
             "dag_run_conf": {"merge": False}}  # fmt: skip
-    response = airflow.client.post("/api/v2/backfills", json=body)
-    assert response.status_code == 200, response.text
+    # Airflow refuses a backfill with 503 while its SQLite metadata database is busy: ask again
+    responses = []
+
+    def taken() -> bool:
+        responses.append(airflow.client.post("/api/v2/backfills", json=body))
+        return responses[-1].status_code != 503
+
+    wait_for(taken, 120, 2, "Airflow to take the backfill")
+    assert responses[-1].status_code == 200, responses[-1].text
     wait_for(lambda: len(airflow.get(f"/api/v2/dags/{dag_id}/dagRuns")["dag_runs"]) >= 3, 120, 1, "three runs")
     runs = [r["dag_run_id"] for r in airflow.get(f"/api/v2/dags/{dag_id}/dagRuns")["dag_runs"]]
     states = {run_id: airflow.wait_finished(dag_id, run_id, timeout=900) for run_id in runs}

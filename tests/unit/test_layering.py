@@ -8,6 +8,7 @@ log through caplog then saw nothing."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -24,6 +25,7 @@ def test_imports_run_one_way_through_the_layers():
     result = subprocess.run(
         [str(LINT_IMPORTS), "--config", str(ROOT / "pyproject.toml"), "--no-cache"],
         cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "plugins")])},  # as conftest's sys.path
         capture_output=True,
         text=True,
         timeout=300,
