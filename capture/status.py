@@ -33,18 +33,17 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote, urlparse
 
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from capture.config import LogtideConfig, MergeConfig, SourceConfig
+from capture.coordination.local import LOCK_TABLE, capture_runs
 from capture.dump.states import dumps_status, held_dumps
 from capture.errors import UnusableTableError
 from capture.events import lsn_text
 from capture.landing import LandingZone
-from capture.landing.alive import ALIVE_STALE_S, read_alive
 from capture.landing.checkpoint import Checkpoint
 from capture.landing.reader import chunk_files, committed_frontier, merge_tables, table_segments
-from capture.landing.zone import LOCK_TABLE, table_folder
+from capture.landing.zone import table_folder
 from capture.merge.target import FRONTIER, UNKNOWN_SAMPLE, UNKNOWN_VALUES, Target, frontier_value, recorded, target_of
 from capture.sources import open_source
 from capture.sources.table_keys import no_key
@@ -131,23 +130,11 @@ def events_by_table(zone: LandingZone) -> dict[str, int]:
     return tables
 
 
-def last_landed_commit(zone: LandingZone) -> float | None:
-    """Source commit time (epoch seconds) of the newest landed event: the last committed file of
-    every table folder holds it (a file removed meanwhile, by a restarted capture, is left out)."""
-    newest: float | None = None
-    for schema, table in zone.tables():
-        files = zone.committed_files(table_folder(schema, table))
-        if not files:
-            continue
-        try:
-            column = pq.read_table(files[-1], columns=["_commit_ts"])["_commit_ts"]
-        except FileNotFoundError:
-            continue
-        value = pc.max(column).as_py()
-        if value is not None:
-            stamp = value.replace(tzinfo=value.tzinfo or UTC).timestamp()
-            newest = stamp if newest is None else max(newest, stamp)
-    return newest
+def last_landed_commit(zone: LandingZone, checkpoint: Checkpoint | None = None) -> float | None:
+    """Source commit time (epoch seconds) of the newest landed event: kept in the checkpoint
+    (`LandingZone.newest_commit`; read from the files only for a checkpoint that predates it)."""
+    newest = zone.newest_commit(checkpoint)
+    return None if newest is None else newest.timestamp()
 
 
 def capture_running(
@@ -155,8 +142,9 @@ def capture_running(
 ) -> tuple[bool | None, str]:
     """Whether capture of source `name` runs (True, False or None: unknown) and why. ZooKeeper: a
     leader holds the lease. Local lease: a process holds the lock file (/proc/locks, this PID
-    namespace only) or its heartbeat (`capture.landing.alive`) is younger than `ALIVE_STALE_S`;
-    stopped when neither, so a capture in another container or on another host counts."""
+    namespace only) or its heartbeat is fresh, told on this host's clock whatever the writer's says
+    (`capture.coordination.local.capture_runs`); stopped when neither, so a capture in another
+    container or on another host counts."""
     if config.coordination.kind == "zookeeper":
         try:
             lease = lease_status(config, name) or {}
@@ -167,19 +155,7 @@ def capture_running(
         if lease.get("leader"):
             return True, f"leader {lease['leader']} holds the lease in ZooKeeper"
         return False, "no capture instance holds its lease in ZooKeeper"
-    lock = zone.root / "capture.lock"
-    held = zone.lock_held(locks)
-    if held:
-        return True, f"a process holds {lock}"
-    beat = read_alive(zone.root)
-    if beat is not None and beat["age_s"] < ALIVE_STALE_S:
-        return True, f"capture (pid {beat.get('pid')} on {beat.get('host')}) wrote its heartbeat {beat['age_s']} s ago"
-    if beat is None and held is None:
-        return None, "the kernel's lock table cannot be read and there is no heartbeat"
-    last = "no heartbeat"
-    if beat is not None:
-        last = f"its last heartbeat is {beat['age_s']} s old (stale after {ALIVE_STALE_S:g} s)"
-    return False, f"no process holds {lock} here and {last}"
+    return capture_runs(zone, locks)
 
 
 def capture_state(config: LogtideConfig, name: str, zone: LandingZone) -> dict[str, Any]:
@@ -188,7 +164,7 @@ def capture_state(config: LogtideConfig, name: str, zone: LandingZone) -> dict[s
     None (unknown) with `reason`; `frontier`, `checkpoint_at`/`checkpoint_age_s` (the last commit of
     capture) and `last_commit_at`/`since_last_commit_s` (source commit time of the newest landed event)."""
     checkpoint = zone.checkpoint()
-    last = last_landed_commit(zone) if checkpoint is not None else None
+    last = last_landed_commit(zone, checkpoint) if checkpoint is not None else None
     now = time.time()
     running, reason = capture_running(config, name, zone)
     return {
@@ -209,7 +185,7 @@ def capture_state(config: LogtideConfig, name: str, zone: LandingZone) -> dict[s
 def lag_status(name: str, source: SourceConfig, zone: LandingZone, checkpoint: Checkpoint | None) -> dict[str, Any]:
     if checkpoint is None:
         return {"error": "capture has not started (no checkpoint)"}
-    last = last_landed_commit(zone)
+    last = last_landed_commit(zone, checkpoint)
     report: dict[str, Any] = {
         "last_commit_at": datetime.fromtimestamp(last, UTC).isoformat() if last is not None else None,
         "since_last_commit_s": round(time.time() - last, 1) if last is not None else None,

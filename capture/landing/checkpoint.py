@@ -25,6 +25,11 @@ class Checkpoint:
     resume: dict[str, Any]  # source-specific position, e.g. {"gtid": "0-1-42", "file": ..., "pos": ...}
     updated_at: datetime = field(default_factory=lambda: datetime.now(UTC))
     epoch: int | None = None  # the writer's lease epoch (fencing token); absent in older checkpoints
+    # source commit time of the newest event landed below the frontier (None: none landed), so readers
+    # (`logtide status`, every Airflow merge task) need not open the newest file of every table for it;
+    # False in checkpoints written before it was kept: `LandingZone.newest_commit` reads the files then
+    last_commit_at: datetime | None = None
+    last_commit_known: bool = True
 
     def to_json(self) -> dict[str, Any]:
         data = {
@@ -37,6 +42,8 @@ class Checkpoint:
         }
         if self.epoch is not None:
             data["epoch"] = self.epoch
+        if self.last_commit_known:
+            data["last_commit_at"] = None if self.last_commit_at is None else self.last_commit_at.isoformat()
         return data
 
     @classmethod
@@ -46,7 +53,15 @@ class Checkpoint:
         epoch = data.get("epoch")
         if epoch is not None and (not isinstance(epoch, int) or isinstance(epoch, bool)):
             raise ValueError(f"epoch {epoch!r} is not an integer")
-        return cls(Lsn.decode(data["frontier"]), data["resume"], datetime.fromisoformat(data["updated_at"]), epoch)
+        last = data.get("last_commit_at")
+        return cls(
+            Lsn.decode(data["frontier"]),
+            data["resume"],
+            datetime.fromisoformat(data["updated_at"]),
+            epoch,
+            None if last is None else datetime.fromisoformat(last),
+            "last_commit_at" in data,
+        )
 
 
 def read_checkpoint(path: Path) -> Checkpoint | None:

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from itertools import chain
 from operator import itemgetter
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from capture.events import (
     LSN_ARROW_TYPE,
@@ -259,7 +260,12 @@ class LogWriter:
         # raises (LeaseLostError, FencedError) when this writer may no longer commit; called before
         # files are written and again before the checkpoint
         self._guard = guard or (lambda: None)
+        if not checkpoint.last_commit_known:  # written before checkpoints kept it: read the files once
+            checkpoint = replace(checkpoint, last_commit_at=zone.scan_newest_commit(checkpoint.frontier))
+            checkpoint = replace(checkpoint, last_commit_known=True)
         self.checkpoint = checkpoint
+        self._open_commit: datetime | None = None  # newest commit time of the transaction being read
+        self._finished_commit: datetime | None = None  # ... of finished, not yet committed transactions
         self._fingerprints = zone.table_fingerprints()  # folder -> last recorded schema fingerprint
         self._flush_interval = flush_interval_s
         self._max_rows = max_buffer_rows
@@ -293,6 +299,7 @@ class LogWriter:
                 return
             lsns = batch.events["_lsn"]
             first, last = int(lsns[0].as_py()), int(lsns[-1].as_py())
+            self._saw_commit(pc.max(batch.events["_commit_ts"]).as_py())
             piece = _Piece(count, first, last, columns=_envelope(batch.events, batch.watermark))
         else:
             if not batch.changes:
@@ -303,6 +310,7 @@ class LogWriter:
                 for c in batch.changes
             ]
             piece = _Piece(len(rows), rows[0][0], rows[-1][0], rows=rows)
+            self._saw_commit(ts)
         table = batch.table
         folder = self._folders.get((table.schema, table.table))
         if folder is None:
@@ -316,6 +324,11 @@ class LogWriter:
         buffer.pieces.append(piece)
         self._rows += piece.count
         self._open_events += piece.count
+
+    def _saw_commit(self, ts: datetime | None) -> None:
+        if ts is not None:
+            ts = ts.replace(tzinfo=ts.tzinfo or UTC)
+            self._open_commit = ts if self._open_commit is None else max(self._open_commit, ts)
 
     def add_schema_change(self, change: SchemaChange) -> None:
         history = self._buffer(SCHEMA_HISTORY, "", None)
@@ -364,6 +377,10 @@ class LogWriter:
         self._touched.clear()
         self._finished_events += self._open_events
         self._open_events = 0
+        if self._open_commit is not None:
+            done = self._finished_commit
+            self._finished_commit = self._open_commit if done is None else max(done, self._open_commit)
+            self._open_commit = None
         if self._pending is None:
             self._pending_since = time.monotonic() if end.read_at is None else end.read_at
         self._pending = end
@@ -408,11 +425,15 @@ class LogWriter:
             return
         self._guard()
         self._write(lambda b: b.committed)
-        checkpoint = Checkpoint(self._pending.frontier, self._pending.resume, epoch=self.epoch)
+        last = self.checkpoint.last_commit_at
+        if self._finished_commit is not None:
+            last = self._finished_commit if last is None else max(last, self._finished_commit)
+        checkpoint = Checkpoint(self._pending.frontier, self._pending.resume, epoch=self.epoch, last_commit_at=last)
         self._guard()
         self.zone.write_checkpoint(checkpoint)
         self.checkpoint = checkpoint
         self._pending = None
+        self._finished_commit = None
         self._flush_now = False
         events, self._finished_events = self._finished_events, 0
         self._on_commit(checkpoint, events)
@@ -447,5 +468,6 @@ class LogWriter:
         self._touched.clear()
         self._rows = 0
         self._open_events = 0
+        self._open_commit = None
         self.zone.discard_uncommitted(self.checkpoint.frontier)
         self._fingerprints = self.zone.table_fingerprints()

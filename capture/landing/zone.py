@@ -7,6 +7,7 @@ import functools
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import quote, unquote
 
@@ -23,7 +24,6 @@ from capture.log import get_logger
 log = get_logger(__name__)
 
 SCHEMA_HISTORY = "schema_history"
-LOCK_TABLE = Path("/proc/locks")
 
 
 @functools.lru_cache(maxsize=4096)
@@ -82,29 +82,36 @@ class LandingZone:
         finally:
             handle.close()
 
-    def lock_held(self, locks: Path = LOCK_TABLE) -> bool | None:
-        """Whether a process holds the lock file (`lock`), read from the kernel's lock table
-        without taking the lock (a probe that took it would make a capture starting at that
-        moment fail); None where the table cannot be read. The table lists only the locks of
-        this PID namespace's processes: a capture in another container (docker-compose.yml runs
-        Airflow and capture in separate ones) or on another machine does not show here, nor
-        reliably one on NFS or overlayfs; its heartbeat does (`capture.landing.alive`)."""
-        try:
-            stat = (self.root / "capture.lock").stat()
-            table = locks.read_text()
-        except FileNotFoundError:
-            return False if locks.exists() else None
-        except OSError:
-            return None
-        ident = f"{os.major(stat.st_dev):02x}:{os.minor(stat.st_dev):02x}:{stat.st_ino}"
-        for line in table.splitlines():
-            fields = line.split()
-            if "->" not in fields and len(fields) > 5 and fields[1] == "FLOCK" and fields[5] == ident:
-                return True
-        return False
-
     def checkpoint(self) -> Checkpoint | None:
         return read_checkpoint(self.checkpoint_path)
+
+    def newest_commit(self, checkpoint: Checkpoint | None = None) -> datetime | None:
+        """Source commit time of the newest landed event: kept in the checkpoint (the given one, else
+        the zone's), or, from a checkpoint written before it was kept, `scan_newest_commit`."""
+        checkpoint = checkpoint or self.checkpoint()
+        if checkpoint is None:
+            return None
+        if checkpoint.last_commit_known:
+            return checkpoint.last_commit_at
+        return self.scan_newest_commit(checkpoint.frontier)
+
+    def scan_newest_commit(self, frontier: Lsn | None = None) -> datetime | None:
+        """The newest `_commit_ts` of the last committed file of every table folder (a file removed
+        meanwhile, by a restarted capture, is left out): one read per table, for older checkpoints."""
+        newest: datetime | None = None
+        for schema, table in self.tables():
+            files = self.committed_files(table_folder(schema, table), frontier)
+            if not files:
+                continue
+            try:
+                column = pq.read_table(files[-1], columns=["_commit_ts"])["_commit_ts"]
+            except FileNotFoundError:
+                continue
+            value = pyarrow.compute.max(column).as_py()
+            if value is not None:
+                value = value.replace(tzinfo=value.tzinfo or UTC)
+                newest = value if newest is None else max(newest, value)
+        return newest
 
     def write_checkpoint(self, checkpoint: Checkpoint) -> None:
         self.root.mkdir(parents=True, exist_ok=True)

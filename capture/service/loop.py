@@ -15,6 +15,8 @@ from __future__ import annotations
 import math
 import threading
 import time
+from dataclasses import replace
+from datetime import UTC, datetime
 from functools import partial
 
 from capture.config import LogtideConfig
@@ -143,7 +145,7 @@ class CaptureService:
             source.check_resumable(existing.frontier, existing.resume)
             self.zone.discard_uncommitted(existing.frontier)
             if self._epoch is not None and existing.epoch != self._epoch:
-                existing = Checkpoint(existing.frontier, existing.resume, epoch=self._epoch)
+                existing = replace(existing, epoch=self._epoch, updated_at=datetime.now(UTC))
                 self.zone.write_checkpoint(existing)  # marks the takeover: older leaders' guards now refuse
             log.info("capture.resuming", source=self.name, frontier=existing.frontier.encode(), **existing.resume)
             return existing
@@ -156,7 +158,9 @@ class CaptureService:
                     "aside to start a new landing zone, then run a full dump."
                 )
             self.zone.discard_uncommitted(existing.frontier)
-        checkpoint = Checkpoint(frontier, resume, epoch=self._epoch)
+        # after a reset the events landed before stay: the newest of them is still the newest landed
+        last = self.zone.newest_commit(existing) if existing is not None else None
+        checkpoint = Checkpoint(frontier, resume, epoch=self._epoch, last_commit_at=last)
         self.zone.write_checkpoint(checkpoint)
         log.info(
             "capture.reset" if existing is not None else "capture.first_start",

@@ -90,7 +90,9 @@ def last_chunks(zone: LandingZone, dump_id: str, tables: Sequence[str]) -> dict[
     return found
 
 
-CAPTURE_CHECK_EVERY_S = 2.0  # cheap: /proc/locks and the small heartbeat file
+# cheap: /proc/locks and the small heartbeat file (watched for up to two beats only when this host's clock
+# and the writer's disagree, or capture has stopped: capture.coordination.local.heartbeat)
+CAPTURE_CHECK_EVERY_S = 2.0
 
 
 def capture_stopped(config: LogtideConfig, zone: LandingZone) -> str | None:

@@ -62,6 +62,9 @@ def test_lag_grows_while_capture_is_stopped_and_returns_to_zero(mariadb, databas
     running = capture_state(capture.config, "src", capture.zone)
     assert running["running"] is True and running["frontier"] == caught_up["frontier"], running
     assert running["last_commit_at"] == caught_up["lag"]["last_commit_at"]
+    # kept in the checkpoint by the writer (no file read), equal to the newest `_commit_ts` of the files
+    kept = capture.zone.checkpoint().last_commit_at
+    assert kept is not None and kept == capture.zone.scan_newest_commit(), kept
 
     assert capture.stop() == 0
     stopped = capture_state(capture.config, "src", capture.zone)

@@ -6,19 +6,20 @@ from __future__ import annotations
 import json
 import os
 import threading
-from datetime import UTC, datetime
+import time
+from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
 import pytest
 
 from capture.config import parse_config
-from capture.coordination import open_lease
+from capture.coordination import local, open_lease
 from capture.coordination.fencing import CommitGuard, claim, landed_epoch
 from capture.coordination.local import LocalLease
 from capture.errors import ConfigError, FencedError, LeaseLostError, LockHeldError
 from capture.events import Change, ChangeBatch, Column, Lsn, Op, TableSchema, TransactionEnd
 from capture.landing import Checkpoint, LandingZone
-from capture.landing.alive import ALIVE_STALE_S, alive_path
+from capture.landing.alive import ALIVE_STALE_S, AliveBeat, alive_path
 from capture.landing.checkpoint import read_checkpoint
 from capture.landing.files import segment_name, write_parquet_atomic
 from capture.landing.log_writer import LogWriter
@@ -87,7 +88,7 @@ def test_local_lease_refuses_a_second_instance_and_counts_epochs(tmp_path):
 
 def test_the_heartbeat_says_capture_runs_where_its_lock_is_not_visible(tmp_path):
     """Another container's /proc/locks does not list capture's lock (an empty table here): the
-    heartbeat alone decides, fresh = running, older than ALIVE_STALE_S or missing = stopped."""
+    heartbeat alone decides, fresh = running, a killed capture's stale one or none = stopped."""
     config, zone = _config(), LandingZone(tmp_path, "src")
     elsewhere = tmp_path / "locks"
     elsewhere.write_text("")
@@ -101,11 +102,59 @@ def test_the_heartbeat_says_capture_runs_where_its_lock_is_not_visible(tmp_path)
     assert capture_running(config, "s", zone, elsewhere)[1].endswith("here and no heartbeat")
     for age, expected in ((ALIVE_STALE_S - 2, True), (ALIVE_STALE_S + 1, False)):  # a killed capture's
         at = datetime.now(UTC).timestamp() - age
-        beat = {"at": datetime.fromtimestamp(at, UTC).isoformat(), "pid": 7, "host": "capture-1"}
+        beat = {"at": datetime.fromtimestamp(at, UTC).isoformat(), "pid": 7, "host": "capture-1", "every_s": 0.2}
         alive_path(zone.root).write_text(json.dumps(beat))
+        local._seen.clear()  # read by a new process (a merge task's)
         running, reason = capture_running(config, "s", zone, elsewhere)
         assert running is expected, reason
-    assert reason.endswith(f"its last heartbeat is {ALIVE_STALE_S + 1:.1f} s old (stale after {ALIVE_STALE_S:g} s)")
+    assert reason.endswith(
+        f"its last heartbeat is {ALIVE_STALE_S + 1:.1f} s old by this host's clock and unchanged for 0.4 s"
+        f" (stale after {ALIVE_STALE_S:g} s)"
+    )
+
+
+def _kill(beat: AliveBeat) -> None:
+    """What a SIGKILL leaves: the heartbeat thread gone, its last file in place."""
+    beat._stop.set()
+    beat._thread.join()
+
+
+@pytest.mark.parametrize("hours", [-3, 3])
+def test_the_heartbeat_is_judged_on_the_readers_clock_whatever_the_writers_says(tmp_path, hours):
+    """Capture and Airflow on two hosts (docker-compose.yml) whose clocks are `hours` apart. On main the
+    writer's `at` was compared with the reader's clock: a capture 3 h behind looked stopped while it ran
+    (`landed_` failed at once), one 3 h ahead looked running for 3 h after it was killed. Now a new reader
+    (each Airflow task, `logtide status`) and one that keeps looking (the wait in `landed_`) both tell
+    running from stopped, the latter within ALIVE_STALE_S of the last beat."""
+    config, zone = _config(), LandingZone(tmp_path, "src")
+    elsewhere = tmp_path / "locks"
+    elsewhere.write_text("")  # another container: the lock is not visible
+    zone.root.mkdir(parents=True)
+    beat = AliveBeat(zone.root, every_s=0.2, clock=lambda: datetime.now(UTC) + timedelta(hours=hours))
+    beat.start()
+    try:
+        for _ in range(3):
+            local._seen.clear()  # a new reader
+            running, reason = capture_running(config, "s", zone, elsewhere)
+            assert running is True, reason
+            assert reason.startswith(f"capture (pid {os.getpid()} on "), reason
+        for _ in range(5):  # the same reader, looking again
+            time.sleep(0.3)
+            assert capture_running(config, "s", zone, elsewhere)[0] is True
+    finally:
+        _kill(beat)
+    killed = time.monotonic()
+    assert alive_path(zone.root).exists()
+    fresh = LandingZone(tmp_path, "src")
+    saved = dict(local._seen)
+    local._seen.clear()
+    running, reason = capture_running(config, "s", fresh, elsewhere)  # a new reader after the kill
+    assert running is False and "unchanged for 0.4 s" in reason, reason
+    local._seen.clear()
+    local._seen.update(saved)  # the reader that kept looking
+    while (running := capture_running(config, "s", zone, elsewhere)[0]) is not False:
+        assert time.monotonic() - killed < ALIVE_STALE_S + 1, "still running after ALIVE_STALE_S"
+        time.sleep(0.2)
 
 
 def _commit_one(writer: LogWriter, major: int) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from datetime import UTC, datetime
 
@@ -173,3 +174,48 @@ def test_an_end_that_asks_for_a_flush_makes_the_writer_due_at_once_and_only_unti
     assert zone.checkpoint().frontier == Lsn(20)
     writer.end_transaction(_end(40))
     assert not writer.due()  # an ordinary end waits for the interval again
+
+
+def test_the_checkpoint_carries_the_newest_landed_commit_and_older_ones_are_read_from_the_files(tmp_path):
+    """Every Airflow merge task logs how far the landing zone reaches (`capture_state`); on main that read
+    the newest file of every table, thousands of reads with thousands of tables. The checkpoint keeps it:
+    the open transaction's commit does not count, a later commit of an older-timed event does not go back,
+    the files are not read (garbage here), and a landing zone whose checkpoint predates it still answers."""
+    from datetime import timedelta
+
+    from capture.status import last_landed_commit
+
+    zone, writer = _writer(tmp_path)
+    other = TableSchema("shop", "items", T.columns, ("id",))
+    late, early, open_ = NOW + timedelta(hours=2), NOW + timedelta(hours=1), NOW + timedelta(hours=3)
+    writer.add(ChangeBatch(T, "0-1-10", late, False, [Change(Lsn(10, 0), Op.CREATE, None, (1, "a"))]))
+    writer.add(ChangeBatch(other, "0-1-10", early, False, [Change(Lsn(10, 1), Op.CREATE, None, (2, "b"))]))
+    writer.end_transaction(_end(20))
+    writer.add(ChangeBatch(T, "0-1-30", open_, False, [Change(Lsn(30, 0), Op.CREATE, None, (3, "c"))]))
+    writer.commit()
+    assert zone.checkpoint().last_commit_at == late
+    writer.abandon_open_transaction()
+    writer.add(ChangeBatch(other, "0-1-40", early, False, [Change(Lsn(40, 0), Op.CREATE, None, (4, "d"))]))
+    writer.end_transaction(_end(50))
+    writer.commit()
+    assert zone.checkpoint().last_commit_at == late and last_landed_commit(zone) == late.timestamp()
+    files = sorted((zone.log_dir).rglob("*.parquet"))
+    saved = {f: f.read_bytes() for f in files}
+    for f in files:
+        f.write_bytes(b"not parquet: not read")
+    assert last_landed_commit(zone) == late.timestamp()
+
+    for f, data in saved.items():
+        f.write_bytes(data)
+    old = zone.checkpoint().to_json()
+    del old["last_commit_at"]  # a checkpoint written before it was kept
+    zone.checkpoint_path.write_text(json.dumps(old))
+    assert not zone.checkpoint().last_commit_known and last_landed_commit(zone) == late.timestamp()
+    resumed = LogWriter(zone, zone.checkpoint(), flush_interval_s=60, max_buffer_rows=1000)  # the files, read once
+    resumed.add(ChangeBatch(T, "0-1-60", early, False, [Change(Lsn(60, 0), Op.CREATE, None, (5, "e"))]))
+    resumed.end_transaction(_end(70))
+    resumed.commit()
+    assert zone.checkpoint().last_commit_known and zone.checkpoint().last_commit_at == late
+    empty = LandingZone(tmp_path, "new")
+    empty.write_checkpoint(Checkpoint(Lsn(1), {"pos": 1}))
+    assert last_landed_commit(empty) is None and "last_commit_at" in json.loads(empty.checkpoint_path.read_text())
