@@ -80,13 +80,18 @@ def _progress(count: int, expected: int, done: bool, elapsed: float) -> tuple[fl
     return round(100 * part, 1), round(elapsed / part - elapsed, 1) if part > 0 else None
 
 
-def _check_resumable(table: TableSchema, number: int, after: Row | None, rows: pa.StructArray) -> None:
+def _check_resumable(table: TableSchema, number: int, after: Row | None, rows: pa.StructArray, saved: bool) -> None:
     """The next chunk resumes after this full chunk's last landed key, so that key must be one the
     database can compare: not NULL (a key value the landing zone cannot hold, PostgreSQL's NaN in
     numeric(p,s) or time 24:00, lands as NULL; `(k) > (NULL)` selects nothing and the dump would
     end without the rows after it), and past the key the previous chunk ended at, or the next
     SELECT returns it again: keys whose landed values collapse (PostgreSQL infinity, BC and years
-    past 9999 in a key column all land as 0001-01-01 or 9999-12-31) would loop forever."""
+    past 9999 in a key column all land as 0001-01-01 or 9999-12-31) would loop forever.
+    `saved`: `after` is the key an earlier run saved, not a chunk's of this one. A source may go on
+    after such a key from the lowest value its text can name (MariaDB: an ENUM's '' names its ''
+    member and, in a landing zone written before the error value landed as ' ', the error value
+    too), reading some rows again, so this chunk may end at it once; the next chunk goes on after
+    this chunk's own end, and a collapse is caught there."""
     end = tuple(rows.field(k)[-1].as_py() for k in table.key)
     if None in end:
         raise DumpInputError(
@@ -94,7 +99,7 @@ def _check_resumable(table: TableSchema, number: int, after: Row | None, rows: p
             f"(README: numeric NaN, time 24:00 in key ({', '.join(table.key)})), so the next chunk could not "
             "resume after it; dump with a chunk_size larger than the rows up to the last such key"
         )
-    if end == after:
+    if end == after and not saved:
         raise DumpInputError(
             f"{table.qualified_name}: chunk {number} ends at key {encode_key(end)}, as the chunk before it did: "
             f"more rows than chunk_size have key ({', '.join(table.key)}) values that land as that one value "
@@ -308,11 +313,12 @@ class DumpEngine:
         expected = len(plan.keys) if plan.keys is not None else max(self.source.estimate_rows(table), 1)
         began, rows_at_start = time.monotonic(), progress.rows
         outputs_wait_s = 0.0
+        resumed_at = progress.chunk + 1 if progress.chunk else None
         while not progress.done:
             settings = controller.next_chunk()
             claims.check(name)
             chunk_began = time.monotonic()
-            progress, table, rows_read = self._chunk(dump_id, plan, table, progress, settings)
+            progress, table, rows_read = self._chunk(dump_id, plan, table, progress, settings, resumed_at)
             store.save(table.schema, table.table, progress)
             if not progress.done:  # real-time outputs (capture/dump/gate.py): not too far ahead of them
                 outputs_wait_s += wait_for_outputs(
@@ -369,10 +375,17 @@ class DumpEngine:
         return summary
 
     def _chunk(
-        self, dump_id: str, plan: _Plan, table: TableSchema, progress: TableProgress, settings: DumpSettings
+        self,
+        dump_id: str,
+        plan: _Plan,
+        table: TableSchema,
+        progress: TableProgress,
+        settings: DumpSettings,
+        resumed_at: int | None = None,
     ) -> tuple[TableProgress, TableSchema, int]:
         """One chunk: LOW, the SELECT, the chunk file, HIGH; again under the same number when the
-        table's schema (or its key's collation) changed under the SELECT."""
+        table's schema (or its key's collation) changed under the SELECT. `resumed_at`: the first
+        chunk this run reads of a table an earlier run began (it goes on after that run's saved key)."""
         number = progress.chunk + 1
         while True:
             low = Watermark(dump_id, table.qualified_name, number, "LOW", str(uuid.uuid4()))
@@ -394,7 +407,7 @@ class DumpEngine:
                 table = self._schema_changed(dump_id, table, current, number)
                 continue
             if read.keys is None and not read.last:
-                _check_resumable(table, number, progress.after, read.rows)
+                _check_resumable(table, number, progress.after, read.rows, number == resumed_at)
             meta = ChunkMeta(
                 dump_id=dump_id,
                 table=table.qualified_name,

@@ -139,6 +139,7 @@ def source_state(mariadb, database: str, table: str) -> dict:
             "gen": "*, h",
             "fkey": "f, CAST(r AS DOUBLE) AS r, v",
             "odd": "e, c, d, CAST(bits AS UNSIGNED) AS bits, bin, st, v",
+            "ee": "IF(e = 0, ' ', e) AS e, i",  # the ENUM error value lands as ' ' (mysql/types.py)
         }.get(table, "*")
         cur.execute(f"SELECT {columns} FROM {table}")
         return {n: row for n, row in enumerate(cur.fetchall())}

@@ -16,7 +16,7 @@ import pytest
 from capture.dump.reconcile import apply, reconcile_table
 from capture.landing.log_writer import SCHEMA_HISTORY_SCHEMA
 from capture.sources.mysql.column_rewrites import column_rewrite, columns_after, landed_column_types, table_charset
-from capture.sources.mysql.column_types import ColumnType, definition, from_definition
+from capture.sources.mysql.column_types import Collations, ColumnType, charset_name, definition, from_definition
 from capture.sources.mysql.table_charsets import may_change
 from tests.servers import wait_for
 
@@ -506,3 +506,48 @@ def test_table_charset_parsed():
     assert not may_change("ALTER TABLE t MODIFY v VARCHAR(30)", "d", ("d", "t"))
     assert not may_change("CREATE INDEX i ON t (v)", "d", ("d", "t"))
     assert not may_change("ALTER TABLE u DEFAULT CHARSET latin1", "d", ("d", "t"))
+
+
+def test_a_collation_names_the_charset_the_catalog_gives_it(mariadb):
+    """Every collation the server lists gives the charset COLLATION_CHARACTER_SET_APPLICABILITY gives
+    it, in a column definition and as a table option. On main the charset was the name's prefix:
+    MariaDB 11's charset-independent `uca1400_ai_ci` (also in 10.11 here) gave charset 'uca1400';
+    such a name keeps the charset in effect (the table's for a column, the table's own as an option)."""
+    with mariadb.connect() as conn, conn.cursor() as cursor:
+        collations = Collations.load(conn)
+        cursor.execute("SELECT * FROM information_schema.COLLATION_CHARACTER_SET_APPLICABILITY")
+        names = [d[0].upper() for d in cursor.description]
+        listed = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+    applies: dict[str, set[str]] = {}
+    for row in listed:
+        for name in {row["COLLATION_NAME"], row.get("FULL_COLLATION_NAME") or row["COLLATION_NAME"]}:
+            applies.setdefault(name, set()).add(charset_name(row["CHARACTER_SET_NAME"]))
+    assert any(len(charsets) > 1 for charsets in applies.values())  # uca1400_ai_ci and the like
+    before = {"v": ColumnType("varchar", length=3, charset="utf32")}
+    for name, charsets in applies.items():
+        named = next(iter(charsets)) if len(charsets) == 1 else None
+        modify = f"ALTER TABLE t MODIFY v VARCHAR(3) COLLATE {name}"
+        after = columns_after(modify, "d", before, lambda t: "utf32", collations)["v"]
+        if named == "binary":  # VARCHAR ... COLLATE binary is VARBINARY
+            assert after.family == "varbinary"
+        else:
+            assert after.charset == (named or "utf32"), name
+        option = table_charset(f"ALTER TABLE t COLLATE {name}", "d", collations)
+        assert option == (None if named is None else (("d", "t"), named)), name
+
+
+def test_a_modify_to_a_charset_independent_collation_keeps_capture_running(mariadb, database, make_capture):
+    """`COLLATE uca1400_ai_ci` keeps the column's charset (utf8mb4): no value changes. On main capture
+    took the charset 'uca1400' from the name, judged the MODIFY a conversion and stopped."""
+    mariadb.execute("CREATE TABLE u (id INT PRIMARY KEY, v VARCHAR(10)) DEFAULT CHARSET utf8mb4", database=database)
+    capture = make_capture([f"{database}.u"]).start()
+    capture.wait_running()
+    mariadb.execute("INSERT INTO u VALUES (1, 'a')", database=database)
+    capture.wait_events(database, "u", 1)
+    mariadb.execute(
+        "ALTER TABLE u MODIFY v VARCHAR(10) COLLATE uca1400_ai_ci",
+        "INSERT INTO u VALUES (2, 'b')",
+        database=database,
+    )
+    capture.wait_events(database, "u", 2)
+    assert capture.process is not None and capture.process.poll() is None

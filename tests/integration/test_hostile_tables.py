@@ -8,9 +8,10 @@ from __future__ import annotations
 import pytest
 
 from capture.dump.control import DumpSettings
-from capture.dump.engine import DumpRequest
+from capture.dump.engine import DumpEngine, DumpRequest
 from capture.errors import DumpInputError
-from tests.integration.dumping import reconciled_state, run_dump, wait_until_landed
+from capture.sources import open_chunk_source
+from tests.integration.dumping import Died, DiesBeforeHigh, reconciled_state, run_dump, wait_until_landed
 from tests.integration.hostile import TABLES, dump_while_writing, rows, source_state
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("drop_database_afterwards")]
@@ -66,6 +67,69 @@ def test_enum_members_that_read_back_ambiguously_are_dumped_whole(mariadb, datab
         database=database,
     )
     _assert_dumped_whole(mariadb, database, make_capture, "ee", values.count("("))
+
+
+def test_the_enum_error_value_and_a_real_empty_member_land_as_two_keys(mariadb, database, make_capture):
+    """The error value (number 0, which permissive sql_mode writes for an invalid value) and a real
+    '' member both read back as ''. MariaDB holds (error, 1) and ('', 1) as two keys; on main both
+    landed as ('', 1), by the dump and by the log, so the target held one row for the two. The error
+    value now lands as ' ' (text no member can have: MariaDB strips members' trailing spaces)."""
+    mariadb.execute(
+        "SET SESSION sql_mode = ''",
+        "CREATE TABLE ez (e ENUM('z','') NOT NULL, i INT NOT NULL, v INT, PRIMARY KEY (e, i))",
+        "INSERT INTO ez VALUES ('bogus', 1, 1), ('', 1, 2), ('z', 1, 3), ('bogus', 2, 4), ('', 2, 5)",
+        database=database,
+    )
+    capture = make_capture([f"{database}.*"]).start()
+    capture.wait_running()
+    run_dump(capture, f"{database}.ez", 2)
+    mariadb.execute(  # the log's rows: an insert of each, an update of an error-value row
+        "SET SESSION sql_mode = ''",
+        "INSERT INTO ez VALUES ('bogus', 3, 6), ('', 3, 7)",
+        "UPDATE ez SET v = v + 10 WHERE e = 0 AND i = 1",
+        "UPDATE ez SET v = v + 20 WHERE e = '' AND i = 2",
+        database=database,
+    )
+    wait_until_landed(mariadb, capture)
+    state, _ = reconciled_state(capture, database, "ez")
+    with mariadb.connect(database) as conn, conn.cursor() as cur:
+        cur.execute("SELECT IF(e = 0, ' ', e), i, v FROM ez")
+        source = sorted(cur.fetchall())
+    assert len(source) == 7
+    assert sorted((r["e"], r["i"], r["v"]) for r in state.values()) == source
+    for keys, count in (([[" ", 2]], 1), ([[" ", 9], ["", 9]], 0), ([["z", 1], [" ", 3], ["", 3]], 3)):
+        summary = run_dump(capture, DumpRequest(tables=[f"{database}.ez"], keys=keys))  # a key list names ' ' too
+        assert summary["tables"][0]["rows"] == count, keys
+    wait_until_landed(mariadb, capture)
+    state, _ = reconciled_state(capture, database, "ez")
+    assert sorted((r["e"], r["i"], r["v"]) for r in state.values()) == source
+
+
+def test_a_dump_resumed_after_a_chunk_ending_on_the_empty_member_goes_on(mariadb, database, make_capture):
+    """A dump that stops after a chunk ending on the '' member, resumed by a new chunk source (as a new
+    process: nothing but the landing zone's saved key goes over). On main the saved key '' was taken
+    as the lowest number it may name (the error value, 0), the next chunk read the same rows again and
+    the dump stopped: 'chunk 2 ends at key ..., as the chunk before it did'."""
+    mariadb.execute(
+        "SET SESSION sql_mode = ''",
+        "CREATE TABLE er (e ENUM('z','') NOT NULL, i INT NOT NULL, PRIMARY KEY (e, i))",
+        "INSERT INTO er VALUES ('bogus', 3), ('', 1), ('', 2)",
+        database=database,
+    )
+    capture = make_capture([f"{database}.*"]).start()
+    capture.wait_running()
+    request = DumpRequest(dump_id="er", tables=[f"{database}.er"], settings=DumpSettings(chunk_size=2))
+    source = open_chunk_source("src", capture.config.source("src"))
+    try:  # chunk 1: (error, 3), ('', 1) (by number: 0, then 2); stop before chunk 2's HIGH
+        with pytest.raises(Died):
+            DumpEngine(DiesBeforeHigh(source, chunk=2), capture.zone).run(request)
+    finally:
+        source.close()
+    summary = run_dump(capture, request)
+    assert summary["tables"][0]["rows"] >= 2
+    wait_until_landed(mariadb, capture)
+    state, _ = reconciled_state(capture, database, "er")
+    assert sorted((r["e"], r["i"]) for r in state.values()) == [("", 1), ("", 2), (" ", 3)]
 
 
 def test_enum_bounds_match_members_by_the_column_collation(mariadb, database, make_capture):

@@ -41,6 +41,14 @@ def test_enum_key_numbers_follow_the_columns():
     assert sql == "SELECT `e`, `v`, `e` + 0 FROM `s`.`t` ORDER BY `e` LIMIT %s"
 
 
+def test_an_enum_error_value_is_read_as_a_space():
+    """The error value (number 0) reads back as '', as a real '' member does: it is read as ' '."""
+    sql, _ = chunk_select("s", "t", ["e", "v"], ["e"], None, None, None, 10, numbers=["e"], enums=["e"])
+    assert sql == "SELECT IF(`e` = 0, ' ', `e`), `v`, `e` + 0 FROM `s`.`t` ORDER BY `e` LIMIT %s"
+    sql, _ = keys_select("s", "t", ["e", "v"], ["e"], [(0,)], enums=["e"])
+    assert sql == "SELECT IF(`e` = 0, ' ', `e`), `v` FROM `s`.`t` WHERE (`e` = %s) ORDER BY `e`"
+
+
 def test_keys_select_binds_every_value():
     sql, params = keys_select("s", "t", ["a", "b"], ["a", "b"], [(1, "x"), (2, "y")])
     assert (

@@ -27,7 +27,7 @@ from capture.sources.mysql.catalog import base_tables, describe, table_keys
 from capture.sources.mysql.connection import connection_settings, query, translate
 from capture.sources.mysql.member_keys import Numbering, member_numbering, numbered, with_numbers
 from capture.sources.mysql.sql import chunk_select, duplicate_select, key_after_select, keys_select, qualified, quote
-from capture.sources.mysql.types import ColumnBuilder, select_conversions
+from capture.sources.mysql.types import ENUM_ERROR_VALUE, ColumnBuilder, select_conversions
 from capture.sources.table_keys import check_named_keys, duplicate_key_error
 
 ER_DBACCESS_DENIED, ER_TABLEACCESS_DENIED = 1044, 1142
@@ -194,14 +194,18 @@ class MySqlChunkSource:
         start, stop = self._bound(table, start, lowest=True), self._bound(table, stop, lowest=False)
         numbers = [table.key[at] for at in sorted(self._numbering.get(table.fingerprint, {}))]
         sql, params = chunk_select(
-            table.schema, table.table, table.names, table.key, after, start, stop, limit, _floats(table), numbers
-        )
+            table.schema, table.table, table.names, table.key, after, start, stop, limit, _floats(table), numbers,
+            _enums(table),
+        )  # fmt: skip
         return self._rows(table, sql, params, len(numbers))
 
     def select_keys(self, table: TableSchema, keys: list[Row]) -> pa.StructArray:
         if not keys:
             return pa.array([], type=table.row_type)
-        sql, params = keys_select(table.schema, table.table, table.names, table.key, keys, _floats(table))
+        enums = _enums(table)
+        at = [n for n, k in enumerate(table.key) if k in enums]  # the error value by its number (`types`)
+        keys = [tuple(0 if n in at and v == ENUM_ERROR_VALUE else v for n, v in enumerate(k)) for k in keys]
+        sql, params = keys_select(table.schema, table.table, table.names, table.key, keys, _floats(table), enums)
         return self._rows(table, sql, params)
 
     def key_after(self, table: TableSchema, key: Row, other: Row) -> bool:
@@ -253,6 +257,11 @@ class MySqlChunkSource:
 def _floats(table: TableSchema) -> frozenset[str]:
     """The FLOAT columns, read as DOUBLE so that they land exactly (`sql.select_list`)."""
     return frozenset(c.name for c in table.columns if c.source_type == "float")
+
+
+def _enums(table: TableSchema) -> frozenset[str]:
+    """The ENUM columns, their error value read as `types.ENUM_ERROR_VALUE` (`sql.select_list`)."""
+    return frozenset(c.name for c in table.columns if c.source_type == "enum")
 
 
 def check_landable_key(table: TableSchema, rows: pa.StructArray) -> None:

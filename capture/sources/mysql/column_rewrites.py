@@ -25,8 +25,10 @@ from capture.config import SourceConfig
 from capture.errors import ColumnRewriteError
 from capture.log import get_logger
 from capture.sources.mysql.column_types import (
+    Collations,
     ColumnType,
     charset_name,
+    collation_charset,
     converted,
     from_definition,
     from_source_type,
@@ -64,13 +66,15 @@ def column_rewrite(
     thread_specific: bool = False,
     columns: Callable[[Table], Columns | None] | None = None,
     default_charset: Callable[[Table], str | None] = lambda table: None,
+    collations: Collations | None = None,
 ) -> ColumnRewrite | None:
     """What an ALTER TABLE statement does to the values existing rows show (`schema`: the event's
     default database); None when nothing (or no ALTER TABLE, or a temporary table's: MariaDB flags
     those LOG_EVENT_THREAD_SPECIFIC_F). `columns`: the table's column types before the statement
     (`column_types`; an empty dict when capture cannot tell them, None when no landed row can
     change), which judges MODIFY / CHANGE of a type and CONVERT TO CHARACTER SET; without it those
-    pass. `default_charset`: the table's, for a string column whose new definition names none."""
+    pass. `default_charset`: the table's, for a string column whose new definition names none;
+    `collations`: the server's, for the charset a COLLATE names (`column_types.Collations`)."""
     if thread_specific or "alter" not in statement[:40].lower():
         return None
     tokens, words, table, i = parse_alter(statement, schema)
@@ -78,11 +82,11 @@ def column_rewrite(
         return None
     before = None if columns is None else columns(table)
     found: list[str] = []
-    charset = _charset_of(statement, schema, table, default_charset)
+    charset = _charset_of(statement, schema, table, default_charset, collations)
     for clause in _split(tokens[i:], words[i:]):
         found += _clause(*clause)
         if before is not None:
-            found += _type_change(*clause, before, charset)
+            found += _type_change(*clause, before, charset, collations)
     return ColumnRewrite(table, tuple(found)) if found else None
 
 
@@ -92,8 +96,10 @@ _STRING_TYPES = {
 }  # fmt: skip
 
 
-def _new_type(tokens: list, words: list[str], charset: Callable[[], str | None]) -> ColumnType | None:
-    return parse_definition(tokens, words, charset() if words and words[0] in _STRING_TYPES else None)
+def _new_type(
+    tokens: list, words: list[str], charset: Callable[[], str | None], collations: Collations | None
+) -> ColumnType | None:
+    return parse_definition(tokens, words, charset() if words and words[0] in _STRING_TYPES else None, collations)
 
 
 def _modified(tokens: list, words: list[str]) -> tuple[str, str, int] | None:
@@ -123,14 +129,16 @@ def _converted_to(tokens: list, words: list[str], charset: Callable[[], str | No
     return (charset() or "") if name.upper() == "DEFAULT" else name
 
 
-def _type_change(tokens: list, words: list[str], before: Columns, charset: Callable[[], str | None]) -> list[str]:
+def _type_change(
+    tokens: list, words: list[str], before: Columns, charset: Callable[[], str | None], collations: Collations | None
+) -> list[str]:
     """A MODIFY / CHANGE of a column's type, or a CONVERT TO CHARACTER SET, that may give existing
     rows other values (`column_types.lossy`), as clauses for the message."""
     unknown = "capture has read no row of the table since it started, so it cannot tell the type before"
     modified = _modified(tokens, words)
     if modified is not None:
         old_name, _, at = modified
-        new = _new_type(tokens[at:], words[at:], charset)
+        new = _new_type(tokens[at:], words[at:], charset, collations)
         old = before.get(old_name.lower())
         if new is None:
             return [f"{words[0]} {old_name} to a type capture cannot judge ({' '.join(tokens[at : at + 3])} ...)"]
@@ -152,7 +160,11 @@ def _type_change(tokens: list, words: list[str], before: Columns, charset: Calla
 
 
 def columns_after(
-    statement: str, schema: str, before: Columns, default_charset: Callable[[Table], str | None]
+    statement: str,
+    schema: str,
+    before: Columns,
+    default_charset: Callable[[Table], str | None],
+    collations: Collations | None = None,
 ) -> Columns:
     """The column types after an ALTER TABLE statement of the table `before` describes: its
     MODIFY, CHANGE, ADD, DROP, RENAME COLUMN and CONVERT TO CHARACTER SET applied (a type capture
@@ -161,13 +173,13 @@ def columns_after(
     if table is None:
         return before
     after = dict(before)
-    charset = _charset_of(statement, schema, table, default_charset)
+    charset = _charset_of(statement, schema, table, default_charset, collations)
     for t, w in _split(tokens[i:], words[i:]):
         modified = _modified(t, w)
         if modified is not None:
             old, new, at = modified
             after.pop(old.lower(), None)
-            found = _new_type(t[at:], w[at:], charset)
+            found = _new_type(t[at:], w[at:], charset, collations)
             if found is not None:
                 after[new.lower()] = found
         elif w[0] == "ADD":
@@ -177,7 +189,7 @@ def columns_after(
                 continue
             parts = _split(t[n + 1 : -1], w[n + 1 : -1]) if w[n] == "(" else [(t[n:], w[n:])]
             for pt, pw in parts:
-                found = _new_type(pt[1:], pw[1:], charset) if len(pt) > 1 else None
+                found = _new_type(pt[1:], pw[1:], charset, collations) if len(pt) > 1 else None
                 if found is not None:
                     after[str(pt[0]).lower()] = found
         elif w[0] == "DROP" and len(w) > 1 and w[1] not in _NOT_A_COLUMN:
@@ -200,10 +212,11 @@ def columns_after(
 _TABLE_OPTIONS = {"DEFAULT", "CHARACTER", "CHARSET", "COLLATE", "CONVERT"}
 
 
-def table_charset(statement: str, schema: str) -> tuple[Table, str | None] | None:
+def table_charset(statement: str, schema: str, collations: Collations | None = None) -> tuple[Table, str | None] | None:
     """The table an ALTER TABLE statement gives a default charset (`[DEFAULT] CHARACTER SET [=] cs`,
     `[DEFAULT] COLLATE [=] c`, `CONVERT TO CHARACTER SET cs`) and that charset (None where the text
-    does not name it: `DEFAULT`); None for a statement that sets none."""
+    does not name it: `DEFAULT`); None for a statement that sets none, or only a collation that
+    names no charset (`collations`: the server's; MariaDB 11's `uca1400_ai_ci` keeps the table's)."""
     if "alter" not in statement[:40].lower():
         return None
     tokens, words, table, i = parse_alter(statement, schema)
@@ -222,18 +235,22 @@ def table_charset(statement: str, schema: str) -> tuple[Table, str | None] | Non
                 at = n + 1 + (w[n + 1 : n + 2] == ["="])
                 collated = str(t[at]).strip("'").lower() if at < len(t) else "default"
         if named is None and collated is not None:
-            named = collated if collated in ("binary", "default") else collated.split("_")[0]
+            named = collated if collated == "default" else collation_charset(collated, collations)
         if named is not None:
             found = (table, None if named == "default" else charset_name(named))
     return found
 
 
 def _charset_of(
-    statement: str, schema: str, table: Table, default_charset: Callable[[Table], str | None]
+    statement: str,
+    schema: str,
+    table: Table,
+    default_charset: Callable[[Table], str | None],
+    collations: Collations | None,
 ) -> Callable[[], str | None]:
     """The default charset a column the statement defines takes: the one the statement itself gives
     the table (its table options apply to its column definitions), else the table's before it."""
-    stated = table_charset(statement, schema)
+    stated = table_charset(statement, schema, collations)
     if stated is not None:
         return lambda: stated[1]
     return lambda: default_charset(table)
@@ -351,7 +368,9 @@ def check_column_rewrite(source: str, config: SourceConfig, change: ColumnRewrit
 
 
 def landed_column_types(
-    history: list[dict[str, Any]], default_charset: Callable[[Table], str | None]
+    history: list[dict[str, Any]],
+    default_charset: Callable[[Table], str | None],
+    collations: Collations | None = None,
 ) -> tuple[dict[Table, Columns], set[Table]]:
     """Each table's column types as the landed schema history shows them last (`history`: its
     records in LSN order, `kind`, `schema`, `table`, `statement`, `columns`): its last `table`
@@ -365,7 +384,7 @@ def landed_column_types(
     from such a record."""
     found: dict[Table, Columns] = {}
     partial: set[Table] = set()
-    charsets = _HistoryCharsets(history, default_charset)
+    charsets = _HistoryCharsets(history, default_charset, collations)
     for at, record in enumerate(history):
         charsets.at = at
         if record["kind"] == "table":
@@ -393,7 +412,7 @@ def landed_column_types(
             keeps = keeps_types(keywords) or (altered is not None and "RENAME" not in keywords)
             for table in list(found):
                 if altered is not None and altered == table:
-                    found[table] = columns_after(statement, schema, found[table], charsets)
+                    found[table] = columns_after(statement, schema, found[table], charsets, collations)
                 elif keeps:
                     continue
                 elif table[1].lower() in words or (dropped and table[0].lower() in words):
@@ -407,13 +426,18 @@ class _HistoryCharsets:
     last ALTER before it set (`table_charset`); else, when no ALTER after it sets one, the one
     `default_charset` gives (the table's at the end of the history); else not known (None)."""
 
-    def __init__(self, history: list[dict[str, Any]], default_charset: Callable[[Table], str | None]) -> None:
+    def __init__(
+        self,
+        history: list[dict[str, Any]],
+        default_charset: Callable[[Table], str | None],
+        collations: Collations | None,
+    ) -> None:
         self.at = 0
         self._default = default_charset
         self._set: list[tuple[int, Table, str | None]] = []
         for n, record in enumerate(history):
             if record["kind"] == "ddl":
-                stated = table_charset(record["statement"] or "", record["schema"] or "")
+                stated = table_charset(record["statement"] or "", record["schema"] or "", collations)
                 if stated is not None:
                     self._set.append((n, *stated))
 

@@ -26,6 +26,7 @@ no string type nor nullability). The new one comes from the clause's text (`pars
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
@@ -105,6 +106,51 @@ def charset_name(name: str | None) -> str | None:
     return "utf8mb3" if name == "utf8" else name
 
 
+class Collations:
+    """Each collation's charset as the server's catalog lists them (`load`:
+    information_schema.COLLATION_CHARACTER_SET_APPLICABILITY). A name's prefix is not its charset:
+    MariaDB 11's `uca1400_ai_ci` applies to many charsets (a column or table given it keeps the
+    charset in effect: `charset` None), its full names are `utf8mb4_uca1400_ai_ci`, and so on."""
+
+    def __init__(self, rows: Iterable[tuple[str, str, str | None]]) -> None:
+        """`rows`: (COLLATION_NAME, CHARACTER_SET_NAME, FULL_COLLATION_NAME or None where the server
+        has no such column: MySQL, MariaDB before 10.10)."""
+        named: dict[str, set[str]] = {}
+        for name, charset, full in rows:
+            for one in {name, full or name}:
+                named.setdefault(one.lower(), set()).add(charset.lower())
+        self._charsets = {name: next(iter(cs)) if len(cs) == 1 else None for name, cs in named.items()}
+
+    @classmethod
+    def load(cls, conn: Any) -> Collations:
+        """The server's (`conn`: a DB-API connection)."""
+        with conn.cursor() as cursor:
+            cursor.execute("SELECT * FROM information_schema.COLLATION_CHARACTER_SET_APPLICABILITY")
+            at = {str(d[0]).upper(): n for n, d in enumerate(cursor.description)}
+            full = at.get("FULL_COLLATION_NAME")
+            rows = cursor.fetchall()
+        name, charset = at["COLLATION_NAME"], at["CHARACTER_SET_NAME"]
+        return cls((str(r[name]), str(r[charset]), None if full is None else str(r[full])) for r in rows)
+
+    def names(self) -> list[str]:
+        return sorted(self._charsets)
+
+    def charset(self, collation: str) -> str | None:
+        """The charset `collation` names (`binary`: binary); None when it names none (several apply,
+        or the catalog lists no such collation)."""
+        name = collation.lower()
+        return "binary" if name == "binary" else charset_name(self._charsets.get(name))
+
+
+def collation_charset(collation: str, collations: Collations | None) -> str | None:
+    """The charset a collation names: the catalog's (`Collations`); without one (a caller with no
+    server) the name's prefix, which fails for charset-independent names such as `uca1400_ai_ci`."""
+    if collations is not None:
+        return collations.charset(collation)
+    name = collation.lower()
+    return charset_name("binary" if name == "binary" else name.split("_")[0])
+
+
 def from_binlog(col: Any) -> ColumnType:
     """The type of a table map's column (`table_maps.BinlogColumn`)."""
     kind, charset = col.type, charset_name(col.character_set_name)
@@ -166,10 +212,13 @@ def _number(args: list[str], n: int, default: int) -> int:
         return -1
 
 
-def parse_definition(tokens: list, words: list[str], default_charset: str | None) -> ColumnType | None:
+def parse_definition(
+    tokens: list, words: list[str], default_charset: str | None, collations: Collations | None = None
+) -> ColumnType | None:
     """The type a column definition's tokens (`words`: their keywords, `statements._upper`) give,
     from its data type on (`VARCHAR(3) CHARACTER SET latin1 NOT NULL DEFAULT 'x'`); a string type
-    naming no charset takes `default_charset` (the table's). None when it is no type capture parses."""
+    naming no charset (nor a collation that names one: `collations`) takes `default_charset` (the
+    table's). None when it is no type capture parses."""
     if not words:
         return None
     name, i = words[0], 1
@@ -206,8 +255,7 @@ def parse_definition(tokens: list, words: list[str], default_charset: str | None
             charset = charset_name(str(tokens[i]).strip("'")) if i < len(tokens) else None
         elif word == "COLLATE" and i + 1 < len(tokens) and charset is None:
             i += 1
-            collation = str(tokens[i]).strip("'").lower()
-            charset = charset_name("binary" if collation == "binary" else collation.split("_")[0])
+            charset = collation_charset(str(tokens[i]).strip("'"), collations)
         elif word in ("DEFAULT", "COMMENT", "ON", "CHECK", "REFERENCES", "AS", "GENERATED", "INVISIBLE"):
             if word == "DEFAULT" and i + 1 < len(words) and words[i + 1] == "(":
                 _, i = _args(tokens, words, i + 1)

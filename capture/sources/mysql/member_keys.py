@@ -7,10 +7,14 @@ then skip rows: after a chunk ending in 'z' nothing is "greater", and the dump e
 with a number the column is compared by its number: so the bounds of such a key column are bound
 as the member's position (1-based; 0 for the error value '') or the SET's bits.
 
-The text does not always name one number: the error value and a real '' member both read as ''.
-So a chunk's next bound is the number the server gives for its last row (`col+0`, read with
-the chunk); text is numbered only for bounds given by a user (matched by the column's
-collation, refused when no member) and for a resumed dump's saved key.
+The server's text does not always name one number: the error value (0, which a permissive sql_mode
+writes for an invalid value) and a real '' member both read as ''. So the error value lands as
+`types.ENUM_ERROR_VALUE`, ' ', from the log (the row gives the member's number) and from the dump (the
+SELECT reads `IF(col = 0, ' ', col)`): text no member can have, as MariaDB/MySQL strip a member's
+trailing spaces. Otherwise a key (error, 1) and a key ('', 1), two rows in the source, would land as
+one key, and the target would hold one row for both. A chunk's next bound is the number the server
+gives for its last row (`col+0`, read with the chunk); text is numbered only for bounds given by a
+user (matched by the column's collation, refused when no member) and for a resumed dump's saved key.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import pymysql
 from capture.errors import DumpInputError
 from capture.events import Row, TableSchema
 from capture.sources.mysql.connection import query
+from capture.sources.mysql.types import ENUM_ERROR_VALUE
 
 _MEMBER = re.compile(r"'((?:[^'\\]|''|\\.)*)'")
 _ESCAPES = {"0": "\0", "n": "\n", "r": "\r", "Z": "\x1a"}  # as SHOW CREATE TABLE writes them
@@ -91,8 +96,11 @@ def _positions(conn: pymysql.connections.Connection, column: Members, text: str)
 
 
 def _candidates(conn: pymysql.connections.Connection, column: Members, text: str) -> list[int] | None:
-    """The numbers `text` may stand for (the ENUM error value '' as 0 too); None: not a value."""
+    """The numbers `text` may stand for: ' ' the ENUM error value (0), '' its '' member and the error
+    value too (as a landing zone written before ' ' holds it); None: not a value."""
     if column.kind == "enum":
+        if text == ENUM_ERROR_VALUE:  # before matching: under a PAD SPACE collation ' ' equals ''
+            return [0]
         found = _positions(conn, column, text)
         return ([*found, 0] if text == "" else found) or None
     total = 0

@@ -49,7 +49,7 @@ from capture.sources.mysql.column_rewrites import (
     landed_column_types,
     table_charset,
 )
-from capture.sources.mysql.column_types import from_binlog
+from capture.sources.mysql.column_types import Collations, from_binlog
 from capture.sources.mysql.connection import ER_SPECIFIC_ACCESS_DENIED, connection_settings, translate
 from capture.sources.mysql.foreign_keys import (
     MAY_ADD,
@@ -229,6 +229,7 @@ class BinlogReader:
         self._maps: dict[tuple[str, str], TableMap] = {}
         # captured tables' default charsets at the event being read (`_default_charset`), and its end
         self._charsets: dict[tuple[str, str], str | None] = {}
+        self._collation_charsets: Collations | None = None  # `_collations`
         self._event_end = 4
         self._resumed_charsets: dict[tuple[str, str], str | None] = {}  # `_resumed_charset`
         self._altered: dict[tuple[str, str], tuple[TableMap | None, Columns | None]] = {}
@@ -399,7 +400,9 @@ class BinlogReader:
                 thread = int.from_bytes(data[ev.BODY : ev.BODY + 4], "little")
                 emptied = self._table_moves(schema, statement, temporary, thread, log_pos)
                 emptied = emptied or self._dropped_database(statement)
-                rewrite = column_rewrite(statement, schema, temporary, self._columns, self._default_charset)
+                rewrite = column_rewrite(
+                    statement, schema, temporary, self._columns, self._default_charset, self._collations()
+                )
                 rewritten = None if rewrite is None else self._named(rewrite.table)
                 if rewritten is not None and rewritten[0] != WATERMARK_SCHEMA and self.captured(*rewritten):
                     check_column_rewrite(self.name, self.config, rewrite, statement, f"{self.file}:{log_pos}")
@@ -568,7 +571,9 @@ class BinlogReader:
             return None
         if self._landed_types is None:  # as landed before this reader started (no DDL of the table since)
             history = self._history() if self._history is not None else []
-            self._landed_types, self._partial_types = landed_column_types(history, self._resumed_charset)
+            self._landed_types, self._partial_types = landed_column_types(
+                history, self._resumed_charset, self._collations()
+            )
         if table in self._partial_types:
             self._partial_types.discard(table)  # said once
             log.warning(
@@ -590,7 +595,7 @@ class BinlogReader:
         table = self._named(table)
         if table not in self._charsets:
             conn = self._catalog_connection()
-            self._charsets[table] = unchanged_since(conn, table, self.file, self._event_end)
+            self._charsets[table] = unchanged_since(conn, table, self.file, self._event_end, self._collations())
         return self._charsets[table]
 
     def _resumed_charset(self, table: tuple[str, str]) -> str | None:
@@ -600,16 +605,16 @@ class BinlogReader:
         table = self._named(table)
         if table not in self._resumed_charsets:
             at = (str(self.resume["file"]), int(self.resume.get("pos", 4)))
-            self._resumed_charsets[table] = unchanged_since(self._catalog_connection(), table, *at)
+            self._resumed_charsets[table] = unchanged_since(self._catalog_connection(), table, *at, self._collations())
         return self._resumed_charsets[table]
 
     def _follow_charsets(self, schema: str, statement: str) -> None:
         """Follow the default charsets `_default_charset` knows through a DDL statement: set where it
         names one, forgotten (asked again when needed) where it may have changed one otherwise."""
-        stated = table_charset(statement, schema)
+        stated = table_charset(statement, schema, self._collations())
         text = statement.lower()
         for table in [t for t in self._charsets if t[1].lower() in text]:  # parsed only if it may name it
-            if may_change(statement, schema, table):
+            if may_change(statement, schema, table, self._collations()):
                 del self._charsets[table]
         if stated is not None and stated[1] is not None:
             self._charsets[self._named(stated[0])] = stated[1]
@@ -622,7 +627,7 @@ class BinlogReader:
         table = self._named(table)
         before = self._columns(table)
         if before is not None:
-            after = columns_after(statement, schema, before, self._default_charset)
+            after = columns_after(statement, schema, before, self._default_charset, self._collations())
             self._altered[table] = (self._maps.get(table), after)
 
     def _dropped_database(self, statement: str) -> list[tuple[str, str]]:
@@ -758,6 +763,12 @@ class BinlogReader:
                 cursor.execute("SELECT @@lower_case_table_names")
                 self._fold = int(cursor.fetchone()[0]) == 1
         return (table[0].lower(), table[1].lower()) if self._fold else table
+
+    def _collations(self) -> Collations:
+        """The server's collations and their charsets (`column_types.Collations`), read once."""
+        if self._collation_charsets is None:
+            self._collation_charsets = Collations.load(self._catalog_connection())
+        return self._collation_charsets
 
     def _catalog_connection(self) -> pymysql.connections.Connection:
         if self._catalog is None:

@@ -33,7 +33,7 @@ from pymysqlreplication.json_binary import parse_json
 from capture.errors import BinlogDecodeError
 from capture.events import Row
 from capture.sources.mysql.table_maps import BinlogColumn, TableMap, python_encoding
-from capture.sources.mysql.types import MAX_ARROW_DECIMAL
+from capture.sources.mysql.types import ENUM_ERROR_VALUE, MAX_ARROW_DECIMAL
 
 Reader = Callable[[bytes, int], tuple[Any, int]]
 
@@ -188,7 +188,7 @@ def column_reader(col: BinlogColumn, where: str) -> Reader:
     if kind == FIELD_TYPE.TIME:
         return _time
     if kind == FIELD_TYPE.ENUM and col.enum_values is not None:
-        return _enum(col.size, ["", *col.enum_values])
+        return _enum(col.size, [ENUM_ERROR_VALUE, *col.enum_values])  # 0: the error value
     if kind == FIELD_TYPE.SET and col.set_values is not None:
         return _set(col.size, col.set_values)
     if kind == FIELD_TYPE.BIT:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 
 from capture.sources.keyset import chunk_bounds, key_comparison, select_where
+from capture.sources.mysql.types import ENUM_ERROR_VALUE
 
 
 def quote(identifier: str) -> str:
@@ -41,10 +42,19 @@ def _params(key_values: Sequence[object]) -> list[object]:
     return params
 
 
-def select_list(columns: Sequence[str], floats: Collection[str] = ()) -> str:
+def select_list(columns: Sequence[str], floats: Collection[str] = (), enums: Collection[str] = ()) -> str:
     """The SELECT's columns; a FLOAT as DOUBLE: the text protocol prints a FLOAT with six significant
-    digits (887753.375 as 887753), a DOUBLE with all it needs to be read back exactly."""
-    return ", ".join(f"CAST({quote(c)} AS DOUBLE)" if c in floats else quote(c) for c in columns)
+    digits (887753.375 as 887753), a DOUBLE with all it needs to be read back exactly; an ENUM's
+    error value (number 0, shown as '' like a real '' member) as `types.ENUM_ERROR_VALUE`."""
+
+    def one(c: str) -> str:
+        if c in floats:
+            return f"CAST({quote(c)} AS DOUBLE)"
+        if c in enums:
+            return f"IF({quote(c)} = 0, '{ENUM_ERROR_VALUE}', {quote(c)})"
+        return quote(c)
+
+    return ", ".join(one(c) for c in columns)
 
 
 def chunk_select(
@@ -58,12 +68,14 @@ def chunk_select(
     limit: int,
     floats: Collection[str] = (),
     numbers: Sequence[str] = (),
+    enums: Collection[str] = (),
 ) -> tuple[str, list[object]]:
     """Next chunk in key order: key > after (exclusive), or key >= start on the first chunk
     of a range; key <= stop (inclusive) when the range has an end. `floats`: the FLOAT columns;
-    `numbers`: ENUM / SET key columns whose numbers follow the columns (`member_keys`)."""
+    `numbers`: ENUM / SET key columns whose numbers follow the columns (`member_keys`); `enums`: the
+    ENUM columns (`select_list`)."""
     where, params = chunk_bounds(after, start, stop, lambda op, values: (f"({_compare(key, op)})", _params(values)))
-    listed = select_list(columns, floats) + "".join(f", {quote(n)} + 0" for n in numbers)
+    listed = select_list(columns, floats, enums) + "".join(f", {quote(n)} + 0" for n in numbers)
     sql = select_where(listed, qualified(schema, table), where)
     sql += f" ORDER BY {', '.join(quote(k) for k in key)} LIMIT %s"
     return sql, [*params, limit]
@@ -84,11 +96,13 @@ def keys_select(
     key: Sequence[str],
     keys: Sequence[Sequence[object]],
     floats: Collection[str] = (),
+    enums: Collection[str] = (),
 ) -> tuple[str, list[object]]:
-    """Rows of the given keys, in key order."""
+    """Rows of the given keys, in key order (`enums`: the ENUM columns, `select_list`; a key's ENUM
+    error value is bound as its number, 0, `member_keys`)."""
     one = "(" + " AND ".join(f"{quote(k)} = %s" for k in key) + ")"
     sql = (
-        f"SELECT {select_list(columns, floats)} FROM {qualified(schema, table)}"
+        f"SELECT {select_list(columns, floats, enums)} FROM {qualified(schema, table)}"
         f" WHERE {' OR '.join([one] * len(keys))} ORDER BY {', '.join(quote(k) for k in key)}"
     )
     return sql, [v for k in keys for v in k]

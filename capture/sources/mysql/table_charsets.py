@@ -19,6 +19,7 @@ from collections.abc import Iterator
 import pymysql
 
 from capture.sources.mysql.column_rewrites import Table, keeps_types, table_charset
+from capture.sources.mysql.column_types import Collations
 from capture.sources.mysql.connection import query
 from capture.sources.mysql.statements import parse_alter
 
@@ -26,10 +27,10 @@ _USE = re.compile(r"use `((?:[^`]|``)*)`; (.*)", re.DOTALL)
 _BATCH = 2000  # events a SHOW BINLOG EVENTS reads at once
 
 
-def may_change(statement: str, schema: str, table: Table) -> bool:
+def may_change(statement: str, schema: str, table: Table, collations: Collations | None = None) -> bool:
     """DDL that may change `table`'s default charset: an ALTER TABLE that sets it, or a statement
     that may replace the table (CREATE, DROP, RENAME, ALTER ... RENAME naming its name)."""
-    stated = table_charset(statement, schema)
+    stated = table_charset(statement, schema, collations)
     if stated is not None:
         return (stated[0][0].lower(), stated[0][1].lower()) == (table[0].lower(), table[1].lower())
     tokens, words, altered, _ = parse_alter(statement, schema)
@@ -40,16 +41,15 @@ def may_change(statement: str, schema: str, table: Table) -> bool:
     return table[1].lower() in {str(t).lower() for t in tokens}
 
 
-def catalog_charset(conn: pymysql.connections.Connection, table: Table) -> str | None:
-    """The table's default charset as the catalog shows it now (None when it has no such table)."""
+def catalog_charset(conn: pymysql.connections.Connection, table: Table, collations: Collations) -> str | None:
+    """The table's default charset as the catalog shows it now (None when it has no such table): its
+    collation's (MariaDB 11 shows a full name, `utf8mb4_uca1400_ai_ci`, that COLLATION_NAME lacks)."""
     rows = query(
         conn,
-        "SELECT c.CHARACTER_SET_NAME FROM information_schema.TABLES t JOIN"
-        " information_schema.COLLATION_CHARACTER_SET_APPLICABILITY c ON c.COLLATION_NAME = t.TABLE_COLLATION"
-        " WHERE t.TABLE_SCHEMA = %s AND t.TABLE_NAME = %s",
+        "SELECT TABLE_COLLATION FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
         table,
     )
-    return str(rows[0][0]) if rows else None
+    return collations.charset(str(rows[0][0])) if rows and rows[0][0] is not None else None
 
 
 def _statements_since(conn: pymysql.connections.Connection, file: str, pos: int) -> Iterator[tuple[str, str]]:
@@ -74,12 +74,15 @@ def _number(name: str) -> int:
     return int(name.rsplit(".", 1)[-1]) if name.rsplit(".", 1)[-1].isdigit() else -1
 
 
-def unchanged_since(conn: pymysql.connections.Connection, table: Table, file: str, pos: int) -> str | None:
+def unchanged_since(
+    conn: pymysql.connections.Connection, table: Table, file: str, pos: int, collations: Collations
+) -> str | None:
     """The table's default charset at binlog position `file`:`pos`: the catalog's now, when no DDL
-    logged since may have changed it; else None (not known)."""
-    now = catalog_charset(conn, table)
+    logged since may have changed it; else None (not known). `collations`: the server's."""
+    now = catalog_charset(conn, table, collations)
     if now is None:
         return None
-    if any(may_change(statement, schema, table) for schema, statement in _statements_since(conn, file, pos)):
+    since = _statements_since(conn, file, pos)
+    if any(may_change(statement, schema, table, collations) for schema, statement in since):
         return None
     return now

@@ -12,7 +12,8 @@ log rows and dump rows compare equal:
   TIME(n)                duration[us] (TIME spans -838:59:59..838:59:59, not a time of day)
   YEAR                   int16         BIT(n)      int64, BIT(64) -> decimal(20,0)
   JSON                   string (JSON text; MariaDB's JSON is LONGTEXT and arrives as written)
-  ENUM                   string        SET         string, members in definition order joined by ','
+  ENUM                   string (the error value, number 0, as ' ': `ENUM_ERROR_VALUE`)
+  SET                    string, members in definition order joined by ','
   GEOMETRY               binary (MySQL's internal SRID + WKB)
 Dates with a zero part (0000-00-00, 2020-00-00, 2020-05-00, 0000-05-10; also in DATETIME) arrive
 as NULL, as the binlog decoder gives them (PyMySQL's SELECT returns them as text); a zero
@@ -33,6 +34,10 @@ from capture.events import Column, TableSchema
 from capture.sources.mysql.column_types import definition, from_binlog
 
 MAX_ARROW_DECIMAL = 38
+# An ENUM's error value (number 0, which a permissive sql_mode writes for an invalid value) reads
+# back as '', as a real '' member does: it lands as ' ', text no member can have (MariaDB/MySQL
+# strip a member's trailing spaces), so that keys (error, 1) and ('', 1) stay two keys.
+ENUM_ERROR_VALUE = " "
 _INTS = {
     FIELD_TYPE.TINY: ("tinyint", pa.int8(), pa.int16()),
     FIELD_TYPE.SHORT: ("smallint", pa.int16(), pa.int32()),
