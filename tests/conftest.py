@@ -265,9 +265,9 @@ def settle(seconds: float = 0.3) -> None:
     time.sleep(seconds)
 
 
-# -- Spark and Iceberg (tests/spark and the status test): ONE session for the whole run (one JVM
-# start); a later build_session in this process (tests/airflow) gets a session of its own on the
-# same SparkContext, with its own catalogs (capture/merge/session.py). ----------
+# -- Spark and Iceberg (tests/spark, tests/airflow, the status test): ONE session for the whole run
+# (one JVM and SparkContext start); a later build_session in this process (tests/airflow's `iceberg`)
+# gets a session of its own on the same SparkContext, with its own catalogs (capture/merge/session.py). ----------
 
 JARS = ROOT / "var" / "jars"
 

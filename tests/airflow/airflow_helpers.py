@@ -18,7 +18,10 @@ from tests.integration.postgres import dumping as pg
 
 @contextmanager
 def iceberg(config: LogtideConfig) -> Iterator[Any]:
-    """A local Spark session on the config's catalog, to read the targets as a user would."""
+    """A Spark session on the config's catalog, to read the targets as a user would. Tests that use
+    it ask for the run's `spark` fixture (tests/conftest.py) first: this is then a session of its
+    own on that one SparkContext (build_session), not a SparkContext started and stopped per call
+    (each start a few seconds, tens under load)."""
     from capture.merge.session import build_session, session_conf, stop_session
 
     spark = build_session(session_conf(config.merge), "local[1]", "logtide-airflow-tests")

@@ -115,10 +115,16 @@ def _create_tables(mariadb: Any, postgres: Any) -> None:
 
 @pytest.fixture(scope="module")
 def live(
-    airflow_home: AirflowHome, mariadb, postgres, jvm_class_archive, tmp_path_factory: pytest.TempPathFactory
+    airflow_home: AirflowHome,
+    mariadb,
+    postgres,
+    jvm_class_archive,
+    spark,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Live]:
     """Two sources with capture running, and a live Airflow whose DAG processor reads their config
-    (its merges map the class archive: they start warm)."""
+    (its merges map the class archive: they start warm); `targets_equal_sources` reads the targets
+    in sessions on the run's one SparkContext (`spark`)."""
     folder = tmp_path_factory.mktemp("live")
     _create_tables(mariadb, postgres)
     config_path = folder / "logtide.yaml"

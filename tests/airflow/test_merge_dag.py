@@ -61,6 +61,7 @@ def asset_events(uri: str) -> list[tuple[str | None, dict]]:
         return [(e.source_run_id, dict(e.extra)) for e in query.filter(AssetModel.uri == uri).all()]
 
 
+@pytest.mark.usefixtures("spark")  # `iceberg` reads the targets in a session on the run's SparkContext
 def test_a_dump_ends_with_a_merge_and_logtide_merge_runs_on_demand(
     airflow_ready, mariadb, database, make_capture, tmp_path
 ):
