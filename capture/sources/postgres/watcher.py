@@ -14,8 +14,9 @@ position D after that statement's snapshot. Everything the round decides lands a
 The relations watched: those capture landed under a captured name (schema_change.Relations), and
 of tables whose rows came only from dumps, the relation their newest chunk read. The landing
 zone's list of dumped tables (`Landed.dumped_tables`) is the same object until a dump folder
-changes (landing.reader.DumpedTables); only a new list is looked through again (and, each round, the
-names found without a chunk yet: a chunk renamed into its folder changes no dump folder).
+changes (landing.reader.DumpedTables; a chunk written touches its dump folder, so a dump resumed
+into the folder it had, after its table was dropped and created again, makes a new list too); only a
+new list is looked through again (and, each round, the names found without a chunk yet).
 
 A relation renamed away and back before a round sees it: the watcher never sees the other name, and
 the reader lands the changes made under it as the captured name's (`watched`, reader's Relation
