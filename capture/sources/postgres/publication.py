@@ -191,6 +191,7 @@ class Publication:
         self._partitions: set[str] = set()  # ... the partitions alone
         # table, reason, dump to run: its target lacks rows no log carries (landing.unconverged.record)
         self.needs_dump: Callable[[str, str, str], None] | None = None
+        self.unsettled = False  # the last sync left a change undone (a lock, a grant): the next one must run
 
     def _needs_dump(self, table: str, reason: str, action: str) -> None:
         if self.needs_dump is not None:
@@ -241,6 +242,7 @@ class Publication:
         hold (a FOR ALL TABLES publication is left alone). Returns what it covers; a table it
         could not change is named, not fatal."""
         result = SyncResult()
+        self.unsettled = False
         tables = self.identities(conn)
         captured = [t for t in tables if self._captured(t)]
         wanted = [t for t in captured if t.publishable and t.unusable is None]
@@ -453,9 +455,11 @@ class Publication:
                 reason=f"user {self.config.user!r} may not {action} it (it must own the table and the publication)",
                 fix=f"as the table's owner run: {statement.as_string(conn)}",
             )
+            self.unsettled = True
             return False
         except (psycopg2.errors.LockNotAvailable, psycopg2.errors.UndefinedTable) as exc:
             log.info("publication.retry_later", source=self.source, table=t.name, error=str(exc).strip())
+            self.unsettled = True
             return False
         if action == "ADD":  # a new table, or one left out until now: what it held is in no log
             reason, dump = (

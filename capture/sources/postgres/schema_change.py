@@ -67,14 +67,33 @@ Table = tuple[str, str]
 # one catalog round of the watcher (watcher.py): the WAL insert position, read after the statement's
 # snapshot (every transaction that wrote a relation this snapshot misses, or sees under another name,
 # committed before it); of the relations named, those standing, with their name now (a relation
-# named but not listed is dropped); every enum value's label (a pg_enum row keeps its OID when renamed)
+# named but not listed is dropped); every enum value's label (a pg_enum row keeps its OID when renamed);
+# and SYNC_STAMP: what the publication sync reads changed since the last round if this text did (below)
 CATALOG_SQL = (
     "SELECT pg_current_wal_insert_lsn()::text,"
     " (SELECT json_agg(json_build_array(c.oid::int8, n.nspname, c.relname, c.relispartition)) FROM pg_class c"
     "  JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = ANY(%s::oid[])),"
     " (SELECT json_agg(json_build_array(e.oid::int8, e.enumlabel, e.enumtypid::int8, format_type(e.enumtypid, NULL)))"
-    "  FROM pg_enum e)"
+    "  FROM pg_enum e), (SELECT concat_ws(',', {}))"
 )
+# A stamp of the catalog rows the publication sync (publication.TABLES_SQL, PUBLICATION_SQL) reads: per
+# catalog, the rows' count and the sum of their xmin (the transaction that wrote each row version). A DDL
+# that could change what the sync does writes one of them (CREATE/DROP/RENAME/ATTACH/DETACH/SET LOGGED and
+# REPLICA IDENTITY update or add pg_class rows; an index's own pg_class and pg_index rows; a schema renamed;
+# the publication and its tables; the columns of REPLICA IDENTITY USING INDEX tables, whose NOT NULL
+# decides their key), so an unchanged stamp means the sync would find what it found last time. VACUUM and
+# ANALYZE update pg_class in place (no new xmin). The watcher still syncs in full every FULL_SYNC_ROUNDS.
+_STAMPED = (
+    "pg_class WHERE relkind IN ('r', 'p', 'i', 'I')",
+    "pg_index",
+    "pg_namespace",
+    "pg_publication",
+    "pg_publication_rel",
+    "pg_attribute WHERE attnum > 0 AND attrelid IN (SELECT oid FROM pg_class WHERE relreplident = 'i')",
+)
+SYNC_STAMP = ", ".join(f"(SELECT count(*) || ':' || coalesce(sum(xmin::text::int8), 0) FROM {t})" for t in _STAMPED)
+CATALOG_SQL = CATALOG_SQL.format(SYNC_STAMP)
+
 # the columns using an enum type (arrays and domains of it too), asked only when one of its values was renamed
 ENUM_COLUMNS_SQL = (
     "SELECT DISTINCT n.nspname, c.relname, a.attname FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid"
