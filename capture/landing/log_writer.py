@@ -269,6 +269,7 @@ class LogWriter:
         self._touched: set[tuple[str, str]] = set()
         self._rows = 0
         self._pending: TransactionEnd | None = None  # last finished, not yet committed transaction
+        self._kept: dict[str, Any] = {}  # resume keys carried only when they change (TransactionEnd.keep)
         self._pending_since = 0.0
         self._flush_now = False  # a pending end asked for a commit now (TransactionEnd.flush)
         self._open_events = 0  # change events of the transaction being read
@@ -368,6 +369,8 @@ class LogWriter:
             self._pending_since = time.monotonic() if end.read_at is None else end.read_at
         self._pending = end
         self._flush_now = self._flush_now or end.flush
+        for key in end.keep:  # carried only when changed: kept in every checkpoint from here (`commit`)
+            self._kept[key] = end.resume[key]
 
     def advance(self, position: Lsn, resume: dict[str, Any]) -> None:
         """The source's log ends at `position` and every transaction before it has been read
@@ -408,7 +411,10 @@ class LogWriter:
             return
         self._guard()
         self._write(lambda b: b.committed)
-        checkpoint = Checkpoint(self._pending.frontier, self._pending.resume, epoch=self.epoch)
+        resume = self._pending.resume
+        if self._kept:
+            resume = {**self._kept, **resume}
+        checkpoint = Checkpoint(self._pending.frontier, resume, epoch=self.epoch)
         self._guard()
         self.zone.write_checkpoint(checkpoint)
         self.checkpoint = checkpoint

@@ -332,18 +332,25 @@ class EnumLabels:
     """The label of every enum value, to find `ALTER TYPE ... RENAME VALUE`: every row holding the value
     reads the new label, and no row event says so. A pg_enum row keeps its OID when renamed, so a known
     OID with another label is a rename (ADD VALUE only adds OIDs); only then are the columns using the
-    type looked up. The labels travel in the checkpoint's `resume` (`resume()`, given back at start):
-    a rename made while capture was stopped is found at start, and with `column_rewrites: refuse`
-    found again at every start."""
+    type looked up. The labels travel in the checkpoint's `resume` (given back at start): a rename
+    made while capture was stopped is found at start, and with `column_rewrites: refuse` found again
+    at every start. They ride in a transaction end's `resume` only when they changed since the last
+    end that carried them, and in the reader's first end (`unsent`, `sent`), marked `keep`: the landing
+    writer keeps them in every later checkpoint (TransactionEnd.keep)."""
+
+    KEEP = ("enums",)
 
     def __init__(self, resumed: dict[str, str] | None) -> None:
         self.labels: dict[str, str] | None = dict(resumed) if resumed else None
-        self._resume: dict[str, Any] = {"enums": self.labels} if self.labels else {}
+        self._unsent = self.labels is not None  # a new writer (another term) learns them from the first end
 
-    def resume(self) -> dict[str, Any]:
-        """The checkpoint's part (one object until the labels change: every end carries it, as the
-        landing writer commits the `resume` of the last end whole)."""
-        return self._resume
+    def unsent(self) -> dict[str, Any] | None:
+        """The checkpoint's part when the next end is to carry it (changed, or never carried yet), else None."""
+        return {"enums": self.labels or {}} if self._unsent else None
+
+    def sent(self) -> None:
+        """An end carries them."""
+        self._unsent = False
 
     def check(
         self,
@@ -376,4 +383,4 @@ class EnumLabels:
             check_column_rewrite(source, config, name, changes_found)
         if now != (self.labels or {}):
             self.labels = now
-            self._resume = {"enums": now} if now else {}
+            self._unsent = True
