@@ -474,7 +474,8 @@ class Publication:
                 reason=reason,
                 action=dump,
             )
-            self._needs_dump(t.name, f"added to the publication: {reason}", dump)
+            if (t.schema, t.table) != (WATERMARK_SCHEMA, WATERMARK_TABLE):  # Logtide's own: nothing to dump
+                self._needs_dump(t.name, f"added to the publication: {reason}", dump)
         else:
             log.info("publication.table_removed", source=self.source, publication=self.name, table=t.name)
         return True
