@@ -201,6 +201,8 @@ class TransactionEnd:
     before handing them over; the landing writer's flush interval counts from there. `flush`:
     the source has read all there is after a group large enough to be committed on its own
     (the end of a backlog): the writer commits now rather than at the end of its interval.
+    `keep`: keys of `resume` that change seldom and ride only in the end after they changed (and in
+    a reader's first end): the writer keeps their last value in every later checkpoint.
     """
 
     frontier: Lsn
@@ -208,6 +210,7 @@ class TransactionEnd:
     commit_ts: datetime
     read_at: float | None = None
     flush: bool = False
+    keep: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)

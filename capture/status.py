@@ -40,7 +40,7 @@ from capture.coordination.local import LOCK_TABLE, capture_runs
 from capture.dump.states import dumps_status, held_dumps
 from capture.errors import UnusableTableError
 from capture.events import lsn_text
-from capture.landing import LandingZone
+from capture.landing import LandingZone, unconverged
 from capture.landing.checkpoint import Checkpoint
 from capture.landing.reader import chunk_files, committed_frontier, merge_tables, table_segments
 from capture.landing.zone import table_folder
@@ -76,6 +76,7 @@ def source_status(config: LogtideConfig, name: str) -> dict[str, Any]:
     }
     report["lag"] = lag_status(name, source, zone, checkpoint)
     report["dumps"] = dumps_status(zone)
+    report["not_converged"] = unconverged.pending(zone, report["dumps"])
     report["targets"] = targets_status(config.merge, name, source, zone, checkpoint)
     report["outputs"] = outputs_status(config, name, zone)
     return report
@@ -390,6 +391,9 @@ def render(report: list[dict[str, Any]]) -> str:
             lines.append("  " + _render_lag(entry["lag"]))
         for table, count in entry["events_by_table"].items():
             lines.append(f"  {table:40s} {count:>10d} events")
+        for table in entry.get("not_converged", ()):
+            action = ("run " if table["action"].startswith("logtide ") else "") + table["action"]
+            lines.append(f"  {table['table']:40s} not converged: {action}  (since {table['since']}: {table['reason']})")
         if entry["dumps"]:
             lines.append("  dumps:")
         for dump in entry["dumps"]:

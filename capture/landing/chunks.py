@@ -22,6 +22,7 @@ This module writes chunk files and HIGH files; capture/landing/reader.py reads t
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -104,6 +105,10 @@ def write_chunk(zone: LandingZone, table: TableSchema, meta: ChunkMeta, rows: pa
     data = pa.Table.from_arrays([rows], schema=schema)
     write_parquet_atomic(data, path)
     fsync_dir(path.parent)
+    # a chunk renamed into a table folder changes that folder only: touch its dump folder, whose mtime is
+    # what capture's watcher stats each round (landing.reader.DumpedTables), so a chunk landing in a folder
+    # that was there (a dump resumed under its id, after its table was dropped and created again) is seen
+    os.utime(path.parent.parent)
     return path
 
 

@@ -275,6 +275,7 @@ class LogWriter:
         self._touched: set[tuple[str, str]] = set()
         self._rows = 0
         self._pending: TransactionEnd | None = None  # last finished, not yet committed transaction
+        self._kept: dict[str, Any] = {}  # resume keys carried only when they change (TransactionEnd.keep)
         self._pending_since = 0.0
         self._flush_now = False  # a pending end asked for a commit now (TransactionEnd.flush)
         self._open_events = 0  # change events of the transaction being read
@@ -385,6 +386,8 @@ class LogWriter:
             self._pending_since = time.monotonic() if end.read_at is None else end.read_at
         self._pending = end
         self._flush_now = self._flush_now or end.flush
+        for key in end.keep:  # carried only when changed: kept in every checkpoint from here (`commit`)
+            self._kept[key] = end.resume[key]
 
     def advance(self, position: Lsn, resume: dict[str, Any]) -> None:
         """The source's log ends at `position` and every transaction before it has been read
@@ -428,7 +431,10 @@ class LogWriter:
         last = self.checkpoint.last_commit_at
         if self._finished_commit is not None:
             last = self._finished_commit if last is None else max(last, self._finished_commit)
-        checkpoint = Checkpoint(self._pending.frontier, self._pending.resume, epoch=self.epoch, last_commit_at=last)
+        resume = self._pending.resume
+        if self._kept:
+            resume = {**self._kept, **resume}
+        checkpoint = Checkpoint(self._pending.frontier, resume, epoch=self.epoch, last_commit_at=last)
         self._guard()
         self.zone.write_checkpoint(checkpoint)
         self.checkpoint = checkpoint

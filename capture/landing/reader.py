@@ -262,7 +262,8 @@ def dumped_tables(zone: LandingZone) -> set[tuple[str, str]]:
 
 class DumpedTables:
     """`dumped_tables(zone)`, listed again only when `chunks/` or one of its dump folders changed (its
-    mtime: a dump folder made or removed, a table's folder made in one): a call stats the dump
+    mtime: a dump folder made or removed, a table's folder made in one, a chunk written into one, whose
+    writer touches its dump folder, `landing.chunks.write_chunk`): a call stats the dump
     folders instead of listing every table folder. The same object is returned until a change, so a
     caller sees a new list by its identity. A folder changed within RACY_S is listed again at the next
     call too (a change in the same mtime tick as the listing would go unseen)."""

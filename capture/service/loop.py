@@ -24,7 +24,7 @@ from capture.coordination import Lease, open_lease
 from capture.coordination.fencing import CommitGuard, claim
 from capture.errors import LeaseLostError, PositionWentBackwardsError, SourceConnectionError
 from capture.events import ChangeBatch, Heartbeat, Lsn, SchemaChange, TransactionEnd, Truncate
-from capture.landing import Checkpoint, LandingZone
+from capture.landing import Checkpoint, LandingZone, unconverged
 from capture.landing.log_writer import LogWriter
 from capture.landing.reader import DumpedTables, dumped_schema, landed_tables, schema_history_records
 from capture.log import get_logger
@@ -122,6 +122,9 @@ class CaptureService:
                     lambda schema, table: dumped_schema(zone, schema, table),
                     DumpedTables(zone),
                 )
+            use_needs_dump = getattr(source, "use_needs_dump", None)  # PostgreSQL: tables only a dump converges
+            if use_needs_dump is not None:
+                use_needs_dump(partial(unconverged.record, self.zone))
             # MariaDB/MySQL: what DROP DATABASE empties, the column types a MODIFY is judged against
             use_landed_tables = getattr(source, "use_landed_tables", None)
             if use_landed_tables is not None:

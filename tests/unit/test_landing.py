@@ -219,3 +219,20 @@ def test_the_checkpoint_carries_the_newest_landed_commit_and_older_ones_are_read
     empty = LandingZone(tmp_path, "new")
     empty.write_checkpoint(Checkpoint(Lsn(1), {"pos": 1}))
     assert last_landed_commit(empty) is None and "last_commit_at" in json.loads(empty.checkpoint_path.read_text())
+
+
+def test_a_resume_key_carried_only_when_it_changed_stays_in_every_checkpoint(tmp_path):
+    """`TransactionEnd.keep`: a key (PostgreSQL's enum labels) rides only in the end after it changed;
+    the checkpoints of later ends, committed together with it or after it, still hold its last value."""
+    zone, writer = _writer(tmp_path)
+    writer.end_transaction(TransactionEnd(Lsn(10), {"pos": 10, "enums": {"1": "sad"}}, NOW, keep=("enums",)))
+    writer.end_transaction(_end(20))  # committed together: the later end lacks it
+    writer.commit()
+    assert zone.checkpoint().resume == {"pos": 20, "enums": {"1": "sad"}}
+    writer.end_transaction(_end(30))
+    writer.commit()
+    assert zone.checkpoint().resume == {"pos": 30, "enums": {"1": "sad"}}
+    writer.end_transaction(TransactionEnd(Lsn(40), {"pos": 40, "enums": {"1": "blue"}}, NOW, keep=("enums",)))
+    writer.end_transaction(_end(50))
+    writer.commit()
+    assert zone.checkpoint().resume == {"pos": 50, "enums": {"1": "blue"}}

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -188,6 +189,13 @@ class Publication:
         self._said: set[tuple[str, str]] = set()
         self._covered: set[str] | None = None  # captured partitions and published tables at the last sync
         self._partitions: set[str] = set()  # ... the partitions alone
+        # table, reason, dump to run: its target lacks rows no log carries (landing.unconverged.record)
+        self.needs_dump: Callable[[str, str, str], None] | None = None
+        self.unsettled = False  # the last sync left a change undone (a lock, a grant): the next one must run
+
+    def _needs_dump(self, table: str, reason: str, action: str) -> None:
+        if self.needs_dump is not None:
+            self.needs_dump(table, reason, action)
 
     def _captured(self, t: TableIdentity) -> bool:
         if (t.schema, t.table) == (WATERMARK_SCHEMA, WATERMARK_TABLE):
@@ -200,10 +208,13 @@ class Publication:
             self.config.captures(*json.loads(p)) for p in t.partitions
         )
 
-    def say(self, event: str, table: str, **fields: Any) -> None:
-        if (event, table) not in self._said:
-            self._said.add((event, table))
-            log.warning(event, source=self.source, publication=self.name, table=table, **fields)
+    def say(self, event: str, table: str, **fields: Any) -> bool:
+        """Log `event` for `table` once (per run): whether it was logged now."""
+        if (event, table) in self._said:
+            return False
+        self._said.add((event, table))
+        log.warning(event, source=self.source, publication=self.name, table=table, **fields)
+        return True
 
     def identities(self, conn: Any) -> list[TableIdentity]:
         """Every base table of the database with its replica identity and publication listing."""
@@ -231,6 +242,7 @@ class Publication:
         hold (a FOR ALL TABLES publication is left alone). Returns what it covers; a table it
         could not change is named, not fatal."""
         result = SyncResult()
+        self.unsettled = False
         tables = self.identities(conn)
         captured = [t for t in tables if self._captured(t)]
         wanted = [t for t in captured if t.publishable and t.unusable is None]
@@ -283,15 +295,20 @@ class Publication:
         }
         if self._covered is not None:
             for name in sorted(partitions - self._covered):
+                reason = (
+                    "a new partition of a published partitioned table (ATTACH PARTITION, or PARTITION OF): "
+                    "its rows written before its first change in the log are not in the log"
+                )
+                action = f"logtide dump --source {self.source} --table {name}"
                 log.warning(
                     "publication.partition_added",
                     source=self.source,
                     publication=self.name,
                     table=name,
-                    reason="a new partition of a published partitioned table (ATTACH PARTITION, or PARTITION OF): "
-                    "its rows written before its first change in the log are not in the log",
-                    action=f"logtide dump --source {self.source} --table {name}",
+                    reason=reason,
+                    action=action,
                 )
+                self._needs_dump(name, reason, action)
             standing = {t.name for t in tables}
             for name in sorted(self._partitions - partitions):
                 schema, _, table = name.partition(".")
@@ -369,7 +386,8 @@ class Publication:
             # its changes until it is (back) in the publication are in no log
             fix += f"; then logtide dump --source {self.source} --table {t.name}"
             result.left_out[t.name] = (reason, fix)
-            self.say("publication.table_not_published", t.name, reason=reason, fix=fix)
+            if self.say("publication.table_not_published", t.name, reason=reason, fix=fix):
+                self._needs_dump(t.name, reason, fix)
         return result
 
     def _alter_all(self, conn: Any, tables: list[TableIdentity], wanted: list[TableIdentity]) -> set[str]:
@@ -437,19 +455,27 @@ class Publication:
                 reason=f"user {self.config.user!r} may not {action} it (it must own the table and the publication)",
                 fix=f"as the table's owner run: {statement.as_string(conn)}",
             )
+            self.unsettled = True
             return False
         except (psycopg2.errors.LockNotAvailable, psycopg2.errors.UndefinedTable) as exc:
             log.info("publication.retry_later", source=self.source, table=t.name, error=str(exc).strip())
+            self.unsettled = True
             return False
         if action == "ADD":  # a new table, or one left out until now: what it held is in no log
+            reason, dump = (
+                "its rows written before now are not in the log",
+                f"logtide dump --source {self.source} --table {t.name}",
+            )
             log.warning(
                 "publication.table_added",
                 source=self.source,
                 publication=self.name,
                 table=t.name,
-                reason="its rows written before now are not in the log",
-                action=f"logtide dump --source {self.source} --table {t.name}",
+                reason=reason,
+                action=dump,
             )
+            if (t.schema, t.table) != (WATERMARK_SCHEMA, WATERMARK_TABLE):  # Logtide's own: nothing to dump
+                self._needs_dump(t.name, f"added to the publication: {reason}", dump)
         else:
             log.info("publication.table_removed", source=self.source, publication=self.name, table=t.name)
         return True

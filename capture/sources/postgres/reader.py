@@ -283,20 +283,27 @@ class PgOutputReader:
     def _ends(self, items: Iterator[Any]) -> Iterator[Any]:
         """`watermarks: readonly`: a transaction's end stands at (its end LSN - 1, 0), not (end LSN, 0):
         still past every change of it (a commit record is longer than 8 bytes), and it leaves the
-        idle steps (`_idle_end`) room between it and a transaction that would begin at its end. Every
-        end's `resume` carries the enum labels last judged (schema_change.EnumLabels): the landing writer
-        commits the `resume` of the last end whole, so an end without them would drop them from the
-        checkpoint. One end a hand-over (a group of transactions), the labels one shared object: a
-        merge of three keys. Every hand-over goes through here, truncates' too."""
-        enums = self._watcher.enums.resume()
+        idle steps (`_idle_end`) room between it and a transaction that would begin at its end. The enum
+        labels last judged (schema_change.EnumLabels) ride in an end only when they changed since the
+        last end that carried them (or none did yet), marked `keep`: the landing writer keeps them in
+        every later checkpoint. Every hand-over goes through here, truncates' too."""
         for item in items:
             if self.keepalive_frontier and isinstance(item, TransactionEnd):
                 frontier = Lsn(item.frontier.major - 1)
                 self._frontier = max(self._frontier, frontier.encode())
                 item = replace(item, frontier=frontier, resume={**item.resume, "frontier_at": str(self._frontier)})
-            if enums and isinstance(item, TransactionEnd):
-                item = replace(item, resume={**item.resume, **enums})
+            if isinstance(item, TransactionEnd):
+                item = self._with_enums(item)
             yield item
+
+    def _with_enums(self, end: TransactionEnd) -> TransactionEnd:
+        """`end` carrying the enum labels when they are unsent (EnumLabels.unsent)."""
+        labels = self._watcher.enums
+        enums = labels.unsent()
+        if enums is None:
+            return end
+        labels.sent()
+        return replace(end, resume={**end.resume, **enums}, keep=labels.KEEP)
 
     def _idle_end(self, wal_end: int, now: float) -> TransactionEnd | None:
         """An idle step of the frontier: everything before `wal_end` is read (no transaction open,
@@ -309,8 +316,8 @@ class PgOutputReader:
             return None
         step = max(Lsn(wal_end - 1).encode(), self._frontier + 1)
         self._frontier = step
-        resume = {"lsn": format_lsn(wal_end), "frontier_at": str(step), **self._watcher.enums.resume()}
-        return TransactionEnd(Lsn.decode(step), resume, datetime.now(UTC), now)
+        resume = {"lsn": format_lsn(wal_end), "frontier_at": str(step)}
+        return self._with_enums(TransactionEnd(Lsn.decode(step), resume, datetime.now(UTC), now))
 
     def _idle_drops(self, wal_end: int, ended: int, now: float) -> list[Any] | None:
         """Nothing open nor held, everything before `wal_end` read: the truncates of tables dropped
@@ -330,8 +337,8 @@ class PgOutputReader:
             Truncate(Lsn.decode(first + i), "0", ts, t.schema, t.table, t.relation) for i, t in enumerate(dropped)
         ]
         self._frontier = first + len(dropped)
-        resume = {"lsn": format_lsn(wal_end), "frontier_at": str(self._frontier), **self._watcher.enums.resume()}
-        items.append(TransactionEnd(Lsn.decode(self._frontier), resume, ts, now))
+        resume = {"lsn": format_lsn(wal_end), "frontier_at": str(self._frontier)}
+        items.append(self._with_enums(TransactionEnd(Lsn.decode(self._frontier), resume, ts, now)))
         return items
 
     def _due(self, position: int) -> list[TableSchema]:

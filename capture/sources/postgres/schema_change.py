@@ -67,14 +67,33 @@ Table = tuple[str, str]
 # one catalog round of the watcher (watcher.py): the WAL insert position, read after the statement's
 # snapshot (every transaction that wrote a relation this snapshot misses, or sees under another name,
 # committed before it); of the relations named, those standing, with their name now (a relation
-# named but not listed is dropped); every enum value's label (a pg_enum row keeps its OID when renamed)
+# named but not listed is dropped); every enum value's label (a pg_enum row keeps its OID when renamed);
+# and SYNC_STAMP: what the publication sync reads changed since the last round if this text did (below)
 CATALOG_SQL = (
     "SELECT pg_current_wal_insert_lsn()::text,"
     " (SELECT json_agg(json_build_array(c.oid::int8, n.nspname, c.relname, c.relispartition)) FROM pg_class c"
     "  JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = ANY(%s::oid[])),"
     " (SELECT json_agg(json_build_array(e.oid::int8, e.enumlabel, e.enumtypid::int8, format_type(e.enumtypid, NULL)))"
-    "  FROM pg_enum e)"
+    "  FROM pg_enum e), (SELECT concat_ws(',', {}))"
 )
+# A stamp of the catalog rows the publication sync (publication.TABLES_SQL, PUBLICATION_SQL) reads: per
+# catalog, the rows' count and the sum of their xmin (the transaction that wrote each row version). A DDL
+# that could change what the sync does writes one of them (CREATE/DROP/RENAME/ATTACH/DETACH/SET LOGGED and
+# REPLICA IDENTITY update or add pg_class rows; an index's own pg_class and pg_index rows; a schema renamed;
+# the publication and its tables; the columns of REPLICA IDENTITY USING INDEX tables, whose NOT NULL
+# decides their key), so an unchanged stamp means the sync would find what it found last time. VACUUM and
+# ANALYZE update pg_class in place (no new xmin). The watcher still syncs in full every FULL_SYNC_ROUNDS.
+_STAMPED = (
+    "pg_class WHERE relkind IN ('r', 'p', 'i', 'I')",
+    "pg_index",
+    "pg_namespace",
+    "pg_publication",
+    "pg_publication_rel",
+    "pg_attribute WHERE attnum > 0 AND attrelid IN (SELECT oid FROM pg_class WHERE relreplident = 'i')",
+)
+SYNC_STAMP = ", ".join(f"(SELECT count(*) || ':' || coalesce(sum(xmin::text::int8), 0) FROM {t})" for t in _STAMPED)
+CATALOG_SQL = CATALOG_SQL.format(SYNC_STAMP)
+
 # the columns using an enum type (arrays and domains of it too), asked only when one of its values was renamed
 ENUM_COLUMNS_SQL = (
     "SELECT DISTINCT n.nspname, c.relname, a.attname FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid"
@@ -313,18 +332,25 @@ class EnumLabels:
     """The label of every enum value, to find `ALTER TYPE ... RENAME VALUE`: every row holding the value
     reads the new label, and no row event says so. A pg_enum row keeps its OID when renamed, so a known
     OID with another label is a rename (ADD VALUE only adds OIDs); only then are the columns using the
-    type looked up. The labels travel in the checkpoint's `resume` (`resume()`, given back at start):
-    a rename made while capture was stopped is found at start, and with `column_rewrites: refuse`
-    found again at every start."""
+    type looked up. The labels travel in the checkpoint's `resume` (given back at start): a rename
+    made while capture was stopped is found at start, and with `column_rewrites: refuse` found again
+    at every start. They ride in a transaction end's `resume` only when they changed since the last
+    end that carried them, and in the reader's first end (`unsent`, `sent`), marked `keep`: the landing
+    writer keeps them in every later checkpoint (TransactionEnd.keep)."""
+
+    KEEP = ("enums",)
 
     def __init__(self, resumed: dict[str, str] | None) -> None:
         self.labels: dict[str, str] | None = dict(resumed) if resumed else None
-        self._resume: dict[str, Any] = {"enums": self.labels} if self.labels else {}
+        self._unsent = self.labels is not None  # a new writer (another term) learns them from the first end
 
-    def resume(self) -> dict[str, Any]:
-        """The checkpoint's part (one object until the labels change: every end carries it, as the
-        landing writer commits the `resume` of the last end whole)."""
-        return self._resume
+    def unsent(self) -> dict[str, Any] | None:
+        """The checkpoint's part when the next end is to carry it (changed, or never carried yet), else None."""
+        return {"enums": self.labels or {}} if self._unsent else None
+
+    def sent(self) -> None:
+        """An end carries them."""
+        self._unsent = False
 
     def check(
         self,
@@ -357,4 +383,4 @@ class EnumLabels:
             check_column_rewrite(source, config, name, changes_found)
         if now != (self.labels or {}):
             self.labels = now
-            self._resume = {"enums": now} if now else {}
+            self._unsent = True

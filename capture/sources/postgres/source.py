@@ -58,6 +58,12 @@ class PostgresSource:
         the reader compares each Relation message with it and finds drops (schema_change.py)."""
         self.landed = Landed(records, dumped_schema, dumped_tables)
 
+    def use_needs_dump(self, needs_dump: Callable[[str, str, str], None]) -> None:
+        """Where to record a table whose target lacks rows no log carries until it is dumped (a table added
+        to the publication, a partition attached, a captured table a read-only publication lacks):
+        landing.unconverged.record, listed by `logtide status` until a dump of it finishes."""
+        self.publication.needs_dump = needs_dump
+
     def _slot(self, conn: Any) -> tuple[Any, ...] | None:
         rows = query(conn, SLOT_SQL, (self.slot,))
         return rows[0] if rows else None

@@ -1,10 +1,12 @@
 """The reader's catalog watcher: what the catalog changes without a row event, polled between
 transactions every CHECK_S (and once at start, before streaming).
 
-One round: the publication brought in step with the captured tables (`Publication.sync`: a table
-created since is published from then on), then ONE statement (schema_change.CATALOG_SQL) that reads
-the captured relations still standing with their names, every enum label, and the WAL insert
-position D after that statement's snapshot. Everything the round decides lands at or after D:
+One round: ONE statement (schema_change.CATALOG_SQL) that reads the captured relations still standing
+with their names, every enum label, a stamp of the catalog rows the publication sync reads
+(schema_change.SYNC_STAMP), and the WAL insert position D after that statement's snapshot; then, when
+that stamp changed since the last sync (or the last sync left something undone, or FULL_SYNC_ROUNDS
+passed), the publication brought in step with the captured tables (`Publication.sync`: a table created
+since is published from then on). Everything the round decides lands at or after D:
 - a captured relation gone (DROP TABLE), or renamed to a name not captured (it keeps its OID:
   capture never sees it under the old name again): its name's truncate lands in the first
   transaction committed at or after D (every change made under the old name committed before D),
@@ -14,8 +16,9 @@ position D after that statement's snapshot. Everything the round decides lands a
 The relations watched: those capture landed under a captured name (schema_change.Relations), and
 of tables whose rows came only from dumps, the relation their newest chunk read. The landing
 zone's list of dumped tables (`Landed.dumped_tables`) is the same object until a dump folder
-changes (landing.reader.DumpedTables); only a new list is looked through again (and, each round, the
-names found without a chunk yet: a chunk renamed into its folder changes no dump folder).
+changes (landing.reader.DumpedTables; a chunk written touches its dump folder, so a dump resumed
+into the folder it had, after its table was dropped and created again, makes a new list too); only a
+new list is looked through again (and, each round, the names found without a chunk yet).
 
 A relation renamed away and back before a round sees it: the watcher never sees the other name, and
 the reader lands the changes made under it as the captured name's (`watched`, reader's Relation
@@ -43,6 +46,7 @@ from capture.sources.postgres.publication import PUBLICATION_SYNC_S, Publication
 log = get_logger(__name__)
 
 CHECK_S = PUBLICATION_SYNC_S
+FULL_SYNC_ROUNDS = 30  # a sync this often whatever the stamp says (about a minute)
 Table = tuple[str, str]
 
 
@@ -69,13 +73,18 @@ class CatalogWatcher:
         self._dumped: dict[Table, int] = {}  # tables only dumped (or dumped since their drop): the relation read
         self._listing: Any = None  # the last list of dumped tables looked through
         self._unread: set[Table] = set()  # dumped tables whose newest chunk's relation is to be read
+        self._synced: str | None = None  # the stamp read before the last sync that settled (None: sync)
+        self._rounds = 0  # since that sync
 
     def check(self, catalog: Any, sync: bool = True) -> None:
         """One round (`sync`: with the publication's)."""
-        if sync:
-            self._sync_publication(catalog)
         standing = self._standing()
-        position, present, labels = query(catalog, schema_change.CATALOG_SQL, (list(standing),))[0]
+        position, present, labels, stamp = query(catalog, schema_change.CATALOG_SQL, (list(standing),))[0]
+        self._rounds += 1
+        if sync and (stamp != self._synced or self.publication.unsettled or self._rounds >= FULL_SYNC_ROUNDS):
+            self._synced, self._rounds = None, 0
+            if self._sync_publication(catalog) and not self.publication.unsettled:
+                self._synced = stamp  # the sync read the catalog after the stamp: a change since makes another
         seen = parse_lsn(position)
         now = {oid: ((schema, table), partition) for oid, schema, table, partition in present or ()}
         for oid, name in standing.items():
@@ -143,11 +152,13 @@ class CatalogWatcher:
             return True
         return partition and self.config.captures_partition(*name, partition_root(catalog, oid))
 
-    def _sync_publication(self, catalog: Any) -> None:
+    def _sync_publication(self, catalog: Any) -> bool:
+        """Whether the sync ran through."""
         try:
             result = self.publication.sync(catalog, create=False)
             if result.problem is not None:  # changed while capture runs (publish_via_partition_root, ...)
                 raise PreflightError(f"source {self.source!r}: {result.problem}")
+            return True
         except (psycopg2.OperationalError, psycopg2.InterfaceError):
             raise  # the connection: the service reconnects
         except psycopg2.Error as exc:
@@ -158,3 +169,4 @@ class CatalogWatcher:
                 error=str(exc).strip(),
                 action=f"retried in {CHECK_S} s; tables created meanwhile are published later (dump them)",
             )
+            return False

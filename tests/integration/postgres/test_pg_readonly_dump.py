@@ -19,10 +19,11 @@ from capture.dump.control import DumpSettings
 from capture.dump.engine import DumpEngine, DumpRequest
 from capture.errors import DumpInputError
 from capture.landing.chunks import read_chunk_meta
-from capture.landing.reader import chunk_files, committed_frontier
+from capture.landing.reader import DumpedTables, chunk_files, committed_frontier
 from capture.sources import open_chunk_source
 from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE
 from capture.sources.postgres.read_view import widen
+from capture.sources.postgres.watcher import CHECK_S
 from tests.integration.dumping import AlterAt
 from tests.integration.postgres.dumping import (
     Workload,
@@ -265,4 +266,70 @@ def test_a_table_dropped_on_an_idle_server_is_emptied_with_readonly_watermarks(p
     wait_for(truncated, 30, what="the truncate of ledger")
     assert reconciled_state(capture, "public", "ledger")[0] == {}
     assert not postgres.query(f"SELECT 1 FROM pg_namespace WHERE nspname = '{WATERMARK_SCHEMA}'", database=pg_database)
+    assert capture.stop() == 0
+
+
+class _FailAt:
+    """The real chunk source, except that the dump fails at one chunk's LOW (its earlier chunks landed)."""
+
+    def __init__(self, source, chunk: int) -> None:
+        self._source, self._chunk = source, chunk
+
+    def __getattr__(self, name: str):
+        return getattr(self._source, name)
+
+    def write_watermark(self, mark, table=None) -> None:
+        if (mark.chunk, mark.kind) == (self._chunk, "LOW"):
+            raise RuntimeError("the dump's worker dies")
+        self._source.write_watermark(mark, table)
+
+
+def _truncates(capture, table: str) -> int:
+    history = capture.zone.read_schema_history()
+    rows = [] if history is None else history.to_pylist()
+    return sum(1 for r in rows if r["kind"] == "truncate" and (r["schema"], r["table"]) == ("public", table))
+
+
+def _create_brief(postgres, database: str) -> None:
+    postgres.execute(
+        "CREATE TABLE brief (id int PRIMARY KEY, v int)",
+        "INSERT INTO brief SELECT i, i FROM generate_series(1, 6) i",
+        f'GRANT SELECT ON brief TO "{DUMPER}"',
+        "ALTER PUBLICATION logtide_src ADD TABLE brief",  # the administrator publishes it
+        database=database,
+    )
+
+
+def test_a_table_dumped_again_into_its_dump_folder_and_dropped_is_emptied(postgres, pg_database, make_pg_capture):
+    """A dump of `brief` dies after its first chunk; the table is dropped (emptied), created again and
+    the dump resumed under its id: its chunks of the new relation land in the folder that was there,
+    so no dump folder appears. On main the watcher looked at a dumped table's newest chunk only when a
+    dump folder changed: it never watched the new relation, its DROP landed no truncate, and the target
+    kept the resumed dump's rows for good."""
+    postgres.execute("CREATE TABLE ledger (id int PRIMARY KEY, v int)", database=pg_database)
+    capture = _readonly_capture(make_pg_capture, postgres, pg_database, "public.ledger")
+    _create_brief(postgres, pg_database)
+    config = capture.config.source("src").model_copy(update={"user": DUMPER})
+    request = DumpRequest(dump_id="brief", tables=["public.brief"], settings=DumpSettings(chunk_size=2))
+    source = open_chunk_source("src", config)
+    try:
+        with pytest.raises(RuntimeError, match="dies"):
+            DumpEngine(_FailAt(source, 2), capture.zone).run(request)
+    finally:
+        source.close()
+    time.sleep(2 * CHECK_S + DumpedTables.RACY_S)  # the dump folder looked through, its listing settled
+    postgres.execute("DROP TABLE brief", database=pg_database)
+    wait_for(lambda: _truncates(capture, "brief") == 1, 30, what="the first truncate of brief")
+    _create_brief(postgres, pg_database)
+    source = open_chunk_source("src", config)
+    try:
+        DumpEngine(source, capture.zone).run(request)  # resumed after chunk 1, in the same folder
+    finally:
+        source.close()
+    wait_for(lambda: reconciled_state(capture, "public", "brief")[1].chunks_pending == 0, 60, interval=0.2,
+             what="the read-only chunks to close")  # fmt: skip
+    assert reconciled_state(capture, "public", "brief")[0]  # the resumed dump's rows
+    postgres.execute("DROP TABLE brief", database=pg_database)
+    wait_for(lambda: _truncates(capture, "brief") == 2, 30, what="the truncate of the dropped new brief")
+    assert reconciled_state(capture, "public", "brief")[0] == {}
     assert capture.stop() == 0
