@@ -20,7 +20,9 @@ One private MariaDB and one private nats-server -js (tests/servers.py), the capt
    waits for the output (backpressure, on by default: README Outputs), so its rows delay the pulse by
    about a chunk's delivery. Target: p99 during the dump <= 2x idle.
 
-The load average is printed with the figures (the machine's other work changes them a lot).
+The load average is printed with the figures (the machine's other work changes them a lot). nats-server
+inherits the environment: ``GOGC=400 .venv/bin/python -m benchmarks.output_latency`` runs it with less
+garbage collection (README Outputs, "The per-message path trimmed").
 """
 
 from __future__ import annotations
@@ -286,7 +288,8 @@ def main() -> int:
     print(f"\nOutput benchmark (NATS JetStream, Logtide JSON): {args.changes:,} changes,", end=" ")
     print(f"dump of {args.rows:,} rows, chunk {args.chunk_size:,}; load average {loads[0]:.1f} to {loads[1]:.1f}")
     version = subprocess.run([NATS_SERVER, "--version"], capture_output=True, text=True).stdout.strip()
-    print(f"  {version}, fast ingest {'off' if args.no_fast_ingest else 'on (2.14+: used)'}")
+    gogc = os.environ.get("GOGC", "100 (Go's default)")  # nats-server inherits it: its GC trades memory for CPU
+    print(f"  {version}, fast ingest {'off' if args.no_fast_ingest else 'on (2.14+: used)'}, GOGC {gogc}")
     print(f"  capture into the landing zone   {landing_rate:10,.0f} rows/s")
     print(f"  delivered to JetStream          {delivered_rate:10,.0f} rows/s")
     print(f"  ratio                           {ratio:10.2f}   (target >= 0.70: {'PASS' if ratio >= 0.7 else 'MISS'})")

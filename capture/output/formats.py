@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import base64
 import time
-from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from datetime import time as dtime
 from decimal import Decimal
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -60,11 +59,16 @@ def _millis(ts: datetime | None) -> int | None:
     return None if ts is None else int(ts.timestamp() * 1000)
 
 
-@dataclass(slots=True)  # not frozen: built once a message (see Event)
-class Message:
+class Message(NamedTuple):
+    """An encoded event. A named tuple: the relay builds one a message, and `tuple.__new__` (`_message`)
+    builds it without running Python code (a dataclass's __init__ cost as much as the payload's format)."""
+
     event: Event
     msg_id: str  # unique per event of a source: `<source>:<lsn>` (`:<order>` for chunk rows)
     payload: bytes
+
+
+_message = tuple.__new__
 
 
 def message_id(source: str, event: Event) -> str:
@@ -135,65 +139,76 @@ def encode(fmt: str, source: str, kind: str, event: Event, database: str | None 
 
 class Encoder:
     """`encode` for one output, the relay's per-message path: Logtide's JSON is written from fragments (the
-    table's, the transaction's commit time, each image by orjson), byte for byte what `encode` writes, at
-    about half its CPU; Debezium's envelope goes through `encode`."""
+    table's, the transaction's id and commit time, the op's, each image by orjson) into one bytes format,
+    byte for byte what `encode` writes, at about half its CPU; Debezium's envelope goes through `encode`.
+    orjson is called only for what changes from message to message (the key's value, the images that
+    are not null): each call costs as much as the format itself."""
 
     def __init__(self, fmt: str, source: str, kind: str, database: str | None = None) -> None:
         self.fmt, self.source, self.kind, self.database = fmt, source, kind, database
         self._fast = fmt == "logtide"
         self._prefix = source + ":"
-        self._tables: dict[tuple[str, str], bytes] = {}  # (db, table) -> the payload's start
+        # (db, table) -> the payload's start, the key's names, and `{"<name>":` for a one-column key
+        self._tables: dict[tuple[str, str], tuple[bytes, tuple[str, ...], bytes | None]] = {}
+        self._ops: dict[str, bytes] = {}
         self._ts: Any = _LEAVE_OUT  # the last commit time seen (a transaction's events share the object)
-        self._ts_json = b"null"
+        self._ts_json = _NULL
+        self._txid: Any = _LEAVE_OUT  # the last transaction id seen
+        self._txid_json = _NULL
 
     def __call__(self, event: Event) -> Message:
         if not self._fast:
             return encode(self.fmt, self.source, self.kind, event, self.database)
-        start = self._tables.get((event.schema, event.table))
-        if start is None:
-            start = self._tables[(event.schema, event.table)] = (
-                b'{"source":' + orjson.dumps(self.source) + b',"table":' + orjson.dumps(event.qualified_name)
-            )
+        table = self._tables.get((event.schema, event.table))
+        if table is None:
+            start = b'{"source":' + orjson.dumps(self.source) + b',"table":' + orjson.dumps(event.qualified_name)
+            table = self._tables[(event.schema, event.table)] = (start, event.key, _key_start(event.key))
+        start, names, key_start = table
         ts = event.commit_ts
         if ts is not self._ts:
-            self._ts, self._ts_json = ts, b"null" if ts is None else orjson.dumps(ts.isoformat())
-        lsn = str(event.lsn)
-        before, after, missing, order = event.before, event.after, event.missing, event.order
+            self._ts, self._ts_json = ts, _NULL if ts is None else orjson.dumps(ts.isoformat())
+        txid = event.txid
+        if txid != self._txid:  # equal, not the same object: each row read has its own string
+            self._txid, self._txid_json = txid, orjson.dumps(txid)
+        op = self._ops.get(event.op)
+        if op is None:
+            op = self._ops[event.op] = orjson.dumps(event.op)
+        lsn, order = event.lsn, event.order
+        before, after, missing, key = event.before, event.after, event.missing, event.key
         image = after if after is not None else before
+        if key is not names and key != names:  # an enrichment hook changed it
+            key_start = _key_start(key)
         if image is None:
-            key = dict.fromkeys(event.key)
-        elif len(event.key) == 1:
-            name = event.key[0]
-            key = {name: image.get(name)}
+            key_json = orjson.dumps(dict.fromkeys(key))
+        elif key_start is not None:
+            key_json = key_start + orjson.dumps(image.get(key[0]), default=_default) + b"}"
         else:
-            key = {k: image.get(k) for k in event.key}
+            key_json = orjson.dumps({k: image.get(k) for k in key}, default=_default)
         if missing:
             after = _image(after, missing)
-        payload = b"".join(
-            (
-                start,
-                b',"op":',
-                orjson.dumps(event.op),
-                b',"lsn":"',
-                lsn.encode(),
-                b'","order":',
-                str(order).encode(),
-                b',"txid":',
-                orjson.dumps(event.txid),
-                b',"commit_ts":',
-                self._ts_json,
-                b',"key":',
-                orjson.dumps(key, default=_default),
-                b',"before":',
-                orjson.dumps(before, default=_default),
-                b',"after":',
-                orjson.dumps(after, default=_default),
-                b',"missing":',
-                orjson.dumps(list(missing)) if missing else b"[]",
-                b',"dump":',
-                b"null" if event.dump_id is None else orjson.dumps({"id": event.dump_id, "chunk": event.chunk}),
-                b"}",
-            )
+        payload = _PAYLOAD % (
+            start,
+            op,
+            lsn,
+            order,
+            self._txid_json,
+            self._ts_json,
+            key_json,
+            _NULL if before is None else orjson.dumps(before, default=_default),
+            _NULL if after is None else orjson.dumps(after, default=_default),
+            orjson.dumps(list(missing)) if missing else b"[]",
+            _NULL if event.dump_id is None else orjson.dumps({"id": event.dump_id, "chunk": event.chunk}),
         )
-        msg_id = self._prefix + lsn if order == 0 else f"{self._prefix}{lsn}:{order}"
-        return Message(event, msg_id, payload)
+        msg_id = f"{self._prefix}{lsn}" if order == 0 else f"{self._prefix}{lsn}:{order}"
+        return _message(Message, (event, msg_id, payload))
+
+
+_NULL = b"null"
+_PAYLOAD = (
+    b'%s,"op":%s,"lsn":"%d","order":%d,"txid":%s,"commit_ts":%s,"key":%s,"before":%s,"after":%s,"missing":%s,"dump":%s}'
+)
+
+
+def _key_start(key: tuple[str, ...]) -> bytes | None:
+    """`{"<name>":` for a one-column key (its value is then written alone), else None."""
+    return b"{" + orjson.dumps(key[0]) + b":" if len(key) == 1 else None

@@ -166,6 +166,8 @@ class Relay:
         pending = self._pending
         last_written = time.monotonic()
         readonly = ReadonlyChunks(self.zone, self.config.includes, self.config.lookback) if self.readonly else None
+        acked_lsn, acked_order = acked
+        push, replay_from, queue = interleaver.push, interleaver.replay_from, self._queue
         while not stop.is_set():
             frontier = self.reader.frontier()
             self.caught_up = read_at >= frontier
@@ -191,9 +193,12 @@ class Relay:
                     and not self._readonly_due(readonly, event.lsn, frontier, interleaver, acked, encode, stop)
                 ):
                     return
-                replay = interleaver.replay_from(event.lsn)
-                for out in interleaver.push(event):
-                    if out.position > acked and not self._queue(out, replay, encode, stop):
+                replay = replay_from(event.lsn)
+                for out in push(event):
+                    lsn = out.lsn  # past the acknowledged position (`out.position > acked`, without the tuples)
+                    if (lsn > acked_lsn or (lsn == acked_lsn and out.order > acked_order)) and not queue(
+                        out, replay, encode, stop
+                    ):
                         return
                 if event.schema == WATERMARK_SCHEMA and event.table == WATERMARK_TABLE:
                     mark = event.after
@@ -238,7 +243,8 @@ class Relay:
     def _queue(self, event: Event, replay: int, encode: Encoder, stop: threading.Event) -> bool:
         """One event of the stream (not yet acknowledged) pending, if this output takes it: its tables, its
         hooks; a full batch goes out. `replay`: where a replay must start to send it again. False on stop."""
-        if not self._includes(event):
+        included = self._included.get((event.schema, event.table))
+        if not (self._includes(event) if included is None else included):
             return True
         if self.transforms:
             transformed = self._transform(event)
