@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 
+import pyarrow.parquet as pq
 import pytest
 
 from capture.dump.control import DumpSettings
@@ -14,7 +15,7 @@ from capture.errors import DumpInputError
 from capture.landing.chunks import read_chunk_meta
 from capture.landing.reader import chunk_files
 from capture.sources import open_chunk_source
-from tests.integration.dumping import assert_refused, check_schema_change_rereads, open_engine
+from tests.integration.dumping import Died, DiesBeforeHigh, assert_refused, check_schema_change_rereads, open_engine
 from tests.integration.postgres.dumping import Workload, reconciled_state, table_state, wait_until_landed
 
 pytestmark = pytest.mark.integration
@@ -232,39 +233,114 @@ def test_progress_of_a_table_never_analysed_is_estimated(postgres, pg_database, 
     assert all(line["percent"] is None or line["percent"] < 100 for line in lines[:-1])
 
 
-KEYS_LANDING_AS_ONE_OR_NULL = [
-    pytest.param(  # infinity and years past 9999 all land as 9999-12-31: the next chunk would read them again
-        "CREATE TABLE far_keys (d date PRIMARY KEY, v int)",
-        "INSERT INTO far_keys VALUES ('9999-12-30', 1), ('infinity', 2), ('10000-01-01', 3), ('20000-01-01', 4)",
-        r"public\.far_keys: chunk 2 ends at key .*9999-12-31.* key \(d\)",
-        (5, 4),
-        id="collapsed",
+# Key values that land otherwise than the source holds them (README, PostgreSQL: NaN and 24:00 as NULL,
+# -infinity and BC as 0001-01-01, infinity and years past 9999 as 9999-12-31), in tables whose
+# chunks of 2 end on such keys. Each row has its own `v`. On main the dump refused the NULL ones
+# (`DumpInputError`) and the collapsed ones where two chunks ended at one landed key, and
+# skipped rows silently elsewhere (a chunk ending at a BC date went on after 0001-01-01).
+SOURCE_VALUED_KEYS = {
+    "nan_keys": (
+        "CREATE TABLE nan_keys (k numeric(10,2), i int, v int UNIQUE, PRIMARY KEY (k, i))",
+        "INSERT INTO nan_keys VALUES (1.5, 1, 1), ('NaN', 1, 2), ('NaN', 2, 3), ('NaN', 3, 4), ('NaN', 4, 5),"
+        " (-2, 9, 6)",
     ),
-    pytest.param(  # NaN lands as NULL: `(k, i) > (NULL, 2)` selects nothing, and on main the dump ended
-        # there without the rows after it, and no error
-        "CREATE TABLE nan_keys (k numeric(10,2), i int, v int, PRIMARY KEY (k, i))",
-        "INSERT INTO nan_keys VALUES ('NaN', 1, 1), ('NaN', 2, 2), ('NaN', 3, 3)",
-        r"public\.nan_keys: chunk 1 ends at key \[None, 2\], which lands as NULL",
-        (4, 3),
-        id="null",
+    "nan_one": (  # one NaN at most: the first chunk ends on it, the second must find nothing
+        "CREATE TABLE nan_one (k numeric(10,2) PRIMARY KEY, v int UNIQUE)",
+        "INSERT INTO nan_one VALUES (1, 1), ('NaN', 2)",
     ),
-]
+    "midnight": (
+        "CREATE TABLE midnight (t time, i int, v int UNIQUE, PRIMARY KEY (t, i))",
+        "INSERT INTO midnight VALUES ('23:59', 1, 1), ('24:00', 1, 2), ('24:00', 2, 3), ('24:00', 3, 4),"
+        " ('00:00', 7, 5)",
+    ),
+    "days": (
+        "CREATE TABLE days (d date PRIMARY KEY, v int UNIQUE)",
+        "INSERT INTO days VALUES ('-infinity', 1), ('4713-01-01 BC', 2), ('0044-03-15 BC', 3), ('0001-12-31 BC', 4),"
+        " ('0001-01-01', 5), ('2020-02-29', 6), ('9999-12-30', 7), ('9999-12-31', 8), ('10000-01-01', 9),"
+        " ('20000-01-01', 10), ('infinity', 11)",
+    ),
+    "bc_days": (  # on main: silently without 1 BC (chunk 2 went on after 0001-01-01), and no error
+        "CREATE TABLE bc_days (d date PRIMARY KEY, v int UNIQUE)",
+        "INSERT INTO bc_days VALUES ('-infinity', 1), ('0044-03-15 BC', 2), ('0001-01-01 BC', 3), ('2020-01-01', 4)",
+    ),
+    "stamps": (
+        "CREATE TABLE stamps (t timestamp PRIMARY KEY, v int UNIQUE)",
+        "INSERT INTO stamps VALUES ('-infinity', 1), ('0100-01-01 00:00 BC', 2), ('0001-12-31 23:59:59.999999 BC', 3),"
+        " ('0001-01-01 00:00', 4), ('2020-01-01 12:00', 5), ('9999-12-31 23:59:59.999999', 6),"
+        " ('10000-01-01 00:00', 7), ('infinity', 8)",
+    ),
+    "zoned": (
+        "CREATE TABLE zoned (t timestamptz PRIMARY KEY, v int UNIQUE)",
+        "INSERT INTO zoned VALUES ('-infinity', 1), ('0100-01-01 00:00+00 BC', 2), ('0001-01-01 00:00+00', 3),"
+        " ('0001-01-01 00:30+01', 4), ('2020-01-01 12:00+02', 5), ('9999-12-31 23:59:59.999999+00', 6),"
+        " ('9999-12-31 23:59:59.999999-01', 7), ('infinity', 8)",
+    ),
+    "dated_pairs": (  # composite: the clamped part first, then a plain one
+        "CREATE TABLE dated_pairs (d date, n int, v int UNIQUE, PRIMARY KEY (d, n))",
+        "INSERT INTO dated_pairs SELECT d::date, n, row_number() OVER () FROM unnest(ARRAY['-infinity',"
+        " '0500-06-01 BC', '0001-01-01', 'infinity', '12345-01-01']) d, generate_series(1, 3) n",
+    ),
+}
 
 
-@pytest.mark.parametrize(("ddl", "rows", "refused", "larger"), KEYS_LANDING_AS_ONE_OR_NULL)
-def test_a_full_chunk_the_next_cannot_resume_after_is_refused(
-    postgres, pg_database, make_pg_capture, ddl, rows, refused, larger
-):
-    """Keys whose landed values collapse (README) or land as NULL: with chunks of 2 the dump stops with
-    an error naming the table and the key; with a chunk larger than those keys it dumps every row."""
-    postgres.execute(ddl, rows, database=pg_database)
-    table = "public." + ddl.split()[2]
-    engine, source = open_engine(make_pg_capture())
+def _dumped_values(capture, table: str, dump_id: str) -> list[int]:
+    """Every `v` the dump's chunk files hold (a chunk read again replaces its file), sorted."""
+    values = []
+    for path in chunk_files(capture.zone, "public", table):
+        if read_chunk_meta(path).dump_id == dump_id:
+            values += pq.read_table(path, columns=["after"]).column("after").combine_chunks().field("v").to_pylist()
+    return sorted(values)
+
+
+def _source_values(postgres, database: str, table: str) -> list[int]:
+    with postgres.connect(database) as conn, conn.cursor() as cursor:
+        cursor.execute(f"SELECT v FROM {table} ORDER BY v")
+        return [row[0] for row in cursor.fetchall()]
+
+
+def test_chunks_ending_on_keys_that_land_otherwise_go_on_after_the_source_value(postgres, pg_database, make_pg_capture):
+    """Every row of every table is dumped exactly once, in chunks of 2 and of 3 (chunks end on other
+    keys), though their keys land as NULL or collapse onto 0001-01-01 / 9999-12-31."""
+    for ddl, rows in SOURCE_VALUED_KEYS.values():
+        postgres.execute(ddl, rows, database=pg_database)
+    capture = make_pg_capture()
+    engine, source = open_engine(capture)
     try:
-        with pytest.raises(DumpInputError, match=refused):
-            engine.run(DumpRequest(tables=[table], settings=DumpSettings(chunk_size=2)))
-        chunk_size, count = larger
-        request = DumpRequest(tables=[table], settings=DumpSettings(chunk_size=chunk_size))
-        assert engine.run(request)["tables"][0]["rows"] == count
+        for size in (2, 3):
+            for table in SOURCE_VALUED_KEYS:
+                request = DumpRequest(tables=[f"public.{table}"], settings=DumpSettings(chunk_size=size))
+                summary = engine.run(request)
+                expected = _source_values(postgres, pg_database, table)
+                assert _dumped_values(capture, table, request.dump_id) == expected, (table, size)
+                assert summary["tables"][0]["rows"] == len(expected), (table, size)
     finally:
         source.close()
+
+
+# (table, the chunk before whose HIGH the dump dies): the chunk before it ended on such a key
+DIES_AFTER_SUCH_A_KEY = [("nan_keys", 3), ("midnight", 3), ("days", 2), ("days", 5), ("bc_days", 2), ("stamps", 2),
+                         ("zoned", 2), ("dated_pairs", 3)]  # fmt: skip
+
+
+@pytest.mark.parametrize(("table", "dies_at"), DIES_AFTER_SUCH_A_KEY)
+def test_a_dump_resumed_after_such_a_key_goes_on_after_its_source_value(
+    postgres, pg_database, make_pg_capture, table, dies_at
+):
+    """The dump dies before HIGH of a chunk whose predecessor ended on such a key; a new chunk source
+    and engine (what a new process has: the progress file) finish it with every row once."""
+    postgres.execute(*SOURCE_VALUED_KEYS[table], database=pg_database)
+    capture = make_pg_capture()
+    request = DumpRequest(tables=[f"public.{table}"], settings=DumpSettings(chunk_size=2))
+    engine, source = open_engine(capture)
+    try:
+        engine.source = DiesBeforeHigh(source, dies_at)
+        with pytest.raises(Died):
+            engine.run(request)
+    finally:
+        source.close()
+    engine, source = open_engine(capture)
+    try:
+        engine.run(request)
+    finally:
+        source.close()
+    assert _dumped_values(capture, table, request.dump_id) == _source_values(postgres, pg_database, table)
