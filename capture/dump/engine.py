@@ -3,9 +3,11 @@
 Per chunk of one table, in key order:
   1. read the settings (pause blocks here, cancel stops here);
   2. write and commit the LOW watermark;
-  3. SELECT the next chunk in a fresh snapshot (`key > last ORDER BY key LIMIT n`; a
-     key-list dump selects the next batch of keys, and the database, not Python, tells which
-     requested keys matched no row: see `_missing_keys`);
+  3. SELECT the next chunk in a fresh snapshot (`key > last ORDER BY key LIMIT n`, `last` the
+     previous chunk's last key as the source spells it where the source gives it
+     (`ChunkSource.chunk_end`: PostgreSQL, whose NaN lands as NULL), kept in the progress file
+     for a resumed dump; a key-list dump selects the next batch of keys, and the database, not
+     Python, tells which requested keys matched no row: see `_missing_keys`);
   4. write the chunk file (rows + watermark ids + key range) durably;
   5. write and commit the HIGH watermark: the log now says the chunk exists (`watermarks:
      readonly`: nothing is written to the source; LOW began a consistent snapshot whose log

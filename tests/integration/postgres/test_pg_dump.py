@@ -11,6 +11,7 @@ import pytest
 
 from capture.dump.control import DumpSettings
 from capture.dump.engine import DumpRequest
+from capture.dump.progress import ProgressStore
 from capture.errors import DumpInputError
 from capture.landing.chunks import read_chunk_meta
 from capture.landing.reader import chunk_files
@@ -233,11 +234,10 @@ def test_progress_of_a_table_never_analysed_is_estimated(postgres, pg_database, 
     assert all(line["percent"] is None or line["percent"] < 100 for line in lines[:-1])
 
 
-# Key values that land otherwise than the source holds them (README, PostgreSQL: NaN and 24:00 as NULL,
-# -infinity and BC as 0001-01-01, infinity and years past 9999 as 9999-12-31), in tables whose
-# chunks of 2 end on such keys. Each row has its own `v`. On main the dump refused the NULL ones
-# (`DumpInputError`) and the collapsed ones where two chunks ended at one landed key, and
-# skipped rows silently elsewhere (a chunk ending at a BC date went on after 0001-01-01).
+# Key values that land as NULL (README, PostgreSQL: NaN in numeric(p,s), time 24:00; PostgreSQL holds
+# at most one such value per key column, so the NULL stands for exactly one), in tables whose chunks
+# of 2 end on such keys. Each row has its own `v`. On main the dump refused them (`DumpInputError`:
+# the next chunk went on after the landed key, and `(k, i) > (NULL, 2)` selects nothing).
 SOURCE_VALUED_KEYS = {
     "nan_keys": (
         "CREATE TABLE nan_keys (k numeric(10,2), i int, v int UNIQUE, PRIMARY KEY (k, i))",
@@ -253,32 +253,10 @@ SOURCE_VALUED_KEYS = {
         "INSERT INTO midnight VALUES ('23:59', 1, 1), ('24:00', 1, 2), ('24:00', 2, 3), ('24:00', 3, 4),"
         " ('00:00', 7, 5)",
     ),
-    "days": (
-        "CREATE TABLE days (d date PRIMARY KEY, v int UNIQUE)",
-        "INSERT INTO days VALUES ('-infinity', 1), ('4713-01-01 BC', 2), ('0044-03-15 BC', 3), ('0001-12-31 BC', 4),"
-        " ('0001-01-01', 5), ('2020-02-29', 6), ('9999-12-30', 7), ('9999-12-31', 8), ('10000-01-01', 9),"
-        " ('20000-01-01', 10), ('infinity', 11)",
-    ),
-    "bc_days": (  # on main: silently without 1 BC (chunk 2 went on after 0001-01-01), and no error
-        "CREATE TABLE bc_days (d date PRIMARY KEY, v int UNIQUE)",
-        "INSERT INTO bc_days VALUES ('-infinity', 1), ('0044-03-15 BC', 2), ('0001-01-01 BC', 3), ('2020-01-01', 4)",
-    ),
-    "stamps": (
-        "CREATE TABLE stamps (t timestamp PRIMARY KEY, v int UNIQUE)",
-        "INSERT INTO stamps VALUES ('-infinity', 1), ('0100-01-01 00:00 BC', 2), ('0001-12-31 23:59:59.999999 BC', 3),"
-        " ('0001-01-01 00:00', 4), ('2020-01-01 12:00', 5), ('9999-12-31 23:59:59.999999', 6),"
-        " ('10000-01-01 00:00', 7), ('infinity', 8)",
-    ),
-    "zoned": (
-        "CREATE TABLE zoned (t timestamptz PRIMARY KEY, v int UNIQUE)",
-        "INSERT INTO zoned VALUES ('-infinity', 1), ('0100-01-01 00:00+00 BC', 2), ('0001-01-01 00:00+00', 3),"
-        " ('0001-01-01 00:30+01', 4), ('2020-01-01 12:00+02', 5), ('9999-12-31 23:59:59.999999+00', 6),"
-        " ('9999-12-31 23:59:59.999999-01', 7), ('infinity', 8)",
-    ),
-    "dated_pairs": (  # composite: the clamped part first, then a plain one
-        "CREATE TABLE dated_pairs (d date, n int, v int UNIQUE, PRIMARY KEY (d, n))",
-        "INSERT INTO dated_pairs SELECT d::date, n, row_number() OVER () FROM unnest(ARRAY['-infinity',"
-        " '0500-06-01 BC', '0001-01-01', 'infinity', '12345-01-01']) d, generate_series(1, 3) n",
+    "nan_midnight": (  # both parts NULL in the landing zone
+        "CREATE TABLE nan_midnight (k numeric(10,2), t time, v int UNIQUE, PRIMARY KEY (k, t))",
+        "INSERT INTO nan_midnight VALUES ('NaN', '24:00', 1), ('NaN', '00:00', 2), (1, '24:00', 3),"
+        " ('NaN', '12:00', 4), (1, '00:00', 5), (2, '24:00', 6)",
     ),
 }
 
@@ -298,9 +276,9 @@ def _source_values(postgres, database: str, table: str) -> list[int]:
         return [row[0] for row in cursor.fetchall()]
 
 
-def test_chunks_ending_on_keys_that_land_otherwise_go_on_after_the_source_value(postgres, pg_database, make_pg_capture):
+def test_chunks_ending_on_keys_that_land_as_null_go_on_after_the_source_value(postgres, pg_database, make_pg_capture):
     """Every row of every table is dumped exactly once, in chunks of 2 and of 3 (chunks end on other
-    keys), though their keys land as NULL or collapse onto 0001-01-01 / 9999-12-31."""
+    keys), though their keys land as NULL."""
     for ddl, rows in SOURCE_VALUED_KEYS.values():
         postgres.execute(ddl, rows, database=pg_database)
     capture = make_pg_capture()
@@ -317,12 +295,7 @@ def test_chunks_ending_on_keys_that_land_otherwise_go_on_after_the_source_value(
         source.close()
 
 
-# (table, the chunk before whose HIGH the dump dies): the chunk before it ended on such a key
-DIES_AFTER_SUCH_A_KEY = [("nan_keys", 3), ("midnight", 3), ("days", 2), ("days", 5), ("bc_days", 2), ("stamps", 2),
-                         ("zoned", 2), ("dated_pairs", 3)]  # fmt: skip
-
-
-@pytest.mark.parametrize(("table", "dies_at"), DIES_AFTER_SUCH_A_KEY)
+@pytest.mark.parametrize(("table", "dies_at"), [("nan_keys", 3), ("midnight", 3), ("nan_midnight", 2)])
 def test_a_dump_resumed_after_such_a_key_goes_on_after_its_source_value(
     postgres, pg_database, make_pg_capture, table, dies_at
 ):
@@ -338,9 +311,87 @@ def test_a_dump_resumed_after_such_a_key_goes_on_after_its_source_value(
             engine.run(request)
     finally:
         source.close()
+    assert ProgressStore(capture.zone, request.dump_id).load("public", table).after_source is not None
     engine, source = open_engine(capture)
     try:
         engine.run(request)
     finally:
         source.close()
     assert _dumped_values(capture, table, request.dump_id) == _source_values(postgres, pg_database, table)
+
+
+# Date and timestamp keys outside 0001-01-01 .. 9999-12-31 land as that range's ends, where other such
+# values and the end itself land too: several source keys would be one target row (README). On main
+# the dump refused some when two chunks ended at one landed key, skipped rows silently in others (a
+# chunk ending at a BC date went on after 0001-01-01: bc_days lost 1 BC), and took the rest, which
+# the merge then collapsed (-infinity, 44 BC and 0001-01-01: one target row). Now the dump refuses
+# the table at the first such key, naming the column and the value.
+CLAMPED_KEYS = [
+    pytest.param(
+        "CREATE TABLE days (d date PRIMARY KEY, v int)",
+        "INSERT INTO days VALUES ('0001-01-01', 1), ('2020-02-29', 2), ('9999-12-31', 3), ('10000-01-01', 4)",
+        "'d' holds '10000-01-01', which lands as 9999-12-31",
+        id="past 9999",
+    ),
+    pytest.param(
+        "CREATE TABLE bc_days (d date PRIMARY KEY, v int)",
+        "INSERT INTO bc_days VALUES ('-infinity', 1), ('0044-03-15 BC', 2), ('0001-01-01 BC', 3), ('2020-01-01', 4)",
+        "'d' holds '-infinity', which lands as 0001-01-01",
+        id="-infinity",
+    ),
+    pytest.param(
+        "CREATE TABLE stamps (t timestamp PRIMARY KEY, v int)",
+        "INSERT INTO stamps VALUES ('0001-01-01 00:00', 1), ('2020-01-01', 2), ('0100-01-01 00:00 BC', 3)",
+        "'t' holds '0100-01-01 00:00:00 BC', which lands as 0001-01-01",
+        id="BC timestamp",
+    ),
+    pytest.param(  # 1 BC in UTC, which timestamptz lands in
+        "CREATE TABLE zoned (t timestamptz PRIMARY KEY, v int)",
+        "INSERT INTO zoned VALUES ('0001-01-01 00:00+00', 1), ('0001-01-01 00:30+01', 2)",
+        r"'t' holds '0001-12-31 23:30:00\+00 BC', which lands as 0001-01-01",
+        id="timestamptz BC in UTC",
+    ),
+    pytest.param(
+        "CREATE TABLE valid (id int, valid_to timestamptz, v int, PRIMARY KEY (id, valid_to))",
+        "INSERT INTO valid VALUES (1, '2020-01-01', 1), (1, 'infinity', 2), (2, '9999-12-31 23:59:59.999999+00', 3)",
+        "'valid_to' holds 'infinity', which lands as 9999-12-31",
+        id="composite infinity",
+    ),
+]
+
+
+@pytest.mark.parametrize(("ddl", "rows", "refused"), CLAMPED_KEYS)
+def test_a_dump_refuses_keys_that_would_land_as_another_key(postgres, pg_database, make_pg_capture, ddl, rows, refused):
+    postgres.execute(ddl, rows, database=pg_database)
+    table = "public." + ddl.split()[2]
+    engine, source = open_engine(make_pg_capture())
+    try:
+        with pytest.raises(DumpInputError, match=rf"{table}: key column {refused} .*\(exclude\)$") as info:
+            engine.run(DumpRequest(tables=[table], settings=DumpSettings(chunk_size=2)))
+    finally:
+        source.close()
+    assert "UPDATE ... SET" in str(info.value)
+
+
+def test_capture_stops_at_a_key_that_would_land_as_another_key(postgres, pg_database, make_pg_capture):
+    """On main `-infinity` and 44 BC landed under one key, 0001-01-01, with the real 0001-01-01: the
+    merge kept one target row for the three source rows, and a delete of one removed it."""
+    postgres.execute(
+        "CREATE TABLE ck (d date PRIMARY KEY, v int)",
+        "CREATE TABLE ok (id int PRIMARY KEY, d date)",
+        database=pg_database,
+    )
+    capture = make_pg_capture().start()
+    capture.wait_running()
+    postgres.execute(
+        "INSERT INTO ok VALUES (1, '-infinity')",  # outside a key: lands as 0001-01-01, as before
+        "INSERT INTO ck VALUES ('0001-01-01', 1)",
+        database=pg_database,
+    )
+    capture.wait_events("public", "ck", 1)
+    postgres.execute("INSERT INTO ck VALUES ('0044-03-15 BC', 2)", database=pg_database)
+    assert capture.wait_exit() == 2
+    log = capture.log()
+    assert "public.ck: key column 'd' holds '0044-03-15 BC', which lands as 0001-01-01" in log and "exclude" in log
+    assert len(capture.events("public", "ck")) == 1  # nothing of the refused transaction
+    assert len(capture.events("public", "ok")) == 1
