@@ -52,6 +52,13 @@ def table_not_found(schema: str, table: str) -> DumpInputError:
     return DumpInputError(error)
 
 
+class UnlandableKeyError(LogtideError):
+    """A key column holds a value the landing zone holds only as another value (PostgreSQL: a date
+    or timestamp outside 0001-01-01 .. 9999-12-31 lands as the nearest end of that range), so
+    several source keys would land as one target row: capture stops before it (a dump refuses the
+    table with DumpInputError) rather than merge them."""
+
+
 class DumpCancelledError(LogtideError):
     """The dump was cancelled through its control (Airflow Variable or CLI)."""
 

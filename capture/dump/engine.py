@@ -3,9 +3,11 @@
 Per chunk of one table, in key order:
   1. read the settings (pause blocks here, cancel stops here);
   2. write and commit the LOW watermark;
-  3. SELECT the next chunk in a fresh snapshot (`key > last ORDER BY key LIMIT n`; a
-     key-list dump selects the next batch of keys, and the database, not Python, tells which
-     requested keys matched no row: see `_missing_keys`);
+  3. SELECT the next chunk in a fresh snapshot (`key > last ORDER BY key LIMIT n`, `last` the
+     previous chunk's last key as the source spells it where the source gives it
+     (`ChunkSource.chunk_end`: PostgreSQL, whose NaN lands as NULL), kept in the progress file
+     for a resumed dump; a key-list dump selects the next batch of keys, and the database, not
+     Python, tells which requested keys matched no row: see `_missing_keys`);
   4. write the chunk file (rows + watermark ids + key range) durably;
   5. write and commit the HIGH watermark: the log now says the chunk exists (`watermarks:
      readonly`: nothing is written to the source; LOW began a consistent snapshot whose log
@@ -81,12 +83,12 @@ def _progress(count: int, expected: int, done: bool, elapsed: float) -> tuple[fl
 
 
 def _check_resumable(table: TableSchema, number: int, after: Row | None, rows: pa.StructArray, saved: bool) -> None:
-    """The next chunk resumes after this full chunk's last landed key, so that key must be one the
-    database can compare: not NULL (a key value the landing zone cannot hold, PostgreSQL's NaN in
-    numeric(p,s) or time 24:00, lands as NULL; `(k) > (NULL)` selects nothing and the dump would
-    end without the rows after it), and past the key the previous chunk ended at, or the next
-    SELECT returns it again: keys whose landed values collapse (PostgreSQL infinity, BC and years
-    past 9999 in a key column all land as 0001-01-01 or 9999-12-31) would loop forever.
+    """A source that gives no key in its own spelling (`ChunkSource.chunk_end`) has the next chunk
+    go on after this full chunk's last landed key, so that key must be one the database can
+    compare: not NULL (`(k) > (NULL)` selects nothing and the dump would end without the rows
+    after it), and past the key the previous chunk ended at, or the next SELECT would return it
+    again for ever. MySQL/MariaDB refuse a NULL key (a zero date) when they read it, and their
+    landed keys are their values, so this only fails closed should that ever change.
     `saved`: `after` is the key an earlier run saved, not a chunk's of this one. A source may go on
     after such a key from the lowest value its text can name (MariaDB: an ENUM's '' names its ''
     member and, in a landing zone written before the error value landed as ' ', the error value
@@ -96,14 +98,12 @@ def _check_resumable(table: TableSchema, number: int, after: Row | None, rows: p
     if None in end:
         raise DumpInputError(
             f"{table.qualified_name}: chunk {number} ends at key {encode_key(end)}, which lands as NULL "
-            f"(README: numeric NaN, time 24:00 in key ({', '.join(table.key)})), so the next chunk could not "
-            "resume after it; dump with a chunk_size larger than the rows up to the last such key"
+            f"in key ({', '.join(table.key)}), so the next chunk could not go on after it"
         )
     if end == after and not saved:
         raise DumpInputError(
             f"{table.qualified_name}: chunk {number} ends at key {encode_key(end)}, as the chunk before it did: "
-            f"more rows than chunk_size have key ({', '.join(table.key)}) values that land as that one value "
-            "(README: dates and timestamps outside 0001-01-01 .. 9999-12-31); dump with a larger chunk_size"
+            f"more rows than chunk_size have key ({', '.join(table.key)}) values that land as that one value"
         )
 
 
@@ -175,17 +175,19 @@ class _Read:
     start: Row | None  # the range's start, on its first chunk
     keys: list[Row] | None  # key-list dumps: the keys asked for
     missing_keys: list[Row]  # of those, the ones no row has
+    end: list[str] | None = None  # the last row's key as the source spells it (ChunkSource.chunk_end)
 
 
 def _advanced(progress: TableProgress, number: int, table: TableSchema, read: _Read) -> TableProgress:
     """The table's progress once chunk `number` is written and its HIGH committed."""
     if len(read.rows) and read.keys is None:
-        after = tuple(read.rows.field(k)[-1].as_py() for k in table.key)
+        after, after_source = tuple(read.rows.field(k)[-1].as_py() for k in table.key), read.end
     else:
-        after = progress.after
+        after, after_source = progress.after, progress.after_source
     return TableProgress(
         chunk=number,
         after=after,
+        after_source=after_source,
         keys_done=progress.keys_done + (len(read.keys) if read.keys else 0),
         rows=progress.rows + len(read.rows),
         missing_keys=progress.missing_keys + len(read.missing_keys),
@@ -406,7 +408,7 @@ class DumpEngine:
                     raise
                 table = self._schema_changed(dump_id, table, current, number)
                 continue
-            if read.keys is None and not read.last:
+            if read.keys is None and not read.last and read.end is None:
                 _check_resumable(table, number, progress.after, read.rows, number == resumed_at)
             meta = ChunkMeta(
                 dump_id=dump_id,
@@ -456,8 +458,9 @@ class DumpEngine:
         rows of the key range; with what the read could see (ChunkSource.read_view)."""
         start = plan.start if progress.after is None else None
         if plan.keys is None:
-            rows = self.source.select_chunk(table, progress.after, start, plan.stop, size)
-            return _Read(rows, self.source.read_view(), len(rows) < size, start, None, [])
+            rows = self.source.select_chunk(table, progress.after, start, plan.stop, size, progress.after_source)
+            end = self.source.chunk_end() if len(rows) else None
+            return _Read(rows, self.source.read_view(), len(rows) < size, start, None, [], end)
         keys = plan.keys[progress.keys_done : progress.keys_done + size]
         rows = self.source.select_keys(table, keys)
         view = self.source.read_view()  # the chunk's own: `_missing_keys` may read again

@@ -16,7 +16,8 @@ from capture.landing.zone import LandingZone, table_folder
 @dataclass(frozen=True)
 class TableProgress:
     chunk: int = 0  # last finished chunk
-    after: Row | None = None  # key of the last row read
+    after: Row | None = None  # key of the last row read, as it landed
+    after_source: list[str] | None = None  # that key as the source spells it (ChunkSource.chunk_end)
     keys_done: int = 0  # key-list dumps: keys asked so far
     rows: int = 0
     missing_keys: int = 0

@@ -151,10 +151,25 @@ class ChunkSource(Protocol):
         window only grows)."""
 
     def select_chunk(
-        self, table: TableSchema, after: Row | None, start: Row | None, stop: Row | None, limit: int
+        self,
+        table: TableSchema,
+        after: Row | None,
+        start: Row | None,
+        stop: Row | None,
+        limit: int,
+        after_source: list[str] | None = None,
     ) -> pa.StructArray:
         """Up to `limit` rows in key order, in a snapshot newer than the last watermark, as an
-        Arrow array of `table.row_type` (built column by column, not row by row)."""
+        Arrow array of `table.row_type` (built column by column, not row by row). `after_source`:
+        the key `after` is the landed form of, as `chunk_end` gave it; the rows go on after that
+        (None: after `after`)."""
+
+    def chunk_end(self) -> list[str] | None:
+        """The last row of the last `select_chunk` as the source spells its key (PostgreSQL: each
+        key column's text), for the next chunk to go on after exactly that row where its landed key
+        is not the source's value (NULL, a date clamped to 0001-01-01 .. 9999-12-31); the dump keeps
+        it in its progress, so a dump resumed by another process uses it too. None: the source's
+        landed keys are its values (MySQL/MariaDB, whose ENUM keys keep their own numbers)."""
 
     def select_keys(self, table: TableSchema, keys: list[Row]) -> pa.StructArray: ...
 

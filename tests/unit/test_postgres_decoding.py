@@ -122,6 +122,30 @@ def test_chunk_sql_uses_row_comparisons_and_bound_values():
     assert params == [1, "x", 9, "z", 100]
     sql, params = chunk_select("s", "t", ["id"], ["id"], None, (5,), None, 10)
     assert sql == 'SELECT "id" FROM "s"."t" WHERE "id" >= %s ORDER BY "s"."t"."id" LIMIT %s' and params == [5, 10]
+    # the key's text selected with the chunk; the next chunk goes on after it, cast to the key's types
+    sql, params = chunk_select(
+        "s",
+        "t",
+        ["k", "i"],
+        ["k", "i"],
+        (None, 2),
+        None,
+        (9, 1),
+        5,
+        key_types=["numeric(10,2)", 'x."10%"'],
+        after_source=["NaN", "2"],
+    )
+    assert sql == (
+        'SELECT "k", "i", "k"::text, "i"::text FROM "s"."t" WHERE ("k", "i") > (%s::numeric(10,2), %s::x."10%%")'
+        ' AND ("k", "i") <= (%s, %s) ORDER BY "s"."t"."k", "s"."t"."i" LIMIT %s'
+    )
+    assert params == ["NaN", "2", 9, 1, 5]
+    sql, params = chunk_select("s", "t", ["d"], ["d"], None, ("2020-01-01",), None, 2, key_types=["date"])
+    assert sql == 'SELECT "d", "d"::text FROM "s"."t" WHERE "d" >= %s ORDER BY "s"."t"."d" LIMIT %s'
+    sql, params = chunk_select(
+        "s", "t", ["d"], ["d"], (date(1, 1, 1),), None, None, 2, key_types=["date"], after_source=["-infinity"]
+    )
+    assert sql == 'SELECT "d", "d"::text FROM "s"."t" WHERE "d" > %s::date ORDER BY "s"."t"."d" LIMIT %s'
     sql, params = keys_select("s", "t", ["a", "b"], ["a", "b"], [(1, "x"), (2, "y")])
     assert sql == (
         'SELECT "a", "b" FROM "s"."t" WHERE ("a", "b") IN ((%s, %s), (%s, %s)) ORDER BY "s"."t"."a", "s"."t"."b"'

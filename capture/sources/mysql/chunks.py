@@ -186,7 +186,13 @@ class MySqlChunkSource:
         return chunk
 
     def select_chunk(
-        self, table: TableSchema, after: Row | None, start: Row | None, stop: Row | None, limit: int
+        self,
+        table: TableSchema,
+        after: Row | None,
+        start: Row | None,
+        stop: Row | None,
+        limit: int,
+        after_source: list[str] | None = None,
     ) -> pa.StructArray:
         # a chunk's last key: by the numbers read with it; a resumed dump's saved key: by its text
         known = None if after is None else self._ends.get(table.fingerprint, {}).get(tuple(after))
@@ -198,6 +204,11 @@ class MySqlChunkSource:
             _enums(table),
         )  # fmt: skip
         return self._rows(table, sql, params, len(numbers))
+
+    def chunk_end(self) -> None:
+        """Landed keys are the values (a zero date is refused: `check_landable_key`); an ENUM / SET
+        key's numbers are kept in `_ends`, and found again from its text after a restart."""
+        return None
 
     def select_keys(self, table: TableSchema, keys: list[Row]) -> pa.StructArray:
         if not keys:

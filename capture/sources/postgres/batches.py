@@ -31,6 +31,7 @@ from typing import NamedTuple
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from capture.errors import UnlandableKeyError
 from capture.events import (
     LSN_ARROW_TYPE,
     MINOR_BITS,
@@ -44,7 +45,7 @@ from capture.events import (
 )
 from capture.sources.postgres import pgoutput
 from capture.sources.postgres.connection import format_lsn
-from capture.sources.postgres.types import ColumnBuilder
+from capture.sources.postgres.types import ColumnBuilder, unlandable_key, unlandable_key_message
 
 INSERT, UPDATE, DELETE = 73, 85, 68  # I U D
 OLD_KEY, OLD_ROW, NEW = 75, 79, 78  # K O N
@@ -336,7 +337,11 @@ def decode(table: TableInfo, messages: list[bytes]) -> Decoded:
 
 
 def _images(table: TableInfo, texts: list[pa.Array]) -> pa.StructArray:
-    """Typed row images from the column texts (Arrow casts, column by column)."""
+    """Typed row images from the column texts (Arrow casts, column by column). A captured table's
+    date or timestamp key value that would land as another value stops capture (`unlandable_key`)."""
+    if table.captured and (found := unlandable_key(table.schema, [texts[i] for i in table.key_indexes],
+                                                   table.key_indexes)) is not None:  # fmt: skip
+        raise UnlandableKeyError(unlandable_key_message(table.schema, *found))
     arrays = [text if build is None else build(text) for text, build in zip(texts, table.builders, strict=True)]
     return pa.StructArray.from_arrays(arrays, fields=list(table.schema.row_type))
 

@@ -57,7 +57,7 @@ from capture.sources.postgres.connection import connect, parse_lsn, query, trans
 from capture.sources.postgres.publication import Publication, SyncResult, unlogged
 from capture.sources.postgres.read_view import PgSnapshot
 from capture.sources.postgres.sql import chunk_select, duplicate_select, key_after_select, keys_select, qualified, quote
-from capture.sources.postgres.types import ColumnBuilder
+from capture.sources.postgres.types import ColumnBuilder, unlandable_key, unlandable_key_message
 from capture.sources.table_keys import check_named_keys, duplicate_key_error
 
 log = get_logger(__name__)
@@ -111,6 +111,7 @@ class PostgresChunkSource:
         self._before_low = 0  # pg_current_wal_insert_lsn() before the last LOW watermark
         self.readonly = config.watermarks == "readonly"
         self._position: int | None = None  # readonly: the encoded LSN the last watermark stands at
+        self._chunk_end: list[str] | None = None  # the last chunk's last key, as text
 
     def _run(self, sql: str, args: Any = None) -> list[tuple[Any, ...]]:
         try:
@@ -300,8 +301,10 @@ class PostgresChunkSource:
             self._before_low = position - 1  # the read view's lookback: LOW itself
         self._position = Lsn(position - 1).encode()
 
-    def _rows(self, table: TableSchema, sql: str, params: list[Any]) -> pa.StructArray:
-        """The chunk in a transaction of its own: a snapshot taken now, after LOW committed."""
+    def _rows(self, table: TableSchema, sql: str, params: list[Any], key_text: bool = False) -> pa.StructArray:
+        """The chunk in a transaction of its own: a snapshot taken now, after LOW committed. With
+        `key_text` the select list ends with the key columns' text: the last row's is kept for
+        `chunk_end`."""
         out = io.BytesIO()
         try:
             with self._conn.cursor() as cursor:
@@ -318,18 +321,39 @@ class PostgresChunkSource:
         except psycopg2.Error as exc:
             raise translate(exc, self.config) from exc
         builders = self._builders[table.fingerprint][0]
-        texts = _csv_columns(out.getvalue(), len(builders))
+        texts = _csv_columns(out.getvalue(), len(builders) + (len(table.key) if key_text else 0))
+        if key_text:
+            keys, texts = texts[len(builders) :], texts[: len(builders)]
+            if (unlandable := unlandable_key(table, keys, table.key_indexes)) is not None:
+                raise DumpInputError(unlandable_key_message(table, *unlandable))
+            self._chunk_end = [k[-1].as_py() for k in keys] if len(keys[0]) else None
         arrays = [build(text) for text, build in zip(texts, builders, strict=True)]
         return pa.StructArray.from_arrays(arrays, fields=list(table.row_type))
 
     def select_chunk(
-        self, table: TableSchema, after: Row | None, start: Row | None, stop: Row | None, limit: int
+        self,
+        table: TableSchema,
+        after: Row | None,
+        start: Row | None,
+        stop: Row | None,
+        limit: int,
+        after_source: list[str] | None = None,
     ) -> pa.StructArray:
+        """The chunk, with each key column's text: the next one goes on after the last row's text
+        cast to the key's types (`after_source`), not after its landed key, which may be NULL or
+        clamped (README, PostgreSQL: types)."""
         as_text = self._builders[table.fingerprint][1]
+        types = {c.name: c.source_type for c in table.columns}
         sql, params = chunk_select(
-            table.schema, table.table, table.names, table.key, after, start, stop, limit, as_text
-        )
-        return self._rows(table, sql, params)
+            table.schema, table.table, table.names, table.key, after, start, stop, limit, as_text,
+            [types[k] for k in table.key], after_source,
+        )  # fmt: skip
+        self._chunk_end = None
+        return self._rows(table, sql, params, key_text=True)
+
+    def chunk_end(self) -> list[str] | None:
+        """The last row of the last chunk: its key columns' text (`column::text`)."""
+        return self._chunk_end
 
     def select_keys(self, table: TableSchema, keys: list[Row]) -> pa.StructArray:
         if not keys:

@@ -41,6 +41,13 @@ def _params(key: Sequence[str]) -> str:
     return "%s" if len(key) == 1 else "(" + ", ".join(["%s"] * len(key)) + ")"
 
 
+def _typed(key: Sequence[str], types: Sequence[str]) -> str:
+    """Bound text cast to each key column's type (format_type's spelling, `%` doubled for the
+    driver's placeholders): `(%s::numeric(10,2), %s::integer)`."""
+    casts = [f"%s::{t.replace('%', '%%')}" for t in types]
+    return casts[0] if len(key) == 1 else "(" + ", ".join(casts) + ")"
+
+
 def chunk_select(
     schema: str,
     table: str,
@@ -51,12 +58,29 @@ def chunk_select(
     stop: Sequence[object] | None,
     limit: int,
     as_text: Sequence[bool] | None = None,
+    key_types: Sequence[str] | None = None,
+    after_source: Sequence[str] | None = None,
 ) -> tuple[str, list[object]]:
     """Next chunk in key order: key > after (exclusive), or key >= start on the first chunk
-    of a range; key <= stop (inclusive) when the range has an end."""
+    of a range; key <= stop (inclusive) when the range has an end. With `key_types` (each key
+    column's type) the select list ends with the key columns' text, and `after_source`, such
+    text, is the bound in place of `after`, cast to the key's types: the next chunk goes on after
+    the row's own value, which its landed value may not be (NaN lands as NULL, -infinity as
+    0001-01-01)."""
     row, placeholders = _row(key), _params(key)
-    where, params = chunk_bounds(after, start, stop, lambda op, values: (f"{row} {op} {placeholders}", list(values)))
-    sql = select_where(_columns(columns, as_text), qualified(schema, table), where)
+    typed = after_source is not None and key_types is not None
+    where, params = chunk_bounds(
+        None if typed else after,
+        None if typed else start,
+        stop,
+        lambda op, values: (f"{row} {op} {placeholders}", list(values)),
+    )
+    select = _columns(columns, as_text)
+    if key_types is not None:
+        select += ", " + ", ".join(f"{quote(k)}::text" for k in key)
+    if typed:
+        where, params = [f"{row} > {_typed(key, key_types)}", *where], [*after_source, *params]
+    sql = select_where(select, qualified(schema, table), where)
     sql += f" ORDER BY {_order(schema, table, key)} LIMIT %s"
     return sql, [*params, limit]
 

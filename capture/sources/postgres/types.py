@@ -18,7 +18,9 @@ column by column, on either path:
   one-dimensional arrays    list<element type>           domains   their base type
 Dates and timestamps outside 0001-01-01 .. 9999-12-31 (what Spark, Python and most Iceberg
 readers hold) land as the nearest end of that range: -infinity and BC as 0001-01-01 00:00:00,
-infinity and years past 9999 as 9999-12-31 23:59:59.999999 (timestamptz: in UTC). Values Arrow
+infinity and years past 9999 as 9999-12-31 23:59:59.999999 (timestamptz: in UTC); in a key column
+such a value is refused (`unlandable_key`: capture stops, a dump refuses the table), since keys
+that differ only there would land as one. Values Arrow
 cannot hold land as NULL and are listed in the README: numeric NaN in a numeric(p,s) column,
 time '24:00:00', intervals beyond about 292,000 years. A multi-dimensional array is refused
 with an error.
@@ -27,7 +29,7 @@ with an error.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from decimal import Decimal
@@ -35,6 +37,8 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from capture.events import TableSchema
 
 MAX_ARROW_DECIMAL = 38
 SESSION_SETTINGS = {
@@ -102,6 +106,35 @@ def _past_9999(text: str) -> bool | None:
         return False
     year = text.split("-", 1)[0]
     return True if year.isdigit() and len(year) > 4 else None
+
+
+_OUT_OF_RANGE = r"^-?infinity$| BC$|^[0-9]{5,}-"  # `_past_9999` on a whole column
+
+
+def unlandable_key(table: TableSchema, texts: Sequence[pa.Array], indexes: Sequence[int]) -> tuple[str, str] | None:
+    """The first (column, text) among the date and timestamp key columns (`indexes` into `texts`, as
+    the columns of `table`) outside 0001-01-01 .. 9999-12-31: such a value lands as the range's
+    end, as every other value past that end and the end itself do, so the keys that differ only
+    there would land as one (README, PostgreSQL: types). None: every key value lands as itself."""
+    for index, text in zip(indexes, texts, strict=True):
+        column = table.columns[index]
+        if not (pa.types.is_date(column.arrow_type) or pa.types.is_timestamp(column.arrow_type)) or not len(text):
+            continue
+        beyond = pc.match_substring_regex(_text(text), _OUT_OF_RANGE)
+        if pc.any(beyond).as_py():
+            return column.name, _text(text).filter(beyond)[0].as_py()
+    return None
+
+
+def unlandable_key_message(table: TableSchema, column: str, text: str) -> str:
+    return (
+        f"{table.qualified_name}: key column {column!r} holds {text!r}, which lands as "
+        f"{'9999-12-31' if _past_9999(text) else '0001-01-01'} (Iceberg, Spark and Python hold dates and timestamps "
+        "from 0001-01-01 to 9999-12-31), as every value past that end and the end itself do: rows whose keys differ "
+        f"only there would land as one target row. Give those rows keys within that range (UPDATE ... SET {column} = "
+        f"... WHERE {column} < '0001-01-01' OR {column} > '9999-12-31 23:59:59.999999'), or leave "
+        f"{table.qualified_name} out of capture (exclude)"
+    )
 
 
 def _date(text: str) -> date:

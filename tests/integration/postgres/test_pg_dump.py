@@ -6,15 +6,17 @@ from __future__ import annotations
 import dataclasses
 import logging
 
+import pyarrow.parquet as pq
 import pytest
 
 from capture.dump.control import DumpSettings
 from capture.dump.engine import DumpRequest
+from capture.dump.progress import ProgressStore
 from capture.errors import DumpInputError
 from capture.landing.chunks import read_chunk_meta
 from capture.landing.reader import chunk_files
 from capture.sources import open_chunk_source
-from tests.integration.dumping import assert_refused, check_schema_change_rereads, open_engine
+from tests.integration.dumping import Died, DiesBeforeHigh, assert_refused, check_schema_change_rereads, open_engine
 from tests.integration.postgres.dumping import Workload, reconciled_state, table_state, wait_until_landed
 
 pytestmark = pytest.mark.integration
@@ -232,39 +234,164 @@ def test_progress_of_a_table_never_analysed_is_estimated(postgres, pg_database, 
     assert all(line["percent"] is None or line["percent"] < 100 for line in lines[:-1])
 
 
-KEYS_LANDING_AS_ONE_OR_NULL = [
-    pytest.param(  # infinity and years past 9999 all land as 9999-12-31: the next chunk would read them again
-        "CREATE TABLE far_keys (d date PRIMARY KEY, v int)",
-        "INSERT INTO far_keys VALUES ('9999-12-30', 1), ('infinity', 2), ('10000-01-01', 3), ('20000-01-01', 4)",
-        r"public\.far_keys: chunk 2 ends at key .*9999-12-31.* key \(d\)",
-        (5, 4),
-        id="collapsed",
+# Key values that land as NULL (README, PostgreSQL: NaN in numeric(p,s), time 24:00; PostgreSQL holds
+# at most one such value per key column, so the NULL stands for exactly one), in tables whose chunks
+# of 2 end on such keys. Each row has its own `v`. On main the dump refused them (`DumpInputError`:
+# the next chunk went on after the landed key, and `(k, i) > (NULL, 2)` selects nothing).
+SOURCE_VALUED_KEYS = {
+    "nan_keys": (
+        "CREATE TABLE nan_keys (k numeric(10,2), i int, v int UNIQUE, PRIMARY KEY (k, i))",
+        "INSERT INTO nan_keys VALUES (1.5, 1, 1), ('NaN', 1, 2), ('NaN', 2, 3), ('NaN', 3, 4), ('NaN', 4, 5),"
+        " (-2, 9, 6)",
     ),
-    pytest.param(  # NaN lands as NULL: `(k, i) > (NULL, 2)` selects nothing, and on main the dump ended
-        # there without the rows after it, and no error
-        "CREATE TABLE nan_keys (k numeric(10,2), i int, v int, PRIMARY KEY (k, i))",
-        "INSERT INTO nan_keys VALUES ('NaN', 1, 1), ('NaN', 2, 2), ('NaN', 3, 3)",
-        r"public\.nan_keys: chunk 1 ends at key \[None, 2\], which lands as NULL",
-        (4, 3),
-        id="null",
+    "nan_one": (  # one NaN at most: the first chunk ends on it, the second must find nothing
+        "CREATE TABLE nan_one (k numeric(10,2) PRIMARY KEY, v int UNIQUE)",
+        "INSERT INTO nan_one VALUES (1, 1), ('NaN', 2)",
+    ),
+    "midnight": (
+        "CREATE TABLE midnight (t time, i int, v int UNIQUE, PRIMARY KEY (t, i))",
+        "INSERT INTO midnight VALUES ('23:59', 1, 1), ('24:00', 1, 2), ('24:00', 2, 3), ('24:00', 3, 4),"
+        " ('00:00', 7, 5)",
+    ),
+    "nan_midnight": (  # both parts NULL in the landing zone
+        "CREATE TABLE nan_midnight (k numeric(10,2), t time, v int UNIQUE, PRIMARY KEY (k, t))",
+        "INSERT INTO nan_midnight VALUES ('NaN', '24:00', 1), ('NaN', '00:00', 2), (1, '24:00', 3),"
+        " ('NaN', '12:00', 4), (1, '00:00', 5), (2, '24:00', 6)",
+    ),
+}
+
+
+def _dumped_values(capture, table: str, dump_id: str) -> list[int]:
+    """Every `v` the dump's chunk files hold (a chunk read again replaces its file), sorted."""
+    values = []
+    for path in chunk_files(capture.zone, "public", table):
+        if read_chunk_meta(path).dump_id == dump_id:
+            values += pq.read_table(path, columns=["after"]).column("after").combine_chunks().field("v").to_pylist()
+    return sorted(values)
+
+
+def _source_values(postgres, database: str, table: str) -> list[int]:
+    with postgres.connect(database) as conn, conn.cursor() as cursor:
+        cursor.execute(f"SELECT v FROM {table} ORDER BY v")
+        return [row[0] for row in cursor.fetchall()]
+
+
+def test_chunks_ending_on_keys_that_land_as_null_go_on_after_the_source_value(postgres, pg_database, make_pg_capture):
+    """Every row of every table is dumped exactly once, in chunks of 2 and of 3 (chunks end on other
+    keys), though their keys land as NULL."""
+    for ddl, rows in SOURCE_VALUED_KEYS.values():
+        postgres.execute(ddl, rows, database=pg_database)
+    capture = make_pg_capture()
+    engine, source = open_engine(capture)
+    try:
+        for size in (2, 3):
+            for table in SOURCE_VALUED_KEYS:
+                request = DumpRequest(tables=[f"public.{table}"], settings=DumpSettings(chunk_size=size))
+                summary = engine.run(request)
+                expected = _source_values(postgres, pg_database, table)
+                assert _dumped_values(capture, table, request.dump_id) == expected, (table, size)
+                assert summary["tables"][0]["rows"] == len(expected), (table, size)
+    finally:
+        source.close()
+
+
+@pytest.mark.parametrize(("table", "dies_at"), [("nan_keys", 3), ("midnight", 3), ("nan_midnight", 2)])
+def test_a_dump_resumed_after_such_a_key_goes_on_after_its_source_value(
+    postgres, pg_database, make_pg_capture, table, dies_at
+):
+    """The dump dies before HIGH of a chunk whose predecessor ended on such a key; a new chunk source
+    and engine (what a new process has: the progress file) finish it with every row once."""
+    postgres.execute(*SOURCE_VALUED_KEYS[table], database=pg_database)
+    capture = make_pg_capture()
+    request = DumpRequest(tables=[f"public.{table}"], settings=DumpSettings(chunk_size=2))
+    engine, source = open_engine(capture)
+    try:
+        engine.source = DiesBeforeHigh(source, dies_at)
+        with pytest.raises(Died):
+            engine.run(request)
+    finally:
+        source.close()
+    assert ProgressStore(capture.zone, request.dump_id).load("public", table).after_source is not None
+    engine, source = open_engine(capture)
+    try:
+        engine.run(request)
+    finally:
+        source.close()
+    assert _dumped_values(capture, table, request.dump_id) == _source_values(postgres, pg_database, table)
+
+
+# Date and timestamp keys outside 0001-01-01 .. 9999-12-31 land as that range's ends, where other such
+# values and the end itself land too: several source keys would be one target row (README). On main
+# the dump refused some when two chunks ended at one landed key, skipped rows silently in others (a
+# chunk ending at a BC date went on after 0001-01-01: bc_days lost 1 BC), and took the rest, which
+# the merge then collapsed (-infinity, 44 BC and 0001-01-01: one target row). Now the dump refuses
+# the table at the first such key, naming the column and the value.
+CLAMPED_KEYS = [
+    pytest.param(
+        "CREATE TABLE days (d date PRIMARY KEY, v int)",
+        "INSERT INTO days VALUES ('0001-01-01', 1), ('2020-02-29', 2), ('9999-12-31', 3), ('10000-01-01', 4)",
+        "'d' holds '10000-01-01', which lands as 9999-12-31",
+        id="past 9999",
+    ),
+    pytest.param(
+        "CREATE TABLE bc_days (d date PRIMARY KEY, v int)",
+        "INSERT INTO bc_days VALUES ('-infinity', 1), ('0044-03-15 BC', 2), ('0001-01-01 BC', 3), ('2020-01-01', 4)",
+        "'d' holds '-infinity', which lands as 0001-01-01",
+        id="-infinity",
+    ),
+    pytest.param(
+        "CREATE TABLE stamps (t timestamp PRIMARY KEY, v int)",
+        "INSERT INTO stamps VALUES ('0001-01-01 00:00', 1), ('2020-01-01', 2), ('0100-01-01 00:00 BC', 3)",
+        "'t' holds '0100-01-01 00:00:00 BC', which lands as 0001-01-01",
+        id="BC timestamp",
+    ),
+    pytest.param(  # 1 BC in UTC, which timestamptz lands in
+        "CREATE TABLE zoned (t timestamptz PRIMARY KEY, v int)",
+        "INSERT INTO zoned VALUES ('0001-01-01 00:00+00', 1), ('0001-01-01 00:30+01', 2)",
+        r"'t' holds '0001-12-31 23:30:00\+00 BC', which lands as 0001-01-01",
+        id="timestamptz BC in UTC",
+    ),
+    pytest.param(
+        "CREATE TABLE valid (id int, valid_to timestamptz, v int, PRIMARY KEY (id, valid_to))",
+        "INSERT INTO valid VALUES (1, '2020-01-01', 1), (1, 'infinity', 2), (2, '9999-12-31 23:59:59.999999+00', 3)",
+        "'valid_to' holds 'infinity', which lands as 9999-12-31",
+        id="composite infinity",
     ),
 ]
 
 
-@pytest.mark.parametrize(("ddl", "rows", "refused", "larger"), KEYS_LANDING_AS_ONE_OR_NULL)
-def test_a_full_chunk_the_next_cannot_resume_after_is_refused(
-    postgres, pg_database, make_pg_capture, ddl, rows, refused, larger
-):
-    """Keys whose landed values collapse (README) or land as NULL: with chunks of 2 the dump stops with
-    an error naming the table and the key; with a chunk larger than those keys it dumps every row."""
+@pytest.mark.parametrize(("ddl", "rows", "refused"), CLAMPED_KEYS)
+def test_a_dump_refuses_keys_that_would_land_as_another_key(postgres, pg_database, make_pg_capture, ddl, rows, refused):
     postgres.execute(ddl, rows, database=pg_database)
     table = "public." + ddl.split()[2]
     engine, source = open_engine(make_pg_capture())
     try:
-        with pytest.raises(DumpInputError, match=refused):
+        with pytest.raises(DumpInputError, match=rf"{table}: key column {refused} .*\(exclude\)$") as info:
             engine.run(DumpRequest(tables=[table], settings=DumpSettings(chunk_size=2)))
-        chunk_size, count = larger
-        request = DumpRequest(tables=[table], settings=DumpSettings(chunk_size=chunk_size))
-        assert engine.run(request)["tables"][0]["rows"] == count
     finally:
         source.close()
+    assert "UPDATE ... SET" in str(info.value)
+
+
+def test_capture_stops_at_a_key_that_would_land_as_another_key(postgres, pg_database, make_pg_capture):
+    """On main `-infinity` and 44 BC landed under one key, 0001-01-01, with the real 0001-01-01: the
+    merge kept one target row for the three source rows, and a delete of one removed it."""
+    postgres.execute(
+        "CREATE TABLE ck (d date PRIMARY KEY, v int)",
+        "CREATE TABLE ok (id int PRIMARY KEY, d date)",
+        database=pg_database,
+    )
+    capture = make_pg_capture().start()
+    capture.wait_running()
+    postgres.execute(
+        "INSERT INTO ok VALUES (1, '-infinity')",  # outside a key: lands as 0001-01-01, as before
+        "INSERT INTO ck VALUES ('0001-01-01', 1)",
+        database=pg_database,
+    )
+    capture.wait_events("public", "ck", 1)
+    postgres.execute("INSERT INTO ck VALUES ('0044-03-15 BC', 2)", database=pg_database)
+    assert capture.wait_exit() == 2
+    log = capture.log()
+    assert "public.ck: key column 'd' holds '0044-03-15 BC', which lands as 0001-01-01" in log and "exclude" in log
+    assert len(capture.events("public", "ck")) == 1  # nothing of the refused transaction
+    assert len(capture.events("public", "ok")) == 1
