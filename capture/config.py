@@ -108,6 +108,14 @@ class SourceConfig(_Strict):
         "table's next change, compared with the schema landed); accept: it warns and goes on, and those tables "
         "show NULL there until dumped",
     )
+    clamped_keys: Policy = Field(
+        "refuse",
+        description="postgresql: a date or timestamp key value outside 0001-01-01 .. 9999-12-31 (infinity, "
+        "-infinity, BC, years past 9999) lands as the nearest end of that range, as other such values and the end "
+        "itself do. refuse: capture stops at such a key (nothing of its transaction lands) and a dump refuses the "
+        "table; accept: it warns once per table and column and lands them clamped, so rows whose keys land as the "
+        "same value become one target row",
+    )
     metrics: MetricsConfig = MetricsConfig()
     dump: DumpConfig = DumpConfig()
 

@@ -56,7 +56,7 @@ class UnlandableKeyError(LogtideError):
     """A key column holds a value the landing zone holds only as another value (PostgreSQL: a date
     or timestamp outside 0001-01-01 .. 9999-12-31 lands as the nearest end of that range), so
     several source keys would land as one target row: capture stops before it (a dump refuses the
-    table with DumpInputError) rather than merge them."""
+    table with DumpInputError) rather than merge them, unless the source sets `clamped_keys: accept`."""
 
 
 class DumpCancelledError(LogtideError):

@@ -65,6 +65,7 @@ def source_status(config: LogtideConfig, name: str) -> dict[str, Any]:
         "partition_changes": None if source.kind == "postgresql" else source.partition_changes,
         "table_renames": source.table_renames,
         "column_rewrites": source.column_rewrites,
+        "clamped_keys": source.clamped_keys if source.kind == "postgresql" else None,
         "landing": str(zone.root),
         "frontier": lsn_text(checkpoint.frontier.encode()) if checkpoint else None,  # text: see lsn_text
         "position": checkpoint.resume if checkpoint else None,
@@ -370,6 +371,7 @@ def render(report: list[dict[str, Any]]) -> str:
         cascades += ", partition changes accepted" if entry.get("partition_changes") == "accept" else ""
         cascades += ", table renames accepted" if entry.get("table_renames") == "accept" else ""
         cascades += ", column rewrites accepted" if entry.get("column_rewrites") == "accept" else ""
+        cascades += ", clamped keys accepted" if entry.get("clamped_keys") == "accept" else ""
         lines.append(
             f"source {entry['source']} ({entry['kind']}, {entry['watermarks']} watermarks{cascades})"
             f"  landing {entry['landing']}"

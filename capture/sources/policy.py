@@ -1,7 +1,8 @@
 """The one shape of a `refuse|accept` setting (config `Policy`): foreign_key_cascades,
-partition_changes, table_renames, column_rewrites.
+partition_changes, table_renames, column_rewrites, clamped_keys.
 
-Each guards a change the log cannot carry (rows changed without row events). With `refuse` the
+Each guards a change the log cannot carry (rows changed without row events; clamped_keys: key
+values the landing zone holds only as another value). With `refuse` the
 check raises its named error (capture/errors.py), whose message says what diverges and the ways
 out; with `accept` it logs a `capture.*_accepted` warning with a reason and an action, and
 capture goes on.

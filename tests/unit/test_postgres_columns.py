@@ -33,7 +33,7 @@ from capture.landing import Checkpoint, LandingZone
 from capture.landing.log_writer import LogWriter
 from capture.sources.postgres import pgoutput
 from capture.sources.postgres.batches import Decoded, Group, TableInfo, decode
-from capture.sources.postgres.types import TypeInfo, builder, column_type, is_text
+from capture.sources.postgres.types import ClampedKeys, TypeInfo, builder, column_type, is_text
 
 pytestmark = pytest.mark.unit
 
@@ -53,7 +53,9 @@ def _table(identity: tuple[str, ...] = ("id",)) -> TableInfo:
     schema = TableSchema("public", "t", columns, ("id",))
     builders = [None if is_text(c.arrow_type) else builder(INFOS[c.name]) for c in columns]
     missing = tuple(n for n in NAMES if n not in identity)
-    return TableInfo(schema, builders, schema.key_indexes, identity, missing, True, False)
+    return TableInfo(
+        schema, builders, schema.key_indexes, identity, missing, True, False, ClampedKeys("s", "refuse", ValueError)
+    )
 
 
 def _tuple(values: list) -> bytes:
@@ -311,3 +313,37 @@ def test_transactions_handed_over_together_land_as_one_by_one(seed):
     assert alone[0] == expected and together[0] == expected and at_random[0] == expected
     assert alone[1] == [Lsn(0x1_0000_0000 + 0x1000 * (t + 1) + 0x10) for t in range(60)]
     assert together[1] == alone[1][-1:] and at_random[1][-1] == alone[1][-1]
+
+
+def test_clamped_keys_refuse_names_the_setting_and_accept_warns_once_per_table_and_column(caplog):
+    """`clamped_keys`: refuse raises the error it is given, naming the column, the value and the
+    setting; accept logs one warning per table and column however many batches hold such values."""
+    schema = TableSchema(
+        "public",
+        "valid",
+        (Column("id", pa.int32(), "integer"), Column("valid_to", pa.date32(), "date")),
+        ("id", "valid_to"),
+    )
+    batches = [
+        [pa.array(["1", "2"]), pa.array(["2020-01-01", "infinity"])],
+        [pa.array(["3"]), pa.array(["12345-01-01"])],
+    ]
+    with pytest.raises(ValueError, match=r"key column 'valid_to' holds 'infinity', .*`clamped_keys: accept`"):
+        ClampedKeys("src", "refuse", ValueError).check(schema, batches[0], (0, 1))
+    ClampedKeys("src", "refuse", ValueError).check(schema, [pa.array(["1"]), pa.array(["9999-12-31"])], (0, 1))
+    accepted = ClampedKeys("src", "accept", ValueError)
+    for texts in batches * 2:
+        accepted.check(schema, texts, (0, 1))
+    warned = [r.fields for r in caplog.records if getattr(r, "event", None) == "capture.clamped_key_accepted"]
+    assert warned == [
+        {
+            "source": "src",
+            "table": "public.valid",
+            "column": "valid_to",
+            "value": "infinity",
+            "lands_as": "9999-12-31",  # a date column
+            "reason": warned[0]["reason"],
+            "action": warned[0]["action"],
+        }
+    ]
+    assert "become one target row" in warned[0]["reason"]

@@ -31,7 +31,6 @@ from typing import NamedTuple
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from capture.errors import UnlandableKeyError
 from capture.events import (
     LSN_ARROW_TYPE,
     MINOR_BITS,
@@ -45,7 +44,7 @@ from capture.events import (
 )
 from capture.sources.postgres import pgoutput
 from capture.sources.postgres.connection import format_lsn
-from capture.sources.postgres.types import ColumnBuilder, unlandable_key, unlandable_key_message
+from capture.sources.postgres.types import ClampedKeys, ColumnBuilder
 
 INSERT, UPDATE, DELETE = 73, 85, 68  # I U D
 OLD_KEY, OLD_ROW, NEW = 75, 79, 78  # K O N
@@ -67,6 +66,7 @@ class TableInfo:
     key_only_missing: tuple[str, ...]  # what an old key-only image does not carry
     captured: bool
     watermark: bool
+    clamped_keys: ClampedKeys  # the source's `clamped_keys` setting, over this table's key values
 
 
 class Decoded(NamedTuple):
@@ -338,10 +338,10 @@ def decode(table: TableInfo, messages: list[bytes]) -> Decoded:
 
 def _images(table: TableInfo, texts: list[pa.Array]) -> pa.StructArray:
     """Typed row images from the column texts (Arrow casts, column by column). A captured table's
-    date or timestamp key value that would land as another value stops capture (`unlandable_key`)."""
-    if table.captured and (found := unlandable_key(table.schema, [texts[i] for i in table.key_indexes],
-                                                   table.key_indexes)) is not None:  # fmt: skip
-        raise UnlandableKeyError(unlandable_key_message(table.schema, *found))
+    date or timestamp key value that would land as another value stops capture, unless the source
+    sets `clamped_keys: accept` (`ClampedKeys`)."""
+    if table.captured:
+        table.clamped_keys.check(table.schema, [texts[i] for i in table.key_indexes], table.key_indexes)
     arrays = [text if build is None else build(text) for text, build in zip(texts, table.builders, strict=True)]
     return pa.StructArray.from_arrays(arrays, fields=list(table.schema.row_type))
 

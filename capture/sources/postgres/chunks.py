@@ -57,7 +57,7 @@ from capture.sources.postgres.connection import connect, parse_lsn, query, trans
 from capture.sources.postgres.publication import Publication, SyncResult, unlogged
 from capture.sources.postgres.read_view import PgSnapshot
 from capture.sources.postgres.sql import chunk_select, duplicate_select, key_after_select, keys_select, qualified, quote
-from capture.sources.postgres.types import ColumnBuilder, unlandable_key, unlandable_key_message
+from capture.sources.postgres.types import ClampedKeys, ColumnBuilder
 from capture.sources.table_keys import check_named_keys, duplicate_key_error
 
 log = get_logger(__name__)
@@ -112,6 +112,7 @@ class PostgresChunkSource:
         self.readonly = config.watermarks == "readonly"
         self._position: int | None = None  # readonly: the encoded LSN the last watermark stands at
         self._chunk_end: list[str] | None = None  # the last chunk's last key, as text
+        self._clamped = ClampedKeys(name, config.clamped_keys, DumpInputError)  # warns once per table and column
 
     def _run(self, sql: str, args: Any = None) -> list[tuple[Any, ...]]:
         try:
@@ -324,8 +325,7 @@ class PostgresChunkSource:
         texts = _csv_columns(out.getvalue(), len(builders) + (len(table.key) if key_text else 0))
         if key_text:
             keys, texts = texts[len(builders) :], texts[: len(builders)]
-            if (unlandable := unlandable_key(table, keys, table.key_indexes)) is not None:
-                raise DumpInputError(unlandable_key_message(table, *unlandable))
+            self._clamped.check(table, keys, table.key_indexes)
             self._chunk_end = [k[-1].as_py() for k in keys] if len(keys[0]) else None
         arrays = [build(text) for text, build in zip(texts, builders, strict=True)]
         return pa.StructArray.from_arrays(arrays, fields=list(table.row_type))

@@ -67,7 +67,7 @@ import psycopg2
 import psycopg2.errors
 
 from capture.config import SourceConfig
-from capture.errors import PreflightError, SourceConnectionError
+from capture.errors import PreflightError, SourceConnectionError, UnlandableKeyError
 from capture.events import Column, Heartbeat, LogItem, Lsn, TableSchema, TransactionEnd, Truncate
 from capture.log import get_logger
 from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE
@@ -76,7 +76,7 @@ from capture.sources.postgres.batches import Group, TableInfo
 from capture.sources.postgres.catalog import TypeCatalog, dump_key, partition_root
 from capture.sources.postgres.connection import connect, format_lsn, query, translate
 from capture.sources.postgres.publication import Publication, TableIdentity
-from capture.sources.postgres.types import builder, column_type, is_text
+from capture.sources.postgres.types import ClampedKeys, builder, column_type, is_text
 from capture.sources.postgres.watcher import CHECK_S, CatalogWatcher
 from capture.sources.table_keys import log_key
 
@@ -133,6 +133,7 @@ class PgOutputReader:
         self._frontier = frontier  # the last frontier handed over (encoded): the checkpoint's at first
         self._cursor: Any = None
         self._tables: dict[int, TableInfo] = {}
+        self._clamped = ClampedKeys(name, config.clamped_keys, UnlandableKeyError)  # warns once per run
         self.landed = landed  # what landed (schema history) and was dumped (chunks) per table: schema_change.Relations
         self._relations = schema_change.Relations([])  # set from `landed` when reading starts
         # drops, renames away, enum labels (as of the checkpoint: its `resume`), the publication
@@ -403,4 +404,6 @@ class PgOutputReader:
             captured = watermark or self._loggable(relation, identity, key)
         described = TableSchema(schema_name, table_name, tuple(columns), key, relation=relation.oid)
         key_only_missing = tuple(n for n in names if n not in identity)
-        return TableInfo(described, builders, described.key_indexes, identity, key_only_missing, captured, watermark)
+        return TableInfo(
+            described, builders, described.key_indexes, identity, key_only_missing, captured, watermark, self._clamped
+        )

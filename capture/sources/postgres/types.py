@@ -19,8 +19,8 @@ column by column, on either path:
 Dates and timestamps outside 0001-01-01 .. 9999-12-31 (what Spark, Python and most Iceberg
 readers hold) land as the nearest end of that range: -infinity and BC as 0001-01-01 00:00:00,
 infinity and years past 9999 as 9999-12-31 23:59:59.999999 (timestamptz: in UTC); in a key column
-such a value is refused (`unlandable_key`: capture stops, a dump refuses the table), since keys
-that differ only there would land as one. Values Arrow
+such a value is refused (`ClampedKeys`: capture stops, a dump refuses the table) unless the source
+sets `clamped_keys: accept`, since keys that differ only there would land as one. Values Arrow
 cannot hold land as NULL and are listed in the README: numeric NaN in a numeric(p,s) column,
 time '24:00:00', intervals beyond about 292,000 years. A multi-dimensional array is refused
 with an error.
@@ -38,9 +38,13 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from capture.config import Policy
 from capture.events import TableSchema
+from capture.log import get_logger
+from capture.sources.policy import refuse_or_warn
 
 MAX_ARROW_DECIMAL = 38
+log = get_logger(__name__)
 SESSION_SETTINGS = {
     "TimeZone": "UTC",
     "DateStyle": "ISO, YMD",
@@ -111,28 +115,68 @@ def _past_9999(text: str) -> bool | None:
 _OUT_OF_RANGE = r"^-?infinity$| BC$|^[0-9]{5,}-"  # `_past_9999` on a whole column
 
 
-def unlandable_key(table: TableSchema, texts: Sequence[pa.Array], indexes: Sequence[int]) -> tuple[str, str] | None:
-    """The first (column, text) among the date and timestamp key columns (`indexes` into `texts`, as
-    the columns of `table`) outside 0001-01-01 .. 9999-12-31: such a value lands as the range's
-    end, as every other value past that end and the end itself do, so the keys that differ only
-    there would land as one (README, PostgreSQL: types). None: every key value lands as itself."""
-    for index, text in zip(indexes, texts, strict=True):
-        column = table.columns[index]
-        if not (pa.types.is_date(column.arrow_type) or pa.types.is_timestamp(column.arrow_type)) or not len(text):
-            continue
-        beyond = pc.match_substring_regex(_text(text), _OUT_OF_RANGE)
-        if pc.any(beyond).as_py():
-            return column.name, _text(text).filter(beyond)[0].as_py()
-    return None
+class ClampedKeys:
+    """A source's `clamped_keys` setting (config) over date and timestamp key values outside
+    0001-01-01 .. 9999-12-31: such a value lands as the range's end, as every other value past that
+    end and the end itself do, so keys that differ only there would land as one (README,
+    PostgreSQL: types). `refuse`: `check` raises `error` naming table, column and value; `accept`:
+    it logs `capture.clamped_key_accepted` once per table and column (for this object's life: a
+    capture run, a dump source) and the values land clamped."""
+
+    def __init__(self, source: str, policy: Policy, error: type[Exception]) -> None:
+        self.source, self.policy, self.error = source, policy, error
+        self._warned: set[tuple[str, str]] = set()
+
+    def check(self, table: TableSchema, texts: Sequence[pa.Array], indexes: Sequence[int]) -> None:
+        """Check the key columns `indexes` of `table` (their texts, in that order)."""
+        for index, text in zip(indexes, texts, strict=True):
+            column = table.columns[index]
+            if (
+                not (pa.types.is_date(column.arrow_type) or pa.types.is_timestamp(column.arrow_type))
+                or not len(text)
+                or (table.qualified_name, column.name) in self._warned
+            ):
+                continue
+            beyond = pc.match_substring_regex(_text(text), _OUT_OF_RANGE)
+            if not pc.any(beyond).as_py():
+                continue
+            value = _text(text).filter(beyond)[0].as_py()
+            refuse_or_warn(
+                self.policy,
+                self.error(clamped_key_message(self.source, table, column.name, value)),
+                log,
+                "capture.clamped_key_accepted",
+                source=self.source,
+                table=table.qualified_name,
+                column=column.name,
+                value=value,
+                lands_as=_clamped_to(value, pa.types.is_timestamp(column.arrow_type)),
+                reason="clamped_keys: accept. Such key values land as the nearest end of 0001-01-01 .. 9999-12-31, "
+                "as other such values and the end itself do: rows whose keys land as the same value become one "
+                "target row (warned once per table and column)",
+                action="keep one such value a key, or give those rows keys within that range: " + _update(column.name),
+            )
+            self._warned.add((table.qualified_name, column.name))
 
 
-def unlandable_key_message(table: TableSchema, column: str, text: str) -> str:
+def _clamped_to(text: str, timestamp: bool = True) -> str:
+    end = "9999-12-31 23:59:59.999999" if _past_9999(text) else "0001-01-01 00:00:00"
+    return end if timestamp else end[:10]
+
+
+def _update(column: str) -> str:
+    return f"UPDATE ... SET {column} = ... WHERE {column} < '0001-01-01' OR {column} > '9999-12-31 23:59:59.999999'"
+
+
+def clamped_key_message(source: str, table: TableSchema, column: str, text: str) -> str:
     return (
-        f"{table.qualified_name}: key column {column!r} holds {text!r}, which lands as "
-        f"{'9999-12-31' if _past_9999(text) else '0001-01-01'} (Iceberg, Spark and Python hold dates and timestamps "
-        "from 0001-01-01 to 9999-12-31), as every value past that end and the end itself do: rows whose keys differ "
-        f"only there would land as one target row. Give those rows keys within that range (UPDATE ... SET {column} = "
-        f"... WHERE {column} < '0001-01-01' OR {column} > '9999-12-31 23:59:59.999999'), or leave "
+        f"source {source!r}: {table.qualified_name}: key column {column!r} holds {text!r}, which lands as "
+        f"{_clamped_to(text)[:10]} (Iceberg, Spark and Python hold dates and timestamps from 0001-01-01 to "
+        "9999-12-31), as every value past that end and the end itself do: rows whose keys differ only there would "
+        "land as one target row. Ways out: (1) give those rows keys within that range "
+        f"({_update(column)}); (2) set `clamped_keys: accept` on the source, when no two rows' keys differ only "
+        "there (as `(id, valid_to)` with one 'infinity' row an id): capture and dumps warn and land such values "
+        "clamped, and rows whose keys land as the same value become one target row; (3) leave "
         f"{table.qualified_name} out of capture (exclude)"
     )
 

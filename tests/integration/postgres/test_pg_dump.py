@@ -9,6 +9,7 @@ import logging
 import pyarrow.parquet as pq
 import pytest
 
+from capture.config import load_config
 from capture.dump.control import DumpSettings
 from capture.dump.engine import DumpRequest
 from capture.dump.progress import ProgressStore
@@ -16,6 +17,7 @@ from capture.errors import DumpInputError
 from capture.landing.chunks import read_chunk_meta
 from capture.landing.reader import chunk_files
 from capture.sources import open_chunk_source
+from capture.status import render, source_status
 from tests.integration.dumping import Died, DiesBeforeHigh, assert_refused, check_schema_change_rereads, open_engine
 from tests.integration.postgres.dumping import Workload, reconciled_state, table_state, wait_until_landed
 
@@ -370,7 +372,7 @@ def test_a_dump_refuses_keys_that_would_land_as_another_key(postgres, pg_databas
             engine.run(DumpRequest(tables=[table], settings=DumpSettings(chunk_size=2)))
     finally:
         source.close()
-    assert "UPDATE ... SET" in str(info.value)
+    assert "UPDATE ... SET" in str(info.value) and "set `clamped_keys: accept` on the source" in str(info.value)
 
 
 def test_capture_stops_at_a_key_that_would_land_as_another_key(postgres, pg_database, make_pg_capture):
@@ -393,5 +395,53 @@ def test_capture_stops_at_a_key_that_would_land_as_another_key(postgres, pg_data
     assert capture.wait_exit() == 2
     log = capture.log()
     assert "public.ck: key column 'd' holds '0044-03-15 BC', which lands as 0001-01-01" in log and "exclude" in log
+    assert "clamped_keys: accept" in log and "capture.clamped_key_accepted" not in log
     assert len(capture.events("public", "ck")) == 1  # nothing of the refused transaction
     assert len(capture.events("public", "ok")) == 1
+
+
+def test_with_clamped_keys_accepted_infinity_keys_are_captured_and_dumped_whole(
+    postgres, pg_database, make_pg_capture, caplog
+):
+    """`clamped_keys: accept`: a temporal `(id, valid_to)` key whose open rows hold 'infinity' (one an
+    id, so no two keys land as one) is captured and dumped, every source row one target row, with
+    one warning per table and column from capture and one from the dump."""
+    postgres.execute(
+        "CREATE TABLE valid (id int, valid_to timestamptz, v int UNIQUE, PRIMARY KEY (id, valid_to))",
+        "INSERT INTO valid VALUES (1, '2020-01-01', 1), (1, 'infinity', 2), (2, 'infinity', 3), (3, '2021-01-01', 4),"
+        " (3, 'infinity', 5), (4, 'infinity', 6)",
+        database=pg_database,
+    )
+    capture = make_pg_capture(clamped_keys="accept").start()
+    capture.wait_running()
+    postgres.execute(
+        "INSERT INTO valid VALUES (5, 'infinity', 7), (5, '2022-01-01', 8)",
+        "UPDATE valid SET v = 9 WHERE id = 2 AND valid_to = 'infinity'",
+        "UPDATE valid SET valid_to = '2023-01-01' WHERE id = 4",  # closed: the key moves out of infinity
+        "INSERT INTO valid VALUES (4, 'infinity', 10)",
+        "DELETE FROM valid WHERE id = 3 AND valid_to = 'infinity'",
+        database=pg_database,
+    )
+    caplog.set_level(logging.WARNING, logger="capture")
+    engine, source = open_engine(capture)
+    try:
+        request = DumpRequest(tables=["public.valid"], settings=DumpSettings(chunk_size=2))
+        summary = engine.run(request)
+    finally:
+        source.close()
+    expected = _source_values(postgres, pg_database, "valid")
+    assert summary["tables"][0]["rows"] == len(expected) == 8
+    assert _dumped_values(capture, "valid", request.dump_id) == expected
+    wait_until_landed(postgres, pg_database, capture)
+    state, _ = reconciled_state(capture, "public", "valid")
+    assert sorted(row["v"] for row in state.values()) == expected  # every source row, one row each
+    assert capture.process.poll() is None  # capture goes on
+
+    warned = [r for r in caplog.records if getattr(r, "event", None) == "capture.clamped_key_accepted"]
+    assert len(warned) == 1 and warned[0].fields["value"] == "infinity"  # the dump's: once, 3 chunks of infinity
+    lines = [x for x in capture.log().splitlines() if "capture.clamped_key_accepted" in x]
+    assert len(lines) == 1, lines
+    assert "table=public.valid" in lines[0] and "column=valid_to" in lines[0] and "infinity" in lines[0]
+    assert "become one target row" in lines[0]
+    report = source_status(load_config(capture.config_path), "src")
+    assert report["clamped_keys"] == "accept" and "clamped keys accepted" in render([report])
