@@ -8,6 +8,7 @@ Layout under ``<landing.path>/<source>/``::
     log/<db>.<table>/<first>-<last>.parquet      change events, LSN-named
     schema_history/<first>-<last>.parquet        DDL statements and table schema versions
     unconverged.json                tables only a dump converges (landing/unconverged.py)
+    covered.json                    what the publication covered at capture's last sync (landing/unconverged.py)
 
 A file whose first LSN is at or past the checkpoint's frontier is not committed: readers
 skip it and the next capture start deletes it.

@@ -124,7 +124,11 @@ class CaptureService:
                 )
             use_needs_dump = getattr(source, "use_needs_dump", None)  # PostgreSQL: tables only a dump converges
             if use_needs_dump is not None:
-                use_needs_dump(partial(unconverged.record, self.zone))
+                use_needs_dump(
+                    partial(unconverged.record, self.zone),
+                    partial(unconverged.covered, self.zone),
+                    partial(unconverged.remember_covered, self.zone),
+                )
             # MariaDB/MySQL: what DROP DATABASE empties, the column types a MODIFY is judged against
             use_landed_tables = getattr(source, "use_landed_tables", None)
             if use_landed_tables is not None:

@@ -236,3 +236,62 @@ def test_a_resume_key_carried_only_when_it_changed_stays_in_every_checkpoint(tmp
     writer.end_transaction(_end(50))
     writer.commit()
     assert zone.checkpoint().resume == {"pos": 50, "enums": {"1": "blue"}}
+
+
+def test_a_dump_begun_before_a_table_lacked_rows_does_not_converge_it(tmp_path):
+    """Audit: `unconverged.pending` takes any dump of the table whose last record is past `since`. One
+    that began (and read its chunks) before `since`, when the table was not yet published, misses the
+    rows written between its chunks and `since`, which no log carries either."""
+    from datetime import timedelta
+
+    from capture.landing import unconverged
+
+    zone = LandingZone(tmp_path, "src")
+    unconverged.record(zone, "public.late", "added to the publication", "logtide dump --table public.late")
+    since = datetime.fromisoformat(unconverged.read(zone)["public.late"]["since"])
+    dumps = [
+        {
+            "dump_id": "d1",
+            "started_at": (since - timedelta(minutes=5)).isoformat(),
+            "tables": {"public.late": {"done": True, "updated_at": (since + timedelta(seconds=2)).isoformat()}},
+        }
+    ]
+    assert [t["table"] for t in unconverged.pending(zone, dumps)] == ["public.late"]
+
+
+def test_a_table_a_readonly_publication_lacks_stays_unconverged_until_recorded_published_and_dumped(tmp_path):
+    """A captured table a read-only publication lacks: its changes are in no log, so no dump converges it
+    while it is missing (on main a finished dump cleared it). Once capture finds it published it records
+    it anew; a dump started after that clears it, one started before does not."""
+    from datetime import timedelta
+
+    from capture.landing import unconverged
+
+    zone = LandingZone(tmp_path, "src")
+    unconverged.record(zone, "public.t", "is not in publication", "ALTER PUBLICATION ...", unpublished=True)
+    since = datetime.fromisoformat(unconverged.read(zone)["public.t"]["since"])
+
+    def dump(started) -> dict:
+        return {
+            "dump_id": "d",
+            "started_at": started.isoformat(timespec="seconds"),
+            "tables": {"public.t": {"done": True}},
+        }
+
+    after = [dump(since + timedelta(seconds=5))]
+    assert [t["table"] for t in unconverged.pending(zone, after)] == ["public.t"]
+    unconverged.record(zone, "public.t", "added to the publication", "logtide dump --source src --table public.t")
+    published = datetime.fromisoformat(unconverged.read(zone)["public.t"]["since"])
+    before = [dump(published - timedelta(seconds=1))]
+    assert [t["table"] for t in unconverged.pending(zone, before)] == ["public.t"]  # began before it was published
+    assert unconverged.pending(zone, [dump(published + timedelta(seconds=1))]) == []
+    assert [t["table"] for t in unconverged.pending(zone, [dump(published)])] == ["public.t"]  # the same second
+
+
+def test_what_the_publication_covered_is_kept_across_runs(tmp_path):
+    from capture.landing import unconverged
+
+    zone = LandingZone(tmp_path, "src")
+    assert unconverged.covered(zone) is None
+    unconverged.remember_covered(zone, {"public.m", "public.m1"}, {"public.m1"})
+    assert unconverged.covered(zone) == ({"public.m", "public.m1"}, {"public.m1"})

@@ -189,13 +189,23 @@ class Publication:
         self._said: set[tuple[str, str]] = set()
         self._covered: set[str] | None = None  # captured partitions and published tables at the last sync
         self._partitions: set[str] = set()  # ... the partitions alone
-        # table, reason, dump to run: its target lacks rows no log carries (landing.unconverged.record)
-        self.needs_dump: Callable[[str, str, str], None] | None = None
+        # table, reason, dump to run (, unpublished): its target lacks rows no log carries
+        # (landing.unconverged.record); set for capture's own publication only
+        self.needs_dump: Callable[..., None] | None = None
+        # what the last sync covered, kept across runs (landing.unconverged.covered, remember_covered): the
+        # first sync of a run compares with the last run's, to find what changed while capture was stopped
+        self.recall: Callable[[], tuple[set[str], set[str]] | None] | None = None
+        self.remember: Callable[[set[str], set[str]], None] | None = None
+        self._recorded: set[str] = set()  # recorded by the running sync
         self.unsettled = False  # the last sync left a change undone (a lock, a grant): the next one must run
 
-    def _needs_dump(self, table: str, reason: str, action: str) -> None:
+    def _needs_dump(self, table: str, reason: str, action: str, unpublished: bool = False) -> None:
+        self._recorded.add(table)
         if self.needs_dump is not None:
-            self.needs_dump(table, reason, action)
+            if unpublished:
+                self.needs_dump(table, reason, action, unpublished=True)
+            else:
+                self.needs_dump(table, reason, action)
 
     def _captured(self, t: TableIdentity) -> bool:
         if (t.schema, t.table) == (WATERMARK_SCHEMA, WATERMARK_TABLE):
@@ -241,12 +251,20 @@ class Publication:
         `create`), add the publishable captured tables it lacks, take out those it should not
         hold (a FOR ALL TABLES publication is left alone). Returns what it covers; a table it
         could not change is named, not fatal."""
-        result = SyncResult()
-        self.unsettled = False
+        if self._covered is None and self.recall is not None and (last := self.recall()) is not None:
+            self._covered, self._partitions = last
+        self._recorded = set()
         tables = self.identities(conn)
         captured = [t for t in tables if self._captured(t)]
+        result = self._sync(conn, create, tables, captured)
+        self._coverage_changed(result, captured)
+        return result
+
+    def _sync(self, conn: Any, create: bool, tables: list[TableIdentity], captured: list[TableIdentity]) -> SyncResult:
+        result = SyncResult()
+        self.unsettled = False
         wanted = [t for t in captured if t.publishable and t.unusable is None]
-        self._partitions_changed(tables, captured, wanted)
+        self._partitions_detached(tables, captured)
         for t in captured:  # on every path: a publication of all tables, or an administrator's, too
             if (unusable := t.unusable) is not None:
                 result.left_out[t.name] = unusable
@@ -279,52 +297,71 @@ class Publication:
                 self.say("publication.table_left_out", t.name, reason=reason, fix=t.fix())
         return result
 
-    def _partitions_changed(
-        self, tables: list[TableIdentity], captured: list[TableIdentity], wanted: list[TableIdentity]
-    ) -> None:
-        """A partition attached to (or created in) a captured partitioned table since the last sync is
-        published with it, without ALTER PUBLICATION: the rows it held before are in no log (ATTACH
-        PARTITION writes no row events) unless it was a published captured table before. Named with
-        the dump that brings them, as an added table is. A partition captured through its partitioned
-        table only, and detached since, is no longer captured: named too (its target stops following it)."""
-        partitions = {
-            f"{schema}.{table}"
+    def _captured_partitions(self, captured: list[TableIdentity]) -> dict[str, str]:
+        """The captured partitions of the captured partitioned tables: partition -> partitioned table."""
+        return {
+            f"{schema}.{table}": t.name
             for t in captured
             for schema, table in map(json.loads, t.partitions)
             if self.config.captures_partition(schema, table, (t.schema, t.table))
         }
-        if self._covered is not None:
-            for name in sorted(partitions - self._covered):
-                reason = (
-                    "a new partition of a published partitioned table (ATTACH PARTITION, or PARTITION OF): "
-                    "its rows written before its first change in the log are not in the log"
-                )
-                action = f"logtide dump --source {self.source} --table {name}"
+
+    def _partitions_detached(self, tables: list[TableIdentity], captured: list[TableIdentity]) -> None:
+        """A partition captured through its partitioned table only, and detached since the last sync, is no
+        longer captured: named (its target stops following it)."""
+        if self._covered is None:
+            return
+        partitions = set(self._captured_partitions(captured))
+        standing = {t.name for t in tables}
+        for name in sorted(self._partitions - partitions):
+            schema, _, table = name.partition(".")
+            if name in standing and not self.config.captures(schema, table):
                 log.warning(
-                    "publication.partition_added",
+                    "publication.partition_detached",
                     source=self.source,
                     publication=self.name,
                     table=name,
-                    reason=reason,
-                    action=action,
+                    reason="detached from the captured partitioned table, and `include` names only that table: "
+                    "it is no longer captured, its target keeps the rows it had and follows it no more",
+                    action=f"to keep capturing it, add {name} to `include`, restart, and dump it; else "
+                    "disregard (or drop) its target",
                 )
-                self._needs_dump(name, reason, action)
-            standing = {t.name for t in tables}
-            for name in sorted(self._partitions - partitions):
-                schema, _, table = name.partition(".")
-                if name in standing and not self.config.captures(schema, table):
-                    log.warning(
-                        "publication.partition_detached",
-                        source=self.source,
-                        publication=self.name,
-                        table=name,
-                        reason="detached from the captured partitioned table, and `include` names only that table: "
-                        "it is no longer captured, its target keeps the rows it had and follows it no more",
-                        action=f"to keep capturing it, add {name} to `include`, restart, and dump it; else "
-                        "disregard (or drop) its target",
+
+    def _coverage_changed(self, result: SyncResult, captured: list[TableIdentity]) -> None:
+        """What the publication covers that it did not at the last sync (this run's, or with `recall` the
+        last run's: changed while capture was stopped) holds rows no log carries, named with the dump that
+        brings them: a partition attached to (or created in) a captured partitioned table is published with
+        it, without ALTER PUBLICATION (ATTACH PARTITION writes no row events), unless it was a published
+        captured table before; a table added to the publication (by `logtide setup`, a dump, an
+        administrator) unless this sync added it (`_alter` named it). A new table under a publication of all
+        tables is published from its creation: not named. Nothing is compared, nor kept, when the
+        publication is unusable (`problem`)."""
+        if result.problem is not None:
+            return
+        partitions = self._captured_partitions(captured)
+        tables = {t.name for t in captured if result.covers(t.name)}
+        covered = tables | {p for p, parent in partitions.items() if parent in tables}
+        if self._covered is not None:
+            for name in sorted(covered - self._covered - self._recorded):
+                if tuple(name.split(".", 1)) == (WATERMARK_SCHEMA, WATERMARK_TABLE):
+                    continue
+                action = f"logtide dump --source {self.source} --table {name}"
+                if name in partitions:
+                    reason = (
+                        "a new partition of a published partitioned table (ATTACH PARTITION, or PARTITION OF): "
+                        "its rows written before its first change in the log are not in the log"
                     )
-        self._covered = partitions | {t.name for t in wanted}
-        self._partitions = partitions
+                    event = "publication.partition_added"
+                elif result.all_tables:
+                    continue
+                else:
+                    reason = "added to the publication since the last sync: its rows written before are not in the log"
+                    event = "publication.table_added"
+                log.warning(event, source=self.source, publication=self.name, table=name, reason=reason, action=action)
+                self._needs_dump(name, reason, action)
+        if self.remember is not None and (covered, set(partitions)) != (self._covered, self._partitions):
+            self.remember(covered, set(partitions))
+        self._covered, self._partitions = covered, set(partitions)
 
     def _check_publish(self, row: tuple[Any, ...], result: SyncResult) -> bool:
         """What an existing publication publishes: inserts, updates and deletes or a problem; a
@@ -387,7 +424,7 @@ class Publication:
             fix += f"; then logtide dump --source {self.source} --table {t.name}"
             result.left_out[t.name] = (reason, fix)
             if self.say("publication.table_not_published", t.name, reason=reason, fix=fix):
-                self._needs_dump(t.name, reason, fix)
+                self._needs_dump(t.name, reason, fix, unpublished=True)
         return result
 
     def _alter_all(self, conn: Any, tables: list[TableIdentity], wanted: list[TableIdentity]) -> set[str]:

@@ -58,11 +58,19 @@ class PostgresSource:
         the reader compares each Relation message with it and finds drops (schema_change.py)."""
         self.landed = Landed(records, dumped_schema, dumped_tables)
 
-    def use_needs_dump(self, needs_dump: Callable[[str, str, str], None]) -> None:
+    def use_needs_dump(
+        self,
+        needs_dump: Callable[..., None],
+        recall: Callable[[], tuple[set[str], set[str]] | None] | None = None,
+        remember: Callable[[set[str], set[str]], None] | None = None,
+    ) -> None:
         """Where to record a table whose target lacks rows no log carries until it is dumped (a table added
         to the publication, a partition attached, a captured table a read-only publication lacks):
-        landing.unconverged.record, listed by `logtide status` until a dump of it finishes."""
+        landing.unconverged.record, listed by `logtide status` until a dump of it finishes; and where the
+        publication's coverage is kept across runs (landing.unconverged.covered, remember_covered), so
+        what changed while capture was stopped is found at its start."""
         self.publication.needs_dump = needs_dump
+        self.publication.recall, self.publication.remember = recall, remember
 
     def _slot(self, conn: Any) -> tuple[Any, ...] | None:
         rows = query(conn, SLOT_SQL, (self.slot,))

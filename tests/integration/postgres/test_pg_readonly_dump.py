@@ -333,3 +333,39 @@ def test_a_table_dumped_again_into_its_dump_folder_and_dropped_is_emptied(postgr
     wait_for(lambda: _truncates(capture, "brief") == 2, 30, what="the truncate of the dropped new brief")
     assert reconciled_state(capture, "public", "brief")[0] == {}
     assert capture.stop() == 0
+
+
+def test_a_table_the_readonly_publication_lacks_stays_unconverged_until_published_and_dumped(
+    postgres, pg_database, make_pg_capture
+):
+    """A captured table the administrator's publication lacks is listed not converged with the statement
+    that adds it; it stays listed while it is missing (no dump can converge it: its changes are in no
+    log) and, once added, until a dump begun after capture found it published finishes."""
+    from capture.config import load_config
+    from capture.status import source_status
+
+    def not_converged() -> dict[str, dict]:
+        report = source_status(load_config(capture.config_path), "src")
+        return {t["table"]: t for t in report["not_converged"]}
+
+    postgres.execute(
+        "CREATE TABLE ledger (id int PRIMARY KEY, v int)",
+        "CREATE TABLE extra (id int PRIMARY KEY, v int)",
+        "INSERT INTO extra SELECT i, i FROM generate_series(1, 5) i",
+        database=pg_database,
+    )
+    capture = _readonly_capture(make_pg_capture, postgres, pg_database, "public.ledger")
+    wait_for(lambda: "public.extra" in not_converged(), 10, what="extra listed not converged")
+    entry = not_converged()["public.extra"]
+    assert entry.get("unpublished") and "ALTER PUBLICATION" in entry["action"] and "ADD TABLE" in entry["action"]
+    postgres.execute(
+        "ALTER PUBLICATION logtide_src ADD TABLE extra", f'GRANT SELECT ON extra TO "{DUMPER}"', database=pg_database
+    )
+    wait_for(lambda: not not_converged()["public.extra"].get("unpublished"), 10, what="extra found published")
+    assert "public.extra" in not_converged()
+    time.sleep(1.1)  # the dump's record is to the second: it starts in a later one
+    _dump(capture, "public.extra", 2)
+    assert not_converged() == {}
+    wait_until_landed(postgres, pg_database, capture)
+    assert reconciled_state(capture, "public", "extra")[0] == table_state(postgres, pg_database, "extra")
+    assert capture.stop() == 0

@@ -439,3 +439,30 @@ def test_a_table_renamed_away_whose_name_another_table_took_is_not_captured_unde
     wait_until_landed(postgres, pg_database, capture)
     assert_target_is_source(capture, postgres, pg_database, "t")
     assert capture.stop() == 0
+
+
+def test_a_partition_attached_while_capture_is_stopped_is_listed_not_converged(postgres, pg_database, make_pg_capture):
+    """A table with rows attached to a captured partitioned table while capture is stopped is published
+    with it at once, and its rows are in no log, as when attached while capture runs. On main that case
+    was listed by `logtide status` (not converged) and this one not: the first sync of a run compared the
+    partitions with nothing. Now it compares with what the last run covered (`covered.json`)."""
+    from capture.config import load_config
+    from capture.status import source_status
+
+    postgres.execute(
+        "CREATE TABLE m (id int PRIMARY KEY, v int) PARTITION BY RANGE (id)",
+        "CREATE TABLE m1 PARTITION OF m FOR VALUES FROM (0) TO (100)",
+        "CREATE TABLE x (id int PRIMARY KEY, v int)",
+        "INSERT INTO x SELECT i, i FROM generate_series(200, 210) i",
+        database=pg_database,
+    )
+    capture = make_pg_capture(["public.m", "public.lt_marker"]).start()
+    capture.wait_running()
+    assert capture.stop() == 0
+    postgres.execute("ALTER TABLE m ATTACH PARTITION x FOR VALUES FROM (200) TO (300)", database=pg_database)
+    capture.start()
+    capture.wait_running()
+    time.sleep(5)  # a few watcher rounds
+    report = source_status(load_config(capture.config_path), "src")
+    assert capture.stop() == 0
+    assert "public.x" in [t["table"] for t in report["not_converged"]]
