@@ -117,6 +117,8 @@ def test_decoder_equals_mysql_replication_on_every_type(mariadb, database):
                 assert other is None
                 continue
             for name, value, expected in zip(names, image, other, strict=True):
+                if name == "en" and expected == "":  # this ENUM has no '' member: '' is the error value (0),
+                    expected = " "  # which lands as ' ' (README, Merge: ENUM keys); mysql-replication reads ''
                 # repr: equal values of the same type and, for Decimals, the same exponent
                 assert repr(value) == repr(expected), (mine[0], name)
 
