@@ -8,6 +8,7 @@ pgoutput sends them."""
 from __future__ import annotations
 
 import random
+import re
 import struct
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -347,3 +348,36 @@ def test_clamped_keys_refuse_names_the_setting_and_accept_warns_once_per_table_a
         }
     ]
     assert "become one target row" in warned[0]["reason"]
+
+
+@pytest.mark.parametrize(
+    ("arrow_type", "texts", "refused"),
+    [
+        (pa.duration("us"), ["P1D", "P300000Y"], "holds 'P300000Y', which lands as NULL"),
+        (pa.duration("us"), ["P-300000Y"], "holds 'P-300000Y', which lands as NULL"),
+        (pa.list_(pa.date32()), ["{2020-01-01}", "{2020-01-01,NULL,-infinity}"], "element '-infinity' lands as 0001"),
+        (pa.list_(pa.timestamp("us")), ['{"0100-01-01 00:00:00 BC"}'], "element '0100-01-01 00:00:00 BC' lands"),
+        (pa.list_(pa.duration("us")), ["{P1D,P400000Y}"], "element 'P400000Y' lands as NULL"),
+    ],
+)
+def test_clamped_keys_refuse_intervals_and_arrays_that_would_not_land_as_themselves(arrow_type, texts, refused):
+    """Intervals past Arrow's durations land as NULL, arrays with an out-of-range element as the
+    range's end: keys that differ only there would be one target row, so they are refused too."""
+    schema = TableSchema("public", "k", (Column("k", arrow_type, "k"),), ("k",))
+    with pytest.raises(ValueError, match=re.escape(refused)):
+        ClampedKeys("src", "refuse", ValueError).check(schema, [pa.array(texts)], (0,))
+
+
+@pytest.mark.parametrize(
+    ("arrow_type", "texts"),
+    [
+        (pa.duration("us"), ["P1D", "P290000Y", None]),
+        (pa.list_(pa.date32()), ["{2020-01-01,NULL}", "{}", None]),
+        (pa.list_(pa.int32()), ["{1,2}"]),
+        (pa.decimal128(10, 2), ["NaN"]),  # one value per key column: allowed
+        (pa.time64("us"), ["24:00:00"]),
+    ],
+)
+def test_clamped_keys_pass_keys_that_land_as_themselves(arrow_type, texts):
+    schema = TableSchema("public", "k", (Column("k", arrow_type, "k"),), ("k",))
+    ClampedKeys("src", "refuse", ValueError).check(schema, [pa.array(texts, pa.string())], (0,))

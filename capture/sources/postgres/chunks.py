@@ -302,10 +302,12 @@ class PostgresChunkSource:
             self._before_low = position - 1  # the read view's lookback: LOW itself
         self._position = Lsn(position - 1).encode()
 
-    def _rows(self, table: TableSchema, sql: str, params: list[Any], key_text: bool = False) -> pa.StructArray:
+    def _rows(
+        self, table: TableSchema, sql: str, params: list[Any], key_text: bool = False, chunk: bool = False
+    ) -> pa.StructArray:
         """The chunk in a transaction of its own: a snapshot taken now, after LOW committed. With
-        `key_text` the select list ends with the key columns' text: the last row's is kept for
-        `chunk_end`."""
+        `key_text` the select list ends with the key columns' text: checked (`ClampedKeys`), and the
+        last row's kept for `chunk_end` when `chunk` (a chunk, not a list of keys)."""
         out = io.BytesIO()
         try:
             with self._conn.cursor() as cursor:
@@ -326,7 +328,8 @@ class PostgresChunkSource:
         if key_text:
             keys, texts = texts[len(builders) :], texts[: len(builders)]
             self._clamped.check(table, keys, table.key_indexes)
-            self._chunk_end = [k[-1].as_py() for k in keys] if len(keys[0]) else None
+            if chunk:
+                self._chunk_end = [k[-1].as_py() for k in keys] if len(keys[0]) else None
         arrays = [build(text) for text, build in zip(texts, builders, strict=True)]
         return pa.StructArray.from_arrays(arrays, fields=list(table.row_type))
 
@@ -349,7 +352,7 @@ class PostgresChunkSource:
             [types[k] for k in table.key], after_source,
         )  # fmt: skip
         self._chunk_end = None
-        return self._rows(table, sql, params, key_text=True)
+        return self._rows(table, sql, params, key_text=True, chunk=True)
 
     def chunk_end(self) -> list[str] | None:
         """The last row of the last chunk: its key columns' text (`column::text`)."""
@@ -359,8 +362,8 @@ class PostgresChunkSource:
         if not keys:
             return pa.array([], type=table.row_type)
         as_text = self._builders[table.fingerprint][1]
-        sql, params = keys_select(table.schema, table.table, table.names, table.key, keys, as_text)
-        return self._rows(table, sql, params)
+        sql, params = keys_select(table.schema, table.table, table.names, table.key, keys, as_text, key_text=True)
+        return self._rows(table, sql, params, key_text=True)  # the keys' text: checked as a chunk's
 
     def key_after(self, table: TableSchema, key: Row, other: Row) -> bool:
         return bool(self._run(key_after_select(table.schema, table.table, table.key), [*key, *other])[0][0])

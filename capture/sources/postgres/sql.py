@@ -98,11 +98,14 @@ def keys_select(
     key: Sequence[str],
     keys: Sequence[Sequence[object]],
     as_text: Sequence[bool] | None = None,
+    key_text: bool = False,
 ) -> tuple[str, list[object]]:
-    """Rows of the given keys, in key order."""
+    """Rows of the given keys, in key order; with `key_text` the select list ends with the key
+    columns' text (as `chunk_select`'s)."""
     values = ", ".join([_params(key)] * len(keys))
+    select = _columns(columns, as_text) + ("".join(f", {quote(k)}::text" for k in key) if key_text else "")
     sql = (
-        f"SELECT {_columns(columns, as_text)} FROM {qualified(schema, table)}"
+        f"SELECT {select} FROM {qualified(schema, table)}"
         f" WHERE {_row(key)} IN ({values}) ORDER BY {_order(schema, table, key)}"
     )
     return sql, [v for k in keys for v in k]

@@ -22,8 +22,9 @@ infinity and years past 9999 as 9999-12-31 23:59:59.999999 (timestamptz: in UTC)
 such a value is refused (`ClampedKeys`: capture stops, a dump refuses the table) unless the source
 sets `clamped_keys: accept`, since keys that differ only there would land as one. Values Arrow
 cannot hold land as NULL and are listed in the README: numeric NaN in a numeric(p,s) column,
-time '24:00:00', intervals beyond about 292,000 years. A multi-dimensional array is refused
-with an error.
+time '24:00:00', intervals beyond about 292,000 years (in a key refused as clamped dates are, and
+so is an array key with such an element; NaN and 24:00 are one value per key, so allowed). A
+multi-dimensional array is refused with an error.
 """
 
 from __future__ import annotations
@@ -116,12 +117,15 @@ _OUT_OF_RANGE = r"^-?infinity$| BC$|^[0-9]{5,}-"  # `_past_9999` on a whole colu
 
 
 class ClampedKeys:
-    """A source's `clamped_keys` setting (config) over date and timestamp key values outside
-    0001-01-01 .. 9999-12-31: such a value lands as the range's end, as every other value past that
-    end and the end itself do, so keys that differ only there would land as one (README,
-    PostgreSQL: types). `refuse`: `check` raises `error` naming table, column and value; `accept`:
-    it logs `capture.clamped_key_accepted` once per table and column (for this object's life: a
-    capture run, a dump source) and the values land clamped."""
+    """A source's `clamped_keys` setting (config) over key values that would not land as themselves,
+    one landed value per source value: dates and timestamps outside 0001-01-01 .. 9999-12-31 (they
+    land as the range's end, as every other value past that end and the end itself do), intervals
+    beyond Arrow's durations (about 292,000 years: NULL, as every other such interval does) and
+    arrays of these with such an element; keys that differ only there would land as one (README,
+    PostgreSQL: types). NaN numeric and time '24:00' are one value each, so they pass. `refuse`:
+    `check` raises `error` naming table, column and value; `accept`: it logs
+    `capture.clamped_key_accepted` once per table and column (for this object's life: a capture
+    run, a dump source) and the values land clamped (or NULL)."""
 
     def __init__(self, source: str, policy: Policy, error: type[Exception]) -> None:
         self.source, self.policy, self.error = source, policy, error
@@ -131,32 +135,56 @@ class ClampedKeys:
         """Check the key columns `indexes` of `table` (their texts, in that order)."""
         for index, text in zip(indexes, texts, strict=True):
             column = table.columns[index]
-            if (
-                not (pa.types.is_date(column.arrow_type) or pa.types.is_timestamp(column.arrow_type))
-                or not len(text)
-                or (table.qualified_name, column.name) in self._warned
-            ):
+            if not len(text) or (table.qualified_name, column.name) in self._warned:
                 continue
-            beyond = pc.match_substring_regex(_text(text), _OUT_OF_RANGE)
-            if not pc.any(beyond).as_py():
+            found = _unlandable(column.arrow_type, text)
+            if found is None:
                 continue
-            value = _text(text).filter(beyond)[0].as_py()
+            value, lands_as = found
             refuse_or_warn(
                 self.policy,
-                self.error(clamped_key_message(self.source, table, column.name, value)),
+                self.error(clamped_key_message(self.source, table, column.name, value, lands_as)),
                 log,
                 "capture.clamped_key_accepted",
                 source=self.source,
                 table=table.qualified_name,
                 column=column.name,
                 value=value,
-                lands_as=_clamped_to(value, pa.types.is_timestamp(column.arrow_type)),
-                reason="clamped_keys: accept. Such key values land as the nearest end of 0001-01-01 .. 9999-12-31, "
-                "as other such values and the end itself do: rows whose keys land as the same value become one "
-                "target row (warned once per table and column)",
-                action="keep one such value a key, or give those rows keys within that range: " + _update(column.name),
+                lands_as=lands_as,
+                reason="clamped_keys: accept. Such key values land as another value (the nearest end of "
+                "0001-01-01 .. 9999-12-31, or NULL), as other such values do: rows whose keys land as the same "
+                "value become one target row (warned once per table and column)",
+                action="keep one such value a key, or give those rows other keys",
             )
             self._warned.add((table.qualified_name, column.name))
+
+
+def _unlandable(arrow_type: pa.DataType, text: pa.Array) -> tuple[str, str] | None:
+    """The first text of a key column that would not land as itself, and what it lands as; None:
+    every value lands as itself."""
+    if pa.types.is_date(arrow_type) or pa.types.is_timestamp(arrow_type):
+        beyond = pc.match_substring_regex(_text(text), _OUT_OF_RANGE)
+        if not pc.any(beyond).as_py():
+            return None
+        value = _text(text).filter(beyond)[0].as_py()
+        return value, _clamped_to(value, pa.types.is_timestamp(arrow_type))
+    if pa.types.is_duration(arrow_type):
+        for value in _py(text):
+            if value is not None and _interval_or_none(value) is None:
+                return value, "NULL (Arrow's durations hold about 292,000 years either way)"
+        return None
+    if pa.types.is_list(arrow_type):
+        element = arrow_type.value_type
+        if not (pa.types.is_date(element) or pa.types.is_timestamp(element) or pa.types.is_duration(element)):
+            return None
+        for value in _py(text):
+            if value is None:
+                continue
+            items = [v for v in parse_array(value) if v is not None]
+            found = _unlandable(element, pa.array(items, pa.string())) if items else None
+            if found is not None:
+                return value, f"a list whose element {found[0]!r} lands as {found[1]}"
+    return None
 
 
 def _clamped_to(text: str, timestamp: bool = True) -> str:
@@ -164,20 +192,22 @@ def _clamped_to(text: str, timestamp: bool = True) -> str:
     return end if timestamp else end[:10]
 
 
-def _update(column: str) -> str:
-    return f"UPDATE ... SET {column} = ... WHERE {column} < '0001-01-01' OR {column} > '9999-12-31 23:59:59.999999'"
-
-
-def clamped_key_message(source: str, table: TableSchema, column: str, text: str) -> str:
+def clamped_key_message(source: str, table: TableSchema, column: str, text: str, lands_as: str) -> str:
+    """Why a key value is refused, and the ways out that work: in capture the refused change stays in
+    the log past the checkpoint, so an UPDATE of the rows cannot get capture past it (and its old
+    key holds the same value); excluding the table can, and a dump then brings the fixed rows."""
+    name = table.qualified_name
     return (
-        f"source {source!r}: {table.qualified_name}: key column {column!r} holds {text!r}, which lands as "
-        f"{_clamped_to(text)[:10]} (Iceberg, Spark and Python hold dates and timestamps from 0001-01-01 to "
-        "9999-12-31), as every value past that end and the end itself do: rows whose keys differ only there would "
-        "land as one target row. Ways out: (1) give those rows keys within that range "
-        f"({_update(column)}); (2) set `clamped_keys: accept` on the source, when no two rows' keys differ only "
+        f"source {source!r}: {name}: key column {column!r} holds {text!r}, which lands as {lands_as} "
+        "(Iceberg, Spark and Python hold dates and timestamps from 0001-01-01 to 9999-12-31, Arrow's durations "
+        "about 292,000 years), as other such values do: rows whose keys differ only there would land as one "
+        "target row. Ways out: (1) set `clamped_keys: accept` on the source, when no two rows' keys differ only "
         "there (as `(id, valid_to)` with one 'infinity' row an id): capture and dumps warn and land such values "
-        "clamped, and rows whose keys land as the same value become one target row; (3) leave "
-        f"{table.qualified_name} out of capture (exclude)"
+        "clamped (intervals as NULL), and rows whose keys land as the same value become one target row; "
+        f"(2) leave {name} out of capture (exclude) and restart capture, which then goes on past it, give those "
+        f"rows other keys (UPDATE ... SET {column} = ...), then capture {name} again and dump it; an UPDATE alone "
+        "does not get capture past a refused change, which stays in the log, and the UPDATE's old key holds the "
+        "same value (a dump refusal needs only the UPDATE, then the dump again)"
     )
 
 
