@@ -132,6 +132,55 @@ def test_a_dump_resumed_after_a_chunk_ending_on_the_empty_member_goes_on(mariadb
     assert sorted((r["e"], r["i"]) for r in state.values()) == [("", 1), ("", 2), (" ", 3)]
 
 
+def _set_text(number: int, members: tuple[str, ...]) -> str:
+    """A SET's landed text: its members in definition order joined by ',', the '' member alone as ','."""
+    text = ",".join(m for n, m in enumerate(members) if number >> n & 1)
+    return "," if text == "" and number else text
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("members", [("a", "", "b"), ("", "a")], ids=["empty_second", "empty_first"])
+def test_a_set_with_an_empty_member_lands_every_value_as_its_own_key(mariadb, database, make_capture, members):
+    """A SET's '' member does not show in the server's text where no member before it is in the value:
+    in SET('a','','b') the empty set and {''} both read '', {b} and {'',b} both 'b'. On main a dump
+    landed such rows as one key (two source rows, one target row), and the log, which joins the
+    members itself (',b'), landed one row as two keys. Now both land the members joined by ','
+    (',b', 'a,', the text the server reads back as that value) and {''} alone as ','."""
+    spelled = ", ".join(f"'{m}'" for m in members)
+    numbers = range(1 << len(members))
+    mariadb.execute(
+        f"CREATE TABLE sz (s SET({spelled}) NOT NULL, i INT NOT NULL, v INT, PRIMARY KEY (s, i))",
+        "INSERT INTO sz VALUES " + ", ".join(f"({n}, {i}, {n * 10 + i})" for n in numbers for i in (1, 2)),
+        database=database,
+    )
+    capture = make_capture([f"{database}.*"]).start()
+    capture.wait_running()
+    run_dump(capture, f"{database}.sz", 3)
+    empty = 1 << members.index("")
+    mariadb.execute(  # the log: inserts, updates by value and of the key, deletes
+        f"INSERT INTO sz VALUES (0, 3, 1), ({empty | (1 << (len(members) - 1))}, 3, 3)",
+        f"UPDATE sz SET v = v + 100 WHERE s + 0 = {empty} AND i = 1",
+        f"UPDATE sz SET s = {empty} WHERE s + 0 = 0 AND i = 3",  # the key from the empty set to {''}
+        "DELETE FROM sz WHERE s + 0 = 0 AND i = 2",
+        f"UPDATE sz SET s = 0 WHERE s + 0 = {empty} AND i = 2",  # and back, onto a freed key
+        f"DELETE FROM sz WHERE s + 0 = {len(members) - 1} AND i = 1",
+        database=database,
+    )
+    wait_until_landed(mariadb, capture)
+    with mariadb.connect(database) as conn, conn.cursor() as cur:
+        cur.execute("SELECT s + 0, i, v FROM sz")
+        source = sorted((_set_text(n, members), i, v) for n, i, v in cur.fetchall())
+    state, _ = reconciled_state(capture, database, "sz")
+    assert sorted((r["s"], r["i"], r["v"]) for r in state.values()) == source
+    run_dump(capture, f"{database}.sz", 2)  # a second full dump over the log's rows
+    keys = [[_set_text(n, members), 1] for n in numbers] + [[",", 9]]
+    summary = run_dump(capture, DumpRequest(dump_id="szkeys", tables=[f"{database}.sz"], keys=keys))
+    assert summary["tables"][0]["rows"] == sum(1 for _, i, _ in source if i == 1)
+    wait_until_landed(mariadb, capture)
+    state, _ = reconciled_state(capture, database, "sz")
+    assert sorted((r["s"], r["i"], r["v"]) for r in state.values()) == source
+
+
 def test_enum_bounds_match_members_by_the_column_collation(mariadb, database, make_capture):
     """`--from 'B'` names the member 'b' under a _ci collation (on main: number 0, so 'z' was dumped
     too), `--from 'N\\nL'` the member written `'n\\nl'` in COLUMN_TYPE; text that is no member is refused."""
