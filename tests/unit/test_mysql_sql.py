@@ -49,6 +49,18 @@ def test_an_enum_error_value_is_read_as_a_space():
     assert sql == "SELECT IF(`e` = 0, ' ', `e`), `v` FROM `s`.`t` WHERE (`e` = %s) ORDER BY `e`"
 
 
+def test_a_set_with_an_empty_member_is_read_with_its_comma():
+    """The server leaves a '' member's ',' out where no member before it is in the value: such a value
+    is read with a ',' first ({'',b} as ',b', {''} as ','), by the '' member's bit and those before it."""
+    sql, _ = chunk_select("s", "t", ["s", "v"], ["s"], None, None, None, 10, numbers=["s"], sets={"s": 2})
+    assert sql == (
+        "SELECT IF((`s` & 2) <> 0 AND (`s` & 1) = 0, CONCAT(',', `s`), `s`), `v`, `s` + 0 FROM `s`.`t`"
+        " ORDER BY `s` LIMIT %s"
+    )
+    sql, _ = keys_select("s", "t", ["s", "v"], ["s"], [(3,)], sets={"s": 1})
+    assert sql == "SELECT IF((`s` & 1) <> 0, CONCAT(',', `s`), `s`), `v` FROM `s`.`t` WHERE (`s` = %s) ORDER BY `s`"
+
+
 def test_keys_select_binds_every_value():
     sql, params = keys_select("s", "t", ["a", "b"], ["a", "b"], [(1, "x"), (2, "y")])
     assert (

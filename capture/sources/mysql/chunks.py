@@ -25,7 +25,14 @@ from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE, Watermark, c
 from capture.sources.mysql import snapshot
 from capture.sources.mysql.catalog import base_tables, describe, table_keys
 from capture.sources.mysql.connection import connection_settings, query, translate
-from capture.sources.mysql.member_keys import Numbering, member_numbering, numbered, with_numbers
+from capture.sources.mysql.member_keys import (
+    Numbering,
+    empty_members,
+    member_numbering,
+    numbered,
+    set_bits,
+    with_numbers,
+)
 from capture.sources.mysql.sql import chunk_select, duplicate_select, key_after_select, keys_select, qualified, quote
 from capture.sources.mysql.types import ENUM_ERROR_VALUE, ColumnBuilder, select_conversions
 from capture.sources.table_keys import check_named_keys, duplicate_key_error
@@ -57,6 +64,7 @@ class MySqlChunkSource:
         self.config = config
         self._builders: dict[str, list[ColumnBuilder]] = {}
         self._numbering: dict[str, Numbering] = {}  # ENUM / SET key columns by table fingerprint (`member_keys`)
+        self._sets: dict[str, dict[str, int]] = {}  # SET columns with a '' member (`member_keys.empty_members`)
         self._ends: dict[str, dict[Row, Row]] = {}  # by fingerprint: recent chunks' last keys -> with numbers
         self.readonly = config.watermarks == "readonly"
         self._position: int | None = None  # readonly: where the last watermark stands in the log
@@ -116,6 +124,7 @@ class MySqlChunkSource:
         described, builders = describe(self._conn, schema, table, self.name, self.config.named_key(schema, table))
         self._builders[described.fingerprint] = builders
         self._numbering[described.fingerprint] = member_numbering(self._conn, described)
+        self._sets[described.fingerprint] = empty_members(self._conn, described)
         return described
 
     def _bound(self, table: TableSchema, key: Row | None, *, lowest: bool, given: bool = True) -> Row | None:
@@ -201,7 +210,7 @@ class MySqlChunkSource:
         numbers = [table.key[at] for at in sorted(self._numbering.get(table.fingerprint, {}))]
         sql, params = chunk_select(
             table.schema, table.table, table.names, table.key, after, start, stop, limit, _floats(table), numbers,
-            _enums(table),
+            _enums(table), self._sets.get(table.fingerprint, {}),
         )  # fmt: skip
         return self._rows(table, sql, params, len(numbers))
 
@@ -216,7 +225,12 @@ class MySqlChunkSource:
         enums = _enums(table)
         at = [n for n, k in enumerate(table.key) if k in enums]  # the error value by its number (`types`)
         keys = [tuple(0 if n in at and v == ENUM_ERROR_VALUE else v for n, v in enumerate(k)) for k in keys]
-        sql, params = keys_select(table.schema, table.table, table.names, table.key, keys, _floats(table), enums)
+        try:
+            keys = set_bits(self._conn, keys, self._numbering.get(table.fingerprint, {}))
+        except pymysql.MySQLError as exc:
+            raise translate(exc, self.config) from exc
+        sets = self._sets.get(table.fingerprint, {})
+        sql, params = keys_select(table.schema, table.table, table.names, table.key, keys, _floats(table), enums, sets)
         return self._rows(table, sql, params)
 
     def key_after(self, table: TableSchema, key: Row, other: Row) -> bool:

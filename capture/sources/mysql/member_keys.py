@@ -15,6 +15,12 @@ trailing spaces. Otherwise a key (error, 1) and a key ('', 1), two rows in the s
 one key, and the target would hold one row for both. A chunk's next bound is the number the server
 gives for its last row (`col+0`, read with the chunk); text is numbered only for bounds given by a
 user (matched by the column's collation, refused when no member) and for a resumed dump's saved key.
+
+A SET's '' member is ambiguous in the same way: the server leaves its ',' out where no member before
+it is in the value, so in SET('a','','b') {''} reads '' as the empty set does and {'',b} 'b' as {b}
+does. Such a column lands as its members joined by ',' ({'',b} as ',b'), {''} alone as ',' (`types.
+SET_EMPTY_MEMBER_ALONE`), from the log and from the dump (`sql.select_list`), and a key list binds its
+values as their bits (`set_bits`): compared with text, 'b' would find both rows and ',b' neither.
 """
 
 from __future__ import annotations
@@ -73,6 +79,46 @@ def member_numbering(conn: pymysql.connections.Connection, table: TableSchema) -
             column_type, charset, collation = types[name]
             members = tuple(_unescaped(m) for m in _MEMBER.findall(column_type))
             found[at] = Members(name, kinds[name], members, charset, collation)
+    return found
+
+
+def empty_members(conn: pymysql.connections.Connection, table: TableSchema) -> dict[str, int]:
+    """The table's SET columns that have a '' member, with that member's 1-based position."""
+    if not any(c.source_type == "set" for c in table.columns):
+        return {}
+    rows = query(
+        conn,
+        "SELECT COLUMN_NAME, COLUMN_TYPE FROM information_schema.COLUMNS"
+        " WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s AND DATA_TYPE = 'set'",
+        (table.schema, table.table),
+    )
+    found = {}
+    for name, column_type in rows:
+        members = [_unescaped(m) for m in _MEMBER.findall(str(column_type))]
+        if "" in members:
+            found[str(name)] = members.index("") + 1
+    return found
+
+
+def set_bits(conn: pymysql.connections.Connection, keys: list[Row], numbering: Numbering) -> list[Row]:
+    """Keys of a key list with the values of their SET columns that have a '' member as the value's
+    bits (text that names no value as None, which finds no row), as the server reads such text back
+    (',b' as {'', b}, ',' as {''}: `types.SET_EMPTY_MEMBER_ALONE`)."""
+    columns = {at: c for at, c in numbering.items() if c.kind == "set" and "" in c.members}
+    if not columns:
+        return keys
+    known: dict[tuple[int, str], int | None] = {}
+    found = []
+    for key in keys:
+        values = list(key)
+        for at, column in columns.items():
+            if isinstance(values[at], str):
+                text = values[at]
+                if (at, text) not in known:
+                    bits = _candidates(conn, column, text)
+                    known[at, text] = None if bits is None else bits[0]
+                values[at] = known[at, text]
+        found.append(tuple(values))
     return found
 
 

@@ -33,7 +33,7 @@ from pymysqlreplication.json_binary import parse_json
 from capture.errors import BinlogDecodeError
 from capture.events import Row
 from capture.sources.mysql.table_maps import BinlogColumn, TableMap, python_encoding
-from capture.sources.mysql.types import ENUM_ERROR_VALUE, MAX_ARROW_DECIMAL
+from capture.sources.mysql.types import ENUM_ERROR_VALUE, MAX_ARROW_DECIMAL, SET_EMPTY_MEMBER_ALONE
 
 Reader = Callable[[bytes, int], tuple[Any, int]]
 
@@ -419,10 +419,12 @@ def _enum(size: int, members: list[str]) -> Reader:
 
 def _set(size: int, members: list[str]) -> Reader:
     bits = [(1 << i, m) for i, m in enumerate(members)]
+    empty = sum(bit for bit, m in bits if m == "")  # the '' member's bit: alone it lands as ','
 
     def read(data: bytes, pos: int) -> tuple[str, int]:
         mask = int.from_bytes(data[pos : pos + size], "little")
-        return ",".join([m for bit, m in bits if mask & bit]), pos + size
+        text = ",".join([m for bit, m in bits if mask & bit])
+        return (SET_EMPTY_MEMBER_ALONE if mask & empty and not text else text), pos + size
 
     return read
 

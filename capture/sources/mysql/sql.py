@@ -8,7 +8,7 @@ constructors.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from capture.sources.keyset import chunk_bounds, key_comparison, select_where
 from capture.sources.mysql.types import ENUM_ERROR_VALUE
@@ -42,16 +42,30 @@ def _params(key_values: Sequence[object]) -> list[object]:
     return params
 
 
-def select_list(columns: Sequence[str], floats: Collection[str] = (), enums: Collection[str] = ()) -> str:
+def _set_text(column: str, position: int) -> str:
+    """A SET column whose member at 1-based `position` is '' as `types.SET_EMPTY_MEMBER_ALONE` spells it:
+    the server leaves that member's ',' out where no member before it is in the value ({'', b} reads
+    'b', {''} reads ''), so there a ',' goes first ({''} as ',')."""
+    bit, before = 1 << (position - 1), (1 << (position - 1)) - 1
+    test = f"({quote(column)} & {bit}) <> 0" + (f" AND ({quote(column)} & {before}) = 0" if before else "")
+    return f"IF({test}, CONCAT(',', {quote(column)}), {quote(column)})"
+
+
+def select_list(
+    columns: Sequence[str], floats: Collection[str] = (), enums: Collection[str] = (), sets: Mapping[str, int] = {}
+) -> str:
     """The SELECT's columns; a FLOAT as DOUBLE: the text protocol prints a FLOAT with six significant
     digits (887753.375 as 887753), a DOUBLE with all it needs to be read back exactly; an ENUM's
-    error value (number 0, shown as '' like a real '' member) as `types.ENUM_ERROR_VALUE`."""
+    error value (number 0, shown as '' like a real '' member) as `types.ENUM_ERROR_VALUE`; `sets`: the
+    SET columns with a '' member, by that member's position (`_set_text`)."""
 
     def one(c: str) -> str:
         if c in floats:
             return f"CAST({quote(c)} AS DOUBLE)"
         if c in enums:
             return f"IF({quote(c)} = 0, '{ENUM_ERROR_VALUE}', {quote(c)})"
+        if c in sets:
+            return _set_text(c, sets[c])
         return quote(c)
 
     return ", ".join(one(c) for c in columns)
@@ -69,13 +83,14 @@ def chunk_select(
     floats: Collection[str] = (),
     numbers: Sequence[str] = (),
     enums: Collection[str] = (),
+    sets: Mapping[str, int] = {},
 ) -> tuple[str, list[object]]:
     """Next chunk in key order: key > after (exclusive), or key >= start on the first chunk
     of a range; key <= stop (inclusive) when the range has an end. `floats`: the FLOAT columns;
     `numbers`: ENUM / SET key columns whose numbers follow the columns (`member_keys`); `enums`: the
-    ENUM columns (`select_list`)."""
+    ENUM columns, `sets` the SET columns with a '' member (`select_list`)."""
     where, params = chunk_bounds(after, start, stop, lambda op, values: (f"({_compare(key, op)})", _params(values)))
-    listed = select_list(columns, floats, enums) + "".join(f", {quote(n)} + 0" for n in numbers)
+    listed = select_list(columns, floats, enums, sets) + "".join(f", {quote(n)} + 0" for n in numbers)
     sql = select_where(listed, qualified(schema, table), where)
     sql += f" ORDER BY {', '.join(quote(k) for k in key)} LIMIT %s"
     return sql, [*params, limit]
@@ -97,12 +112,13 @@ def keys_select(
     keys: Sequence[Sequence[object]],
     floats: Collection[str] = (),
     enums: Collection[str] = (),
+    sets: Mapping[str, int] = {},
 ) -> tuple[str, list[object]]:
-    """Rows of the given keys, in key order (`enums`: the ENUM columns, `select_list`; a key's ENUM
-    error value is bound as its number, 0, `member_keys`)."""
+    """Rows of the given keys, in key order (`enums`, `sets`: `select_list`; a key's ENUM error value
+    is bound as its number, 0, and a value of a SET with a '' member as its bits: `member_keys`)."""
     one = "(" + " AND ".join(f"{quote(k)} = %s" for k in key) + ")"
     sql = (
-        f"SELECT {select_list(columns, floats, enums)} FROM {qualified(schema, table)}"
+        f"SELECT {select_list(columns, floats, enums, sets)} FROM {qualified(schema, table)}"
         f" WHERE {' OR '.join([one] * len(keys))} ORDER BY {', '.join(quote(k) for k in key)}"
     )
     return sql, [v for k in keys for v in k]

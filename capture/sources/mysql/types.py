@@ -13,7 +13,8 @@ log rows and dump rows compare equal:
   YEAR                   int16         BIT(n)      int64, BIT(64) -> decimal(20,0)
   JSON                   string (JSON text; MariaDB's JSON is LONGTEXT and arrives as written)
   ENUM                   string (the error value, number 0, as ' ': `ENUM_ERROR_VALUE`)
-  SET                    string, members in definition order joined by ','
+  SET                    string, members in definition order joined by ',' (a '' member alone as
+                         ',': `SET_EMPTY_MEMBER_ALONE`)
   GEOMETRY               binary (MySQL's internal SRID + WKB)
 Dates with a zero part (0000-00-00, 2020-00-00, 2020-05-00, 0000-05-10; also in DATETIME) arrive
 as NULL, as the binlog decoder gives them (PyMySQL's SELECT returns them as text); a zero
@@ -38,6 +39,11 @@ MAX_ARROW_DECIMAL = 38
 # back as '', as a real '' member does: it lands as ' ', text no member can have (MariaDB/MySQL
 # strip a member's trailing spaces), so that keys (error, 1) and ('', 1) stay two keys.
 ENUM_ERROR_VALUE = " "
+# A SET with a '' member: the server's text leaves that member's ',' out where no member before it is
+# in the value (in SET('a','','b') {''} reads '' as the empty set does, {'',b} 'b' as {b} does). A SET
+# lands as its members in definition order joined by ',' ({'',b} as ',b', text the server reads back as
+# that value), and {''} alone as ',' (which it reads back as {''} too), so that every value is one key.
+SET_EMPTY_MEMBER_ALONE = ","
 _INTS = {
     FIELD_TYPE.TINY: ("tinyint", pa.int8(), pa.int16()),
     FIELD_TYPE.SHORT: ("smallint", pa.int16(), pa.int32()),
