@@ -2,7 +2,10 @@
 `tests/spark/test_merge_hostile`: generated (VIRTUAL, STORED) and invisible columns, DOUBLE and
 FLOAT keys (-0.0, extremes, subnormals), VARBINARY keys up to 3,000 bytes, an accent- and
 case-insensitive key (`utf8mb4_unicode_ci`) respelt by key changes, a PAD SPACE key given
-trailing blanks, a table whose only key is UNIQUE NOT NULL; and a writer that changes them."""
+trailing blanks, a table whose only key is UNIQUE NOT NULL, a composite key of emoji under
+`utf8mb4_general_ci` (which compares them all equal), `uca1400_ai_ci` text, negative TIME(6),
+VARBINARY with trailing zero bytes, YEAR, DECIMAL and a SET with a '' member; and a writer that
+changes them."""
 
 from __future__ import annotations
 
@@ -31,7 +34,16 @@ TABLES = {
         " PRIMARY KEY (e, c, d))",
         ("e", "c", "d"),
     ),
+    "mix": (  # emoji under general_ci (all equal), uca1400 accents/case, negative TIME(6), VARBINARY with
+        # trailing zero bytes, YEAR, DECIMAL with trailing zeros, a SET with a '' member, in one key
+        "CREATE TABLE mix (k VARCHAR(8) COLLATE utf8mb4_general_ci NOT NULL,"
+        " u VARCHAR(8) CHARACTER SET utf8mb4 COLLATE uca1400_ai_ci NOT NULL, t TIME(6) NOT NULL,"
+        " b VARBINARY(6) NOT NULL, y YEAR NOT NULL, d DECIMAL(8,3) NOT NULL, s SET('','p') NOT NULL, v INT,"
+        " PRIMARY KEY (k, u, t, b, y, d, s))",
+        ("k", "u", "t", "b", "y", "d", "s"),
+    ),
 }
+_EMOJI = ["\U0001f600", "\U0001f601", "\U0001d11e", "a\U0001f600", "A\U0001f601"]
 _DECIMALS = ["99999999999999999999999999999999999.999999999999999999999999999999", "-0.000000000000000000000000000001"]
 _WORDS = ["a", "A", "á", "Á", "ä", "b", "B ", "ss", "ß", "e\u0301", "é", "z", "Z", "ǆ", "ǅ"]
 
@@ -48,10 +60,18 @@ def populate(mariadb, database: str) -> None:
             f" {2**64 - 1 - i}, UNHEX('{i:02x}'), '{'x,z' if i % 2 else ''}', {i})"
             for i in range(60)
         ],
+        "mix": [_mix_row(i, i) for i in range(60)],
     }
     for table, (ddl, _) in TABLES.items():
         columns = "(id, a, n)" if table == "gen" else ""
         mariadb.execute(ddl, f"INSERT INTO {table} {columns} VALUES {', '.join(rows[table])}", database=database)
+
+
+def _mix_row(i: int, v: int, word: str = "", emoji: str = "") -> str:
+    return (
+        f"('{emoji or _EMOJI[i % 5]}{i}', '{word or _WORDS[i % 15]}{i}', '-{i % 30}:00:00.{i:06d}',"
+        f" UNHEX('{i:02x}00'), {1901 + i * 4}, {i / 8}, {i % 4}, {v})"
+    )
 
 
 def _floats() -> list[tuple[float, float]]:
@@ -104,6 +124,11 @@ class Writer(threading.Thread):
             f"UPDATE uq SET u = TRIM(TRAILING ' ' FROM u) WHERE v = {rng.randrange(45)}",
             f"UPDATE odd SET e = '{rng.choice('zba')}', c = UPPER(c), bits = bits >> 1, st = 'y' WHERE v = {i}",
             f"UPDATE odd SET d = -d, c = CONCAT(c, ' '), bin = NULL WHERE v = {rng.randrange(60)}",
+            f"UPDATE mix SET k = '{rng.choice(_EMOJI)}{i}', u = '{w}{i}' WHERE v = {i}",  # respelt: the same key
+            f"UPDATE mix SET s = s ^ 1, t = TIMEDIFF('00:00:00', t) WHERE v = {rng.randrange(60)}",  # '' in, out
+            f"UPDATE mix SET b = CONCAT(b, UNHEX('00')), d = d + 0.5, y = 1901 + (y + 1) % 250 WHERE v = {i}",
+            f"DELETE FROM mix WHERE v = {rng.randrange(60)}",
+            f"INSERT INTO mix VALUES {_mix_row(i, i, w, rng.choice(_EMOJI))}",
         ]
 
     def stop(self) -> None:
@@ -140,6 +165,7 @@ def source_state(mariadb, database: str, table: str) -> dict:
             "fkey": "f, CAST(r AS DOUBLE) AS r, v",
             "odd": "e, c, d, CAST(bits AS UNSIGNED) AS bits, bin, st, v",
             "ee": "IF(e = 0, ' ', e) AS e, i",  # the ENUM error value lands as ' ' (mysql/types.py)
+            "mix": "k, u, t, b, y, d, IF(s & 1, CONCAT(',', s), s) AS s, v",  # a SET's '' member with its ','
         }.get(table, "*")
         cur.execute(f"SELECT {columns} FROM {table}")
         return {n: row for n, row in enumerate(cur.fetchall())}
