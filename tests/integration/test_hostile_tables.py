@@ -176,6 +176,9 @@ def test_a_set_with_an_empty_member_lands_every_value_as_its_own_key(mariadb, da
     keys = [[_set_text(n, members), 1] for n in numbers] + [[",", 9]]
     summary = run_dump(capture, DumpRequest(dump_id="szkeys", tables=[f"{database}.sz"], keys=keys))
     assert summary["tables"][0]["rows"] == sum(1 for _, i, _ in source if i == 1)
+    ranged = DumpRequest(dump_id="szrange", tables=[f"{database}.sz"], key_from=[",", 0], key_to=[",", 9])
+    summary = run_dump(capture, ranged)  # ',' names {''} alone in a range too
+    assert summary["tables"][0]["rows"] == sum(1 for s, _, _ in source if s == ",")
     wait_until_landed(mariadb, capture)
     state, _ = reconciled_state(capture, database, "sz")
     assert sorted((r["s"], r["i"], r["v"]) for r in state.values()) == source
