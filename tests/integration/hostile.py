@@ -34,13 +34,15 @@ TABLES = {
         " PRIMARY KEY (e, c, d))",
         ("e", "c", "d"),
     ),
-    "mix": (  # emoji under general_ci (all equal), uca1400 accents/case, negative TIME(6), VARBINARY with
-        # trailing zero bytes, YEAR, DECIMAL with trailing zeros, a SET with a '' member, in one key
+    "mix": (  # emoji under general_ci (all equal), uca1400 accents/case, utf8mb3 (ss = ß), negative TIME(6),
+        # VARBINARY with trailing zero bytes, YEAR, DECIMAL with trailing zeros, TIMESTAMP(6), BIT(8), a SET
+        # with a '' member, in one key
         "CREATE TABLE mix (k VARCHAR(8) COLLATE utf8mb4_general_ci NOT NULL,"
-        " u VARCHAR(8) CHARACTER SET utf8mb4 COLLATE uca1400_ai_ci NOT NULL, t TIME(6) NOT NULL,"
-        " b VARBINARY(6) NOT NULL, y YEAR NOT NULL, d DECIMAL(8,3) NOT NULL, s SET('','p') NOT NULL, v INT,"
-        " PRIMARY KEY (k, u, t, b, y, d, s))",
-        ("k", "u", "t", "b", "y", "d", "s"),
+        " u VARCHAR(8) CHARACTER SET utf8mb4 COLLATE uca1400_ai_ci NOT NULL,"
+        " m VARCHAR(8) CHARACTER SET utf8mb3 COLLATE utf8mb3_unicode_ci NOT NULL, t TIME(6) NOT NULL,"
+        " b VARBINARY(6) NOT NULL, y YEAR NOT NULL, d DECIMAL(8,3) NOT NULL, ts TIMESTAMP(6) NOT NULL,"
+        " bt BIT(8) NOT NULL, s SET('','p') NOT NULL, v INT, PRIMARY KEY (k, u, m, t, b, y, d, ts, bt, s))",
+        ("k", "u", "m", "t", "b", "y", "d", "ts", "bt", "s"),
     ),
 }
 _EMOJI = ["\U0001f600", "\U0001f601", "\U0001d11e", "a\U0001f600", "A\U0001f601"]
@@ -69,8 +71,9 @@ def populate(mariadb, database: str) -> None:
 
 def _mix_row(i: int, v: int, word: str = "", emoji: str = "") -> str:
     return (
-        f"('{emoji or _EMOJI[i % 5]}{i}', '{word or _WORDS[i % 15]}{i}', '-{i % 30}:00:00.{i:06d}',"
-        f" UNHEX('{i:02x}00'), {1901 + i * 4}, {i / 8}, {i % 4}, {v})"
+        f"('{emoji or _EMOJI[i % 5]}{i}', '{word or _WORDS[i % 15]}{i}', '{word or _WORDS[i % 15]}{i % 7}',"
+        f" '-{i % 30}:00:00.{i:06d}', UNHEX('{i:02x}00'), {1901 + i * 4}, {i / 8},"
+        f" '2021-03-28 0{i % 4}:59:59.{i:06d}', {255 - i}, {i % 4}, {v})"
     )
 
 
@@ -126,7 +129,8 @@ class Writer(threading.Thread):
             f"UPDATE odd SET d = -d, c = CONCAT(c, ' '), bin = NULL WHERE v = {rng.randrange(60)}",
             f"UPDATE mix SET k = '{rng.choice(_EMOJI)}{i}', u = '{w}{i}' WHERE v = {i}",  # respelt: the same key
             f"UPDATE mix SET s = s ^ 1, t = TIMEDIFF('00:00:00', t) WHERE v = {rng.randrange(60)}",  # '' in, out
-            f"UPDATE mix SET b = CONCAT(b, UNHEX('00')), d = d + 0.5, y = 1901 + (y + 1) % 250 WHERE v = {i}",
+            f"UPDATE mix SET b = IF(LENGTH(b) < 6, CONCAT(b, UNHEX('00')), LEFT(b, 1)), d = d + 0.5,"
+            f" y = 1901 + (y + 1) % 250, m = '{w}{i % 7}', ts = ts + INTERVAL 1 HOUR, bt = bt ^ 1 WHERE v = {i}",
             f"DELETE FROM mix WHERE v = {rng.randrange(60)}",
             f"INSERT INTO mix VALUES {_mix_row(i, i, w, rng.choice(_EMOJI))}",
         ]
@@ -165,8 +169,9 @@ def source_state(mariadb, database: str, table: str) -> dict:
             "fkey": "f, CAST(r AS DOUBLE) AS r, v",
             "odd": "e, c, d, CAST(bits AS UNSIGNED) AS bits, bin, st, v",
             "ee": "IF(e = 0, ' ', e) AS e, i",  # the ENUM error value lands as ' ' (mysql/types.py)
-            "mix": "k, u, t, b, y, d, IF(s & 1, CONCAT(',', s), s) AS s, v",  # a SET's '' member with its ','
+            "mix": "k, u, m, t, b, y, d, ts, CAST(bt AS UNSIGNED) AS bt, IF(s & 1, CONCAT(',', s), s) AS s, v",
         }.get(table, "*")
+        cur.execute("SET time_zone = '+00:00'")  # TIMESTAMP as landed (UTC); mix's s: a SET's '' member with ','
         cur.execute(f"SELECT {columns} FROM {table}")
         return {n: row for n, row in enumerate(cur.fetchall())}
 
