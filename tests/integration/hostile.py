@@ -55,7 +55,8 @@ def populate(mariadb, database: str) -> None:
         "gen": [f"({i}, {i}, 'n{i}')" for i in range(60)],
         "fkey": [f"({v!r}, {r!r}, {i})" for i, (v, r) in enumerate(_floats())],
         "vbk": [f"(REPEAT(UNHEX('{i % 256:02x}ff00'), {i * 10 % 1000}), {i})" for i in range(1, 60)],
-        "uci": [f"('{w}{i}', {i})" for i, w in enumerate(_WORDS * 3)],
+        "uci": [f"('{w}{i}', {i})" for i, w in enumerate(_WORDS * 3)]
+        + [f"('{e}{i}', {i})" for i, e in enumerate(_EMOJI)],
         "uq": [f"('{w}-{i}', {i})" for i, w in enumerate(_WORDS * 3)],
         "odd": [
             f"('{'zba'[i % 4] if i % 4 < 3 else ''}', '{'xXåÅ'[i % 4]}{i % 5}', {_DECIMALS[i % 2]} - {i},"
@@ -120,6 +121,7 @@ class Writer(threading.Thread):
             f"UPDATE uci SET k = '{w}{i}' WHERE k = '{rng.choice(_WORDS)}{i}'",  # respelt: same key or a new one
             f"UPDATE uci SET v = v + 1 WHERE k = '{w}{rng.randrange(45)}'",
             f"INSERT INTO uci VALUES ('{w}{n}', {n})",
+            f"UPDATE uci SET k = '{rng.choice(_EMOJI)}{i % 5}', v = v + 1 WHERE k = '{_EMOJI[0]}{i % 5}'",  # all equal
             f"UPDATE uq SET u = '{w}-{i}', v = v + 1 WHERE u = '{rng.choice(_WORDS)}-{i}'",
             f"DELETE FROM uq WHERE u = '{w}-{rng.randrange(45)}'",
             f"INSERT INTO uq VALUES ('{w}-{i} ', {n})",  # a trailing blank: the same key under PAD SPACE
