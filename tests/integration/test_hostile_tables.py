@@ -139,8 +139,12 @@ def _set_text(number: int, members: tuple[str, ...]) -> str:
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("members", [("a", "", "b"), ("", "a")], ids=["empty_second", "empty_first"])
-def test_a_set_with_an_empty_member_lands_every_value_as_its_own_key(mariadb, database, make_capture, members):
+@pytest.mark.parametrize(
+    "members, charset",
+    [(("a", "", "b"), "latin1"), (("", "a"), "utf8mb4"), (("é", "", "😀"), "utf16")],
+    ids=["empty_second", "empty_first", "utf16"],
+)
+def test_a_set_with_an_empty_member_lands_every_value_as_its_own_key(mariadb, database, make_capture, members, charset):
     """A SET's '' member does not show in the server's text where no member before it is in the value:
     in SET('a','','b') the empty set and {''} both read '', {b} and {'',b} both 'b'. On main a dump
     landed such rows as one key (two source rows, one target row), and the log, which joins the
@@ -149,7 +153,8 @@ def test_a_set_with_an_empty_member_lands_every_value_as_its_own_key(mariadb, da
     spelled = ", ".join(f"'{m}'" for m in members)
     numbers = range(1 << len(members))
     mariadb.execute(
-        f"CREATE TABLE sz (s SET({spelled}) NOT NULL, i INT NOT NULL, v INT, PRIMARY KEY (s, i))",
+        f"CREATE TABLE sz (s SET({spelled}) CHARACTER SET {charset} NOT NULL, i INT NOT NULL, v INT,"
+        " PRIMARY KEY (s, i))",
         "INSERT INTO sz VALUES " + ", ".join(f"({n}, {i}, {n * 10 + i})" for n in numbers for i in (1, 2)),
         database=database,
     )

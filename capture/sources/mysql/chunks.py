@@ -30,7 +30,6 @@ from capture.sources.mysql.member_keys import (
     empty_members,
     member_numbering,
     numbered,
-    set_bits,
     with_numbers,
 )
 from capture.sources.mysql.sql import chunk_select, duplicate_select, key_after_select, keys_select, qualified, quote
@@ -225,10 +224,6 @@ class MySqlChunkSource:
         enums = _enums(table)
         at = [n for n, k in enumerate(table.key) if k in enums]  # the error value by its number (`types`)
         keys = [tuple(0 if n in at and v == ENUM_ERROR_VALUE else v for n, v in enumerate(k)) for k in keys]
-        try:
-            keys = set_bits(self._conn, keys, self._numbering.get(table.fingerprint, {}))
-        except pymysql.MySQLError as exc:
-            raise translate(exc, self.config) from exc
         sets = self._sets.get(table.fingerprint, {})
         sql, params = keys_select(table.schema, table.table, table.names, table.key, keys, _floats(table), enums, sets)
         return self._rows(table, sql, params)

@@ -19,8 +19,8 @@ user (matched by the column's collation, refused when no member) and for a resum
 A SET's '' member is ambiguous in the same way: the server leaves its ',' out where no member before
 it is in the value, so in SET('a','','b') {''} reads '' as the empty set does and {'',b} 'b' as {b}
 does. Such a column lands as its members joined by ',' ({'',b} as ',b'), {''} alone as ',' (`types.
-SET_EMPTY_MEMBER_ALONE`), from the log and from the dump (`sql.select_list`), and a key list binds its
-values as their bits (`set_bits`): compared with text, 'b' would find both rows and ',b' neither.
+SET_EMPTY_MEMBER_ALONE`), from the log and from the dump (`sql.select_list`), and a key list compares
+such a column as it lands (`sql.keys_select`): by the server's text, 'b' would find both rows.
 """
 
 from __future__ import annotations
@@ -97,28 +97,6 @@ def empty_members(conn: pymysql.connections.Connection, table: TableSchema) -> d
         members = [_unescaped(m) for m in _MEMBER.findall(str(column_type))]
         if "" in members:
             found[str(name)] = members.index("") + 1
-    return found
-
-
-def set_bits(conn: pymysql.connections.Connection, keys: list[Row], numbering: Numbering) -> list[Row]:
-    """Keys of a key list with the values of their SET columns that have a '' member as the value's
-    bits (text that names no value as None, which finds no row), as the server reads such text back
-    (',b' as {'', b}, ',' as {''}: `types.SET_EMPTY_MEMBER_ALONE`)."""
-    columns = {at: c for at, c in numbering.items() if c.kind == "set" and "" in c.members}
-    if not columns:
-        return keys
-    known: dict[tuple[int, str], int | None] = {}
-    found = []
-    for key in keys:
-        values = list(key)
-        for at, column in columns.items():
-            if isinstance(values[at], str):
-                text = values[at]
-                if (at, text) not in known:
-                    bits = _candidates(conn, column, text)
-                    known[at, text] = None if bits is None else bits[0]
-                values[at] = known[at, text]
-        found.append(tuple(values))
     return found
 
 

@@ -115,8 +115,10 @@ def keys_select(
     sets: Mapping[str, int] = {},
 ) -> tuple[str, list[object]]:
     """Rows of the given keys, in key order (`enums`, `sets`: `select_list`; a key's ENUM error value
-    is bound as its number, 0, and a value of a SET with a '' member as its bits: `member_keys`)."""
-    one = "(" + " AND ".join(f"{quote(k)} = %s" for k in key) + ")"
+    is bound as its number, 0, `member_keys`). A key column of `sets` is compared as it lands
+    (`_set_text`): by the server's text, 'b' would find both {b} and {'',b} and ',b' neither; by its
+    number, a member with a character beyond the BMP could not be named (the catalog shows it as '?')."""
+    one = "(" + " AND ".join(f"{_set_text(k, sets[k]) if k in sets else quote(k)} = %s" for k in key) + ")"
     sql = (
         f"SELECT {select_list(columns, floats, enums, sets)} FROM {qualified(schema, table)}"
         f" WHERE {' OR '.join([one] * len(keys))} ORDER BY {', '.join(quote(k) for k in key)}"
