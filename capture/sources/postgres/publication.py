@@ -453,8 +453,8 @@ class Publication:
         """Add the wanted tables the publication lacks, drop those it holds and should not; the
         captured tables it holds afterwards."""
         published, wanted_names = set(), {t.name for t in wanted}
-        for t in wanted:  # one its schema publishes is not added: it is published (dropped with the schema)
-            if t.in_publication or self._alter(conn, "ADD", t):
+        for t in wanted:  # also one its schema publishes (TABLES IN SCHEMA): it stays published without it
+            if t.listed or self._alter(conn, "ADD", t) or t.in_schema:
                 published.add(t.name)
         for t in tables:
             if (
