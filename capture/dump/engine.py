@@ -38,7 +38,7 @@ import contextlib
 import json
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -192,6 +192,7 @@ def _advanced(progress: TableProgress, number: int, table: TableSchema, read: _R
         rows=progress.rows + len(read.rows),
         missing_keys=progress.missing_keys + len(read.missing_keys),
         done=read.last,
+        whole=progress.whole,
     )
 
 
@@ -306,6 +307,9 @@ class DumpEngine:
         store = ProgressStore(self.zone, dump_id)
         progress = store.load(table.schema, table.table)
         summary = TableSummary(name, progress.chunk, progress.rows)
+        if not progress.done:  # whole: this run reads it all, and so did every earlier run of this dump
+            whole = plan.keys is None and plan.start is None and plan.stop is None
+            progress = replace(progress, whole=whole and (progress.whole or not progress.chunk))
         if progress.done:
             log.info("dump.table_already_complete", dump_id=dump_id, table=name, chunks=progress.chunk)
             record.table(name, chunks=progress.chunk, rows=progress.rows, percent=100.0, eta_s=0.0, done=True)

@@ -22,6 +22,9 @@ class TableProgress:
     rows: int = 0
     missing_keys: int = 0
     done: bool = False
+    # every run of this dump read the whole table (no key list, no --from/--to): only such a dump converges
+    # a table listed not converged (landing.unconverged.pending). False in files written before it existed.
+    whole: bool = False
 
 
 def dump_dir(zone: LandingZone, dump_id: str) -> Path:

@@ -41,6 +41,7 @@ def _dump_status(zone: LandingZone, claims: LocalClaims, dump_id: str) -> dict[s
             "chunks": progress.get("chunk", 0),
             "rows": progress.get("rows", 0),
             "done": bool(progress.get("done")),
+            "whole": bool(progress.get("whole")),  # not a key list or range (older files: not known, False)
         }
     for table, fields in record.get("tables", {}).items():
         tables[table] = {**tables.get(table, {}), **fields}

@@ -56,15 +56,16 @@ def record(zone: LandingZone, table: str, reason: str, action: str, unpublished:
 
 def pending(zone: LandingZone, dumps: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The recorded tables no dump has converged since they were recorded (`dumps`: dump.states.dumps_status).
-    A dump converges a table when it started after `since` and the table is `done` in it: one begun before
-    read chunks while the table's changes were not yet in the log. `started_at` is kept to the second
+    A dump converges a table when it read the whole table (`whole`: no key list, no key range), started
+    after `since`, and the table is `done` in it: one begun before read chunks while the table's changes
+    were not yet in the log. `started_at` is kept to the second
     (rounded down): a dump started in the same second as `since` does not count. A table recorded
     `unpublished` is pending whatever was dumped."""
     left = []
     for table, entry in sorted(read(zone).items()):
         since = datetime.fromisoformat(entry["since"])
         finished = (
-            t.get("done") and d.get("started_at") and datetime.fromisoformat(d["started_at"]) > since
+            t.get("done") and t.get("whole") and d.get("started_at") and datetime.fromisoformat(d["started_at"]) > since
             for d in dumps
             for name, t in d["tables"].items()
             if name == table

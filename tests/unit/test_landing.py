@@ -253,7 +253,9 @@ def test_a_dump_begun_before_a_table_lacked_rows_does_not_converge_it(tmp_path):
         {
             "dump_id": "d1",
             "started_at": (since - timedelta(minutes=5)).isoformat(),
-            "tables": {"public.late": {"done": True, "updated_at": (since + timedelta(seconds=2)).isoformat()}},
+            "tables": {
+                "public.late": {"done": True, "whole": True, "updated_at": (since + timedelta(seconds=2)).isoformat()}
+            },
         }
     ]
     assert [t["table"] for t in unconverged.pending(zone, dumps)] == ["public.late"]
@@ -275,7 +277,7 @@ def test_a_table_a_readonly_publication_lacks_stays_unconverged_until_recorded_p
         return {
             "dump_id": "d",
             "started_at": started.isoformat(timespec="seconds"),
-            "tables": {"public.t": {"done": True}},
+            "tables": {"public.t": {"done": True, "whole": True}},
         }
 
     after = [dump(since + timedelta(seconds=5))]
@@ -295,3 +297,23 @@ def test_what_the_publication_covered_is_kept_across_runs(tmp_path):
     assert unconverged.covered(zone) is None
     unconverged.remember_covered(zone, {"public.m", "public.m1"}, {"public.m1"})
     assert unconverged.covered(zone) == ({"public.m", "public.m1"}, {"public.m1"})
+
+
+def test_only_a_dump_of_the_whole_table_converges_it(tmp_path):
+    """Audit: a key-list or key-range dump (`whole` false in its progress file) cleared the mark on main;
+    a progress file written before `whole` existed does not say, so it does not count either."""
+    from datetime import timedelta
+
+    from capture.landing import unconverged
+
+    zone = LandingZone(tmp_path, "src")
+    unconverged.record(zone, "public.t", "added to the publication", "logtide dump --source src --table public.t")
+    since = datetime.fromisoformat(unconverged.read(zone)["public.t"]["since"])
+    started = (since + timedelta(seconds=5)).isoformat(timespec="seconds")
+
+    def dump(**fields) -> dict:
+        return {"dump_id": "d", "started_at": started, "tables": {"public.t": {"done": True, **fields}}}
+
+    assert [t["table"] for t in unconverged.pending(zone, [dump(whole=False)])] == ["public.t"]
+    assert [t["table"] for t in unconverged.pending(zone, [dump()])] == ["public.t"]
+    assert unconverged.pending(zone, [dump(whole=False), dump(whole=True)]) == []

@@ -81,12 +81,26 @@ TABLES_SQL = (
     "  JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum"
     "  WHERE i.indrelid = c.oid AND i.indisunique AND i.indisvalid AND i.indimmediate AND i.indpred IS NULL"
     "  AND i.indexprs IS NULL GROUP BY i.indisprimary, i.indexrelid HAVING bool_and(a.attnotnull)"
-    "  ORDER BY i.indisprimary DESC, i.indexrelid LIMIT 1) END"
+    " ORDER BY i.indisprimary DESC, i.indexrelid LIMIT 1) END,"
+    " IN_SCHEMA"  # whether the publication holds the table's schema: IN_SCHEMA_SQL (tables_sql)
     " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
     " WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition"
     " AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg\\_%%'"
     " ORDER BY 1, 2"
 )
+# PostgreSQL 15+: ALTER PUBLICATION ... ADD TABLES IN SCHEMA publishes a schema's tables with no
+# pg_publication_rel row of theirs
+IN_SCHEMA_SQL = (
+    "EXISTS (SELECT FROM pg_publication_namespace pn JOIN pg_publication p ON p.oid = pn.pnpubid"
+    " WHERE pn.pnnspid = c.relnamespace AND p.pubname = %s)"
+)
+SCHEMA_PUBLICATIONS = 150000  # server_version_num of the first release with them
+
+
+def tables_sql(version: int) -> str:
+    """TABLES_SQL for a server of `version` (server_version_num); its parameters: the publication's
+    name, twice from PostgreSQL 15 on."""
+    return TABLES_SQL.replace("IN_SCHEMA", IN_SCHEMA_SQL if version >= SCHEMA_PUBLICATIONS else "false", 1)
 
 
 @dataclass(frozen=True)
@@ -101,6 +115,12 @@ class TableIdentity:
     logged: bool = True  # not UNLOGGED: PostgreSQL writes WAL for its changes
     identity_columns: tuple[str, ...] = ()  # REPLICA IDENTITY USING INDEX: the index's columns
     key: tuple[str, ...] = ()  # with USING INDEX: the table's key (catalog.dump_key)
+    in_schema: bool = False  # its schema is in the publication (TABLES IN SCHEMA): published, not `listed`
+
+    @property
+    def in_publication(self) -> bool:
+        """PostgreSQL publishes its changes: listed, or its schema is in the publication."""
+        return self.listed or self.in_schema
 
     @property
     def name(self) -> str:
@@ -228,9 +248,11 @@ class Publication:
 
     def identities(self, conn: Any) -> list[TableIdentity]:
         """Every base table of the database with its replica identity and publication listing."""
+        version = conn.server_version
+        args = (self.name, self.name) if version >= SCHEMA_PUBLICATIONS else (self.name,)
         return [
-            TableIdentity(*row[:6], tuple(row[6]), bool(row[7]), tuple(row[8] or ()), tuple(row[9] or ()))
-            for row in query(conn, TABLES_SQL, (self.name,))
+            TableIdentity(*row[:6], tuple(row[6]), bool(row[7]), tuple(row[8] or ()), tuple(row[9] or ()), row[10])
+            for row in query(conn, tables_sql(version), args)
         ]
 
     def check_named_keys(self, conn: Any, named: list[str]) -> None:
@@ -411,9 +433,9 @@ class Publication:
         if self._check_publish(rows[0], result):
             result.all_tables = True
             return result
-        result.published = {t.name for t in captured if t.listed and t.unusable is None}
+        result.published = {t.name for t in captured if t.in_publication and t.unusable is None}
         for t in captured:
-            if t.listed or (t.schema, t.table) == (WATERMARK_SCHEMA, WATERMARK_TABLE) or t.unusable is not None:
+            if t.in_publication or (t.schema, t.table) == (WATERMARK_SCHEMA, WATERMARK_TABLE) or t.unusable is not None:
                 continue
             add = sql.SQL("ALTER PUBLICATION {} ADD TABLE {}").format(
                 sql.Identifier(self.name), sql.Identifier(t.schema, t.table)
@@ -431,8 +453,8 @@ class Publication:
         """Add the wanted tables the publication lacks, drop those it holds and should not; the
         captured tables it holds afterwards."""
         published, wanted_names = set(), {t.name for t in wanted}
-        for t in wanted:
-            if t.listed or self._alter(conn, "ADD", t):
+        for t in wanted:  # also one its schema publishes (TABLES IN SCHEMA): it stays published without it
+            if t.listed or self._alter(conn, "ADD", t) or t.in_schema:
                 published.add(t.name)
         for t in tables:
             if (
@@ -443,6 +465,16 @@ class Publication:
                 and t.unusable is None
             ):
                 published.add(t.name)  # still listed: its changes still come
+        for t in tables:  # published with its schema: no DROP TABLE takes it out
+            if t.in_schema and not t.publishable:
+                self.say(
+                    "publication.schema_without_identity",
+                    t.name,
+                    reason=f"publication {self.name} holds schema {t.schema} (TABLES IN SCHEMA): UPDATE and DELETE "
+                    "on this table fail in the application (no replica identity)",
+                    fix=f'{t.fix()}; or ALTER PUBLICATION "{_text(self.name)}" DROP TABLES IN SCHEMA '
+                    f'"{_text(t.schema)}" (capture adds the captured tables back one by one)',
+                )
         return published
 
     def _said_all_tables(self, conn: Any, tables: list[TableIdentity], wanted: list[TableIdentity]) -> None:

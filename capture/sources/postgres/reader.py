@@ -117,6 +117,7 @@ class PgOutputReader:
         frontier: int = 0,
         landed: Landed | None = None,
         enums: dict[str, str] | None = None,
+        clamped: ClampedKeys | None = None,
     ) -> None:
         self.name = name
         self.config = config
@@ -133,7 +134,8 @@ class PgOutputReader:
         self._frontier = frontier  # the last frontier handed over (encoded): the checkpoint's at first
         self._cursor: Any = None
         self._tables: dict[int, TableInfo] = {}
-        self._clamped = ClampedKeys(name, config.clamped_keys, UnlandableKeyError)  # warns once per run
+        # warns once per table and column: the source's, kept across reconnects (a new reader each), for the run
+        self._clamped = clamped or ClampedKeys(name, config.clamped_keys, UnlandableKeyError)
         self.landed = landed  # what landed (schema history) and was dumped (chunks) per table: schema_change.Relations
         self._relations = schema_change.Relations([])  # set from `landed` when reading starts
         # drops, renames away, enum labels (as of the checkpoint: its `resume`), the publication

@@ -51,6 +51,7 @@ from capture.events import TableSchema
 from capture.log import get_logger
 from capture.sources.policy import refuse_or_warn
 from capture.sources.postgres.connection import query
+from capture.sources.postgres.publication import SCHEMA_PUBLICATIONS
 
 log = get_logger(__name__)
 
@@ -80,9 +81,10 @@ CATALOG_SQL = (
 # catalog, the rows' count and the sum of their xmin (the transaction that wrote each row version). A DDL
 # that could change what the sync does writes one of them (CREATE/DROP/RENAME/ATTACH/DETACH/SET LOGGED and
 # REPLICA IDENTITY update or add pg_class rows; an index's own pg_class and pg_index rows; a schema renamed;
-# the publication and its tables; the columns of REPLICA IDENTITY USING INDEX tables, whose NOT NULL
-# decides their key), so an unchanged stamp means the sync would find what it found last time. VACUUM and
-# ANALYZE update pg_class in place (no new xmin). The watcher still syncs in full every FULL_SYNC_ROUNDS.
+# the publication, its tables and (PostgreSQL 15+) its schemas; the columns of REPLICA IDENTITY USING INDEX
+# tables, whose NOT NULL decides their key), so an unchanged stamp means the sync would find what it found
+# last time. VACUUM and ANALYZE update pg_class in place (no new xmin). The watcher still syncs in full every
+# FULL_SYNC_ROUNDS.
 _STAMPED = (
     "pg_class WHERE relkind IN ('r', 'p', 'i', 'I')",
     "pg_index",
@@ -91,8 +93,21 @@ _STAMPED = (
     "pg_publication_rel",
     "pg_attribute WHERE attnum > 0 AND attrelid IN (SELECT oid FROM pg_class WHERE relreplident = 'i')",
 )
-SYNC_STAMP = ", ".join(f"(SELECT count(*) || ':' || coalesce(sum(xmin::text::int8), 0) FROM {t})" for t in _STAMPED)
-CATALOG_SQL = CATALOG_SQL.format(SYNC_STAMP)
+_SCHEMAS_STAMPED = "pg_publication_namespace"  # ADD TABLES IN SCHEMA: PostgreSQL 15+ (publication.IN_SCHEMA_SQL)
+
+
+def _stamp(catalogs: tuple[str, ...]) -> str:
+    return ", ".join(f"(SELECT count(*) || ':' || coalesce(sum(xmin::text::int8), 0) FROM {t})" for t in catalogs)
+
+
+SYNC_STAMP = _stamp((*_STAMPED, _SCHEMAS_STAMPED))
+_CATALOG_SQL = {True: CATALOG_SQL.format(SYNC_STAMP), False: CATALOG_SQL.format(_stamp(_STAMPED))}
+
+
+def catalog_sql(version: int) -> str:
+    """CATALOG_SQL for a server of `version` (server_version_num)."""
+    return _CATALOG_SQL[version >= SCHEMA_PUBLICATIONS]
+
 
 # the columns using an enum type (arrays and domains of it too), asked only when one of its values was renamed
 ENUM_COLUMNS_SQL = (

@@ -16,7 +16,7 @@ from typing import Any
 import psycopg2
 
 from capture.config import SourceConfig
-from capture.errors import CheckpointPurgedError, PositionWentBackwardsError, PreflightError
+from capture.errors import CheckpointPurgedError, PositionWentBackwardsError, PreflightError, UnlandableKeyError
 from capture.events import LogItem, Lsn
 from capture.log import get_logger
 from capture.sources.postgres.catalog import base_tables, table_keys
@@ -24,6 +24,7 @@ from capture.sources.postgres.connection import connect, format_lsn, parse_lsn, 
 from capture.sources.postgres.preflight import preflight
 from capture.sources.postgres.publication import Publication
 from capture.sources.postgres.reader import Landed, PgOutputReader
+from capture.sources.postgres.types import ClampedKeys
 from capture.sources.table_keys import TableKeys, check_named_keys, log_keyless
 
 log = get_logger(__name__)
@@ -45,6 +46,8 @@ class PostgresSource:
         self._acknowledged = 0
         self._lag_conn: Any = None
         self.landed: Landed | None = None  # set by the service (`use_landed`)
+        # clamped_keys: accept warns once per table and column for the capture run, not per reader (reconnect)
+        self._clamped = ClampedKeys(name, config.clamped_keys, UnlandableKeyError)
 
     def use_landed(
         self,
@@ -181,6 +184,7 @@ class PostgresSource:
             frontier,
             self.landed,
             resume.get("enums"),
+            self._clamped,
         )
         return iter(self._reader)
 

@@ -125,7 +125,8 @@ class ClampedKeys:
     PostgreSQL: types). NaN numeric and time '24:00' are one value each, so they pass. `refuse`:
     `check` raises `error` naming table, column and value; `accept`: it logs
     `capture.clamped_key_accepted` once per table and column (for this object's life: a capture
-    run, a dump source) and the values land clamped (or NULL)."""
+    run, the source's and not each reader's, so reconnects do not warn again; a dump source) and the
+    values land clamped (or NULL)."""
 
     def __init__(self, source: str, policy: Policy, error: type[Exception]) -> None:
         self.source, self.policy, self.error = source, policy, error

@@ -1,7 +1,7 @@
 """The reader's catalog watcher: what the catalog changes without a row event, polled between
 transactions every CHECK_S (and once at start, before streaming).
 
-One round: ONE statement (schema_change.CATALOG_SQL) that reads the captured relations still standing
+One round: ONE statement (schema_change.catalog_sql) that reads the captured relations still standing
 with their names, every enum label, a stamp of the catalog rows the publication sync reads
 (schema_change.SYNC_STAMP), and the WAL insert position D after that statement's snapshot; then, when
 that stamp changed since the last sync (or the last sync left something undone, or FULL_SYNC_ROUNDS
@@ -79,7 +79,8 @@ class CatalogWatcher:
     def check(self, catalog: Any, sync: bool = True) -> None:
         """One round (`sync`: with the publication's)."""
         standing = self._standing()
-        position, present, labels, stamp = query(catalog, schema_change.CATALOG_SQL, (list(standing),))[0]
+        statement = schema_change.catalog_sql(catalog.server_version)
+        position, present, labels, stamp = query(catalog, statement, (list(standing),))[0]
         self._rounds += 1
         if sync and (stamp != self._synced or self.publication.unsettled or self._rounds >= FULL_SYNC_ROUNDS):
             self._synced, self._rounds = None, 0

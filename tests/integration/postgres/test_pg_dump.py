@@ -22,6 +22,7 @@ from capture.sources import open_chunk_source
 from capture.status import render, source_status
 from tests.integration.dumping import Died, DiesBeforeHigh, assert_refused, check_schema_change_rereads, open_engine
 from tests.integration.postgres.dumping import Workload, reconciled_state, table_state, wait_until_landed
+from tests.servers import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -608,3 +609,39 @@ def test_capture_stops_at_interval_and_array_keys_that_would_not_land_as_themsel
     assert capture.wait_exit() == 2
     assert "public.day_lists: key column 'd' holds '{2020-01-01,-infinity}', which lands as a list" in capture.log()
     assert len(capture.events("public", "spans")) == 1
+
+
+def test_clamped_keys_accepted_warn_once_per_capture_run_across_reconnects(postgres, pg_database, make_pg_capture):
+    """README: capture logs `capture.clamped_key_accepted` once per run, table and column. On main every
+    reconnect (the walsender ended, the network cut) made a new reader, which warned again at the next
+    such key; now the source keeps what was warned for the whole run. A new run warns once again."""
+    postgres.execute("CREATE TABLE valid (id int, valid_to date, PRIMARY KEY (id, valid_to))", database=pg_database)
+    capture = make_pg_capture(clamped_keys="accept").start()
+    capture.wait_running()
+
+    def warned() -> int:
+        return sum("capture.clamped_key_accepted" in x for x in capture.log().splitlines())
+
+    def reconnect() -> None:
+        slot = capture.config.source("src").slot_name("src")
+        postgres.execute(
+            f"SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = '{slot}'"
+        )
+        wait_for(lambda: capture.log().count("capture.source_lost") > lost, 30, what="the stream to end")
+
+    postgres.execute("INSERT INTO valid VALUES (1, 'infinity')", database=pg_database)
+    capture.wait_events("public", "valid", 1)
+    assert warned() == 1
+    for n in (2, 3):
+        lost = capture.log().count("capture.source_lost")
+        reconnect()
+        postgres.execute(f"INSERT INTO valid VALUES ({n}, 'infinity')", database=pg_database)
+        capture.wait_events("public", "valid", n)
+    assert warned() == 1
+    assert capture.stop() == 0
+    capture.start()
+    capture.wait_running()
+    postgres.execute("INSERT INTO valid VALUES (4, 'infinity')", database=pg_database)
+    capture.wait_events("public", "valid", 4)
+    assert warned() == 2  # the new run's
+    assert capture.stop() == 0

@@ -143,3 +143,56 @@ def test_a_table_added_to_the_publication_while_capture_is_stopped_is_listed_not
     wait_until_landed(postgres, pg_database, capture)
     assert_target_holds_source(capture, postgres, pg_database, "late")
     assert capture.stop() == 0
+
+
+def test_only_a_dump_of_the_whole_table_converges_it(postgres, pg_database, start_pg_capture):
+    """A key-list dump (`--keys`) or a key range (`--from` / `--to`) reads some rows only: on main any
+    finished dump cleared the table's mark, and `logtide status` said nothing while the target still
+    lacked the rows outside the keys or the range. Now only a dump of the whole table clears it."""
+    capture = start_pg_capture("CREATE TABLE keep (id int PRIMARY KEY)")
+    postgres.execute(
+        "CREATE TABLE late (id int PRIMARY KEY, v int)",
+        "INSERT INTO late SELECT i, i FROM generate_series(1, 6) i",
+        database=pg_database,
+    )
+    wait_for(lambda: _not_converged(capture) == ["public.late"], 30, what="late listed not converged")
+    time.sleep(1.1)  # the dump's record is to the second: it starts in a later one
+    for narrowed in (["--keys", "[1, 2]"], ["--from", "2", "--to", "4"], ["--from", "3"]):
+        dump = subprocess.run(
+            [sys.executable, "-m", "capture.cli", "--config", str(capture.config_path), "dump", "--source", "src",
+             "--table", "public.late", *narrowed],
+            cwd=ROOT, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert dump.returncode == 0, dump.stderr
+        assert _not_converged(capture) == ["public.late"], narrowed
+    dump_table(capture, "late")
+    assert _not_converged(capture) == []
+    wait_until_landed(postgres, pg_database, capture)
+    assert_target_holds_source(capture, postgres, pg_database, "late")
+    assert capture.stop() == 0
+
+
+def test_capture_keeps_its_tables_listed_when_an_administrator_publishes_and_unpublishes_their_schema(
+    postgres, pg_database, start_pg_capture
+):
+    """`ADD TABLES IN SCHEMA` on capture's own publication: a captured table created in the same transaction
+    is published by the schema and added by name too, so `DROP TABLES IN SCHEMA` later loses none of its
+    changes; a table without a replica identity the schema publishes is named (its UPDATEs fail in the
+    application), where on main nothing said so."""
+    capture = start_pg_capture("CREATE TABLE keep (id int PRIMARY KEY)", "CREATE TABLE bare (a int)")
+    postgres.execute(
+        "BEGIN; CREATE TABLE fresh (id int PRIMARY KEY, v int);"
+        " ALTER PUBLICATION logtide_src ADD TABLES IN SCHEMA public; COMMIT",
+        database=pg_database,
+    )
+    named = "event=publication.schema_without_identity source=src publication=logtide_src table=public.bare"
+    wait_for(lambda: named in capture.log(), 20, what="bare named")
+    listed = "SELECT prrelid::regclass::text FROM pg_publication_rel r JOIN pg_publication p ON p.oid = r.prpubid"
+    wait_for(lambda: ("fresh",) in postgres.query(listed, database=pg_database), 20, what="fresh added by name")
+    assert "public.fresh" in _not_converged(capture)  # added: its rows before then are in no log
+    postgres.execute("ALTER PUBLICATION logtide_src DROP TABLES IN SCHEMA public", database=pg_database)
+    postgres.execute("INSERT INTO fresh VALUES (1, 1)", "INSERT INTO keep VALUES (1)", database=pg_database)
+    assert [e["after"]["id"] for e in capture.wait_events("public", "fresh", 1)] == [1]
+    assert [e["after"]["id"] for e in capture.wait_events("public", "keep", 1)] == [1]
+    assert "publication.sync_failed" not in capture.log()
+    assert capture.stop() == 0

@@ -369,3 +369,47 @@ def test_a_table_the_readonly_publication_lacks_stays_unconverged_until_publishe
     wait_until_landed(postgres, pg_database, capture)
     assert reconciled_state(capture, "public", "extra")[0] == table_state(postgres, pg_database, "extra")
     assert capture.stop() == 0
+
+
+def test_a_table_published_with_its_schema_is_found_at_once_and_converges_after_a_dump(
+    postgres, pg_database, make_pg_capture
+):
+    """`ALTER PUBLICATION ... ADD TABLES IN SCHEMA` (PostgreSQL 15) publishes a table without a row in
+    pg_publication_rel: on main capture never found such a table published (it read the table list
+    only; the watcher's catalog stamp left pg_publication_namespace out as well), so it stayed listed
+    'not published' whatever was dumped. Now the next round finds it; the rows written once it is
+    published land from the log, and a dump started after that converges it."""
+    from capture.config import load_config
+    from capture.status import source_status
+
+    def not_converged() -> dict[str, dict]:
+        report = source_status(load_config(capture.config_path), "src")
+        return {t["table"]: t for t in report["not_converged"]}
+
+    postgres.execute(
+        "CREATE TABLE ledger (id int PRIMARY KEY, v int)",
+        "CREATE TABLE extra (id int PRIMARY KEY, v int)",
+        "INSERT INTO extra SELECT i, i FROM generate_series(1, 5) i",
+        database=pg_database,
+    )
+    capture = _readonly_capture(make_pg_capture, postgres, pg_database, "public.ledger")
+    wait_for(lambda: not_converged().get("public.extra", {}).get("unpublished"), 10, what="extra not published")
+    postgres.execute(
+        "ALTER PUBLICATION logtide_src ADD TABLES IN SCHEMA public",
+        f'GRANT SELECT ON ALL TABLES IN SCHEMA public TO "{DUMPER}"',
+        database=pg_database,
+    )
+    # written before capture's next round: in the log, so they land
+    postgres.execute("INSERT INTO extra VALUES (6, 6)", "UPDATE extra SET v = 10 WHERE id = 1", database=pg_database)
+    began = time.monotonic()
+    wait_for(lambda: not not_converged()["public.extra"].get("unpublished"), 20, what="extra found published")
+    assert time.monotonic() - began < 10 * CHECK_S  # the next rounds, not the full sync's (60 s)
+    assert "publication.table_added" in capture.log()
+    assert [e["after"]["id"] for e in capture.wait_events("public", "extra", 2)] == [6, 1]
+    time.sleep(1.1)  # the dump's record is to the second: it starts in a later one
+    _dump(capture, "public.extra", 2)
+    assert not_converged() == {}
+    postgres.execute("DELETE FROM extra WHERE id = 2", database=pg_database)
+    wait_until_landed(postgres, pg_database, capture)
+    assert reconciled_state(capture, "public", "extra")[0] == table_state(postgres, pg_database, "extra")
+    assert capture.stop() == 0
