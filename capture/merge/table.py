@@ -201,6 +201,8 @@ def spark_value(value: Any, spark: Any) -> Any:
 
     if value is None:
         return None
+    if isinstance(spark, T.ArrayType) and isinstance(value, (list, tuple)):  # PostgreSQL array keys
+        return [spark_value(v, spark.elementType) for v in value]
     if isinstance(value, timedelta):
         return value // timedelta(microseconds=1)
     if isinstance(spark, T.DecimalType) and not isinstance(value, Decimal):

@@ -57,7 +57,7 @@ from capture.sources.postgres.connection import connect, parse_lsn, query, trans
 from capture.sources.postgres.publication import Publication, SyncResult, unlogged
 from capture.sources.postgres.read_view import PgSnapshot
 from capture.sources.postgres.sql import chunk_select, duplicate_select, key_after_select, keys_select, qualified, quote
-from capture.sources.postgres.types import ClampedKeys, ColumnBuilder
+from capture.sources.postgres.types import ClampedKeys, ColumnBuilder, array_literal
 from capture.sources.table_keys import check_named_keys, duplicate_key_error
 
 log = get_logger(__name__)
@@ -359,11 +359,52 @@ class PostgresChunkSource:
         return self._chunk_end
 
     def select_keys(self, table: TableSchema, keys: list[Row]) -> pa.StructArray:
+        """Rows of `keys` (landed values, `landed_keys`): array values bound as their text, cast to
+        the column's type (psycopg2's ARRAY[...] would be text[] for text-like elements)."""
         if not keys:
             return pa.array([], type=table.row_type)
         as_text = self._builders[table.fingerprint][1]
-        sql, params = keys_select(table.schema, table.table, table.names, table.key, keys, as_text, key_text=True)
+        types = {c.name: c for c in table.columns}
+        arrays = [pa.types.is_list(types[k].arrow_type) for k in table.key]
+        if any(arrays):
+            casts = [types[k].source_type if a else None for k, a in zip(table.key, arrays, strict=True)]
+            keys = [tuple(array_literal(v) if a else v for v, a in zip(k, arrays, strict=True)) for k in keys]
+        else:
+            casts = None
+        sql, params = keys_select(
+            table.schema, table.table, table.names, table.key, keys, as_text, key_text=True, casts=casts
+        )
         return self._rows(table, sql, params, key_text=True)  # the keys' text: checked as a chunk's
+
+    def landed_keys(self, table: TableSchema, keys: list[Row]) -> list[Row]:
+        """A key list's array values given as text ('{1,2}', '[0:2]={1,2,3}') as the database reads
+        them, checked as a chunk's keys (`ClampedKeys`: refused before anything is written when the
+        value would not land as itself) and parsed as the log parses them: the landed value the
+        chunk metadata, the merge and `select_keys` use. Other values stay as given."""
+        columns = {c.name: (i, c) for i, c in enumerate(table.columns)}
+        builders = self._builders[table.fingerprint][0]
+        out = [list(k) for k in keys]
+        for part, name in enumerate(table.key):
+            index, column = columns[name]
+            given = [(n, k[part]) for n, k in enumerate(keys) if isinstance(k[part], str)]
+            if not pa.types.is_list(column.arrow_type) or not given:
+                continue
+            cast = column.source_type.replace("%", "%%")
+            try:
+                texts = [r[0] for r in self._run(
+                    f"SELECT (u.v::{cast})::text FROM unnest(%s::text[]) WITH ORDINALITY AS u(v, n) ORDER BY u.n",
+                    ([v for _, v in given],),
+                )]  # fmt: skip
+            except DumpInputError:
+                raise
+            except psycopg2.Error as exc:
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                raise DumpInputError(f"key value for column {name!r} is not a valid {column.source_type}: {first}") from None
+            text = pa.array(texts, pa.string())
+            self._clamped.check(table, [text], [index])
+            for (n, _), value in zip(given, builders[index](text).to_pylist(), strict=True):
+                out[n][part] = value
+        return [tuple(k) for k in out]
 
     def key_after(self, table: TableSchema, key: Row, other: Row) -> bool:
         return bool(self._run(key_after_select(table.schema, table.table, table.key), [*key, *other])[0][0])

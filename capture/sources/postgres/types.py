@@ -32,7 +32,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import date, datetime, time, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -174,17 +174,69 @@ def _unlandable(arrow_type: pa.DataType, text: pa.Array) -> tuple[str, str] | No
                 return value, "NULL (Arrow's durations hold about 292,000 years either way)"
         return None
     if pa.types.is_list(arrow_type):
-        element = arrow_type.value_type
-        if not (pa.types.is_date(element) or pa.types.is_timestamp(element) or pa.types.is_duration(element)):
-            return None
-        for value in _py(text):
-            if value is None:
-                continue
-            items = [v for v in parse_array(value) if v is not None]
-            found = _unlandable(element, pa.array(items, pa.string())) if items else None
-            if found is not None:
-                return value, f"a list whose element {found[0]!r} lands as {found[1]}"
+        return _unlandable_list(arrow_type.value_type, text)
     return None
+
+
+def _unlandable_list(element: pa.DataType, text: pa.Array) -> tuple[str, str] | None:
+    """An array key that would not land as itself: one with a lower bound other than 1 (it lands
+    without it, as the array of the same elements from 1 does: PostgreSQL tells them apart), or
+    one with an element that would not (dates, timestamps, intervals as above; NaN in a
+    numeric(p,s) array and time '24:00' land as a NULL element, as NULL itself does)."""
+    decimal, times = pa.types.is_decimal(element), pa.types.is_time(element)
+    temporal = pa.types.is_date(element) or pa.types.is_timestamp(element) or pa.types.is_duration(element)
+    for value in _py(text):
+        if value is None:
+            continue
+        if value.startswith("["):  # only a lower bound other than 1 is written ('[0:2]={1,2,3}')
+            bound = value[1 : value.index(":")]
+            return value, f"a list without its lower bound {bound}, as {value[value.index('=') + 1 :]!r} does"
+        if not (decimal or times or temporal):
+            continue
+        items = [v for v in parse_array(value) if v is not None]
+        if not items:
+            continue
+        if temporal:
+            found = _unlandable(element, pa.array(items, pa.string()))
+        else:
+            nulls = [v for v in items if (v == "NaN" if decimal else v.startswith("24:"))]
+            found = (nulls[0], "NULL") if nulls else None
+        if found is not None:
+            return value, f"a list whose element {found[0]!r} lands as {found[1]}"
+    return None
+
+
+def array_literal(value: list[Any]) -> str:
+    """A landed array key value (a list of the element type's Python values) as PostgreSQL's array
+    text, every element quoted: bound as a parameter and cast to the column's type, it names the
+    array the value landed from (lower bound 1; clamped elements as their landed value)."""
+    return "{" + ",".join("NULL" if v is None else _quoted(_element_text(v)) for v in value) + "}"
+
+
+def _quoted(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _element_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "t" if value else "f"
+    if isinstance(value, float):
+        if value != value:
+            return "NaN"
+        if value in (float("inf"), float("-inf")):
+            return "Infinity" if value > 0 else "-Infinity"
+        return repr(value)
+    if isinstance(value, bytes):
+        return "\\x" + value.hex()
+    if isinstance(value, datetime):
+        return value.isoformat(" ")
+    if isinstance(value, (date, time)):
+        return value.isoformat()
+    if isinstance(value, timedelta):
+        return f"{value // timedelta(microseconds=1)} microseconds"
+    if isinstance(value, Decimal):
+        return format(value, "f")
+    return str(value)
 
 
 def _clamped_to(text: str, timestamp: bool = True) -> str:
