@@ -220,6 +220,7 @@ class PostgresChunkSource:
         name = table.qualified_name
         if self.config.named_key(table.schema, table.table) != table.key:
             return
+        start, stop = _bindable(table, start), _bindable(table, stop)
         rows = self._run(*duplicate_select(table.schema, table.table, table.key, start, stop))
         if rows:
             raise duplicate_key_error(self.name, name, table.key, rows[0][0] if len(table.key) == 1 else rows[0])
@@ -347,6 +348,7 @@ class PostgresChunkSource:
         clamped (README, PostgreSQL: types)."""
         as_text = self._builders[table.fingerprint][1]
         types = {c.name: c.source_type for c in table.columns}
+        after, start, stop = (_bindable(table, bound) for bound in (after, start, stop))
         sql, params = chunk_select(
             table.schema, table.table, table.names, table.key, after, start, stop, limit, as_text,
             [types[k] for k in table.key], after_source,
@@ -399,7 +401,9 @@ class PostgresChunkSource:
                 raise
             except psycopg2.Error as exc:
                 first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-                raise DumpInputError(f"key value for column {name!r} is not a valid {column.source_type}: {first}") from None
+                raise DumpInputError(
+                    f"key value for column {name!r} is not a valid {column.source_type}: {first}"
+                ) from None
             text = pa.array(texts, pa.string())
             self._clamped.check(table, [text], [index])
             for (n, _), value in zip(given, builders[index](text).to_pylist(), strict=True):
@@ -407,7 +411,8 @@ class PostgresChunkSource:
         return [tuple(k) for k in out]
 
     def key_after(self, table: TableSchema, key: Row, other: Row) -> bool:
-        return bool(self._run(key_after_select(table.schema, table.table, table.key), [*key, *other])[0][0])
+        params = [*_bindable(table, key), *_bindable(table, other)]  # type: ignore[misc]
+        return bool(self._run(key_after_select(table.schema, table.table, table.key), params)[0][0])
 
     def read_view(self) -> PgSnapshot | None:
         """The last chunk's snapshot and the WAL position just before its LOW watermark."""
@@ -437,6 +442,15 @@ class PostgresChunkSource:
 
     def close(self) -> None:
         self._conn.close()
+
+
+def _bindable(table: TableSchema, key: Row | None) -> Row | None:
+    """A key bound as a parameter: array values (lists, landed or given as JSON) as their text,
+    which PostgreSQL resolves to the column's type where psycopg2's ARRAY[...] would be text[] for
+    text-like elements; a range's bounds given as text stay text."""
+    if key is None or not any(isinstance(v, list) for v in key):
+        return key
+    return tuple(array_literal(v) if isinstance(v, list) else v for v in key)
 
 
 def _csv_columns(data: bytes, width: int) -> list[pa.Array]:

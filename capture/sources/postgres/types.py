@@ -135,6 +135,8 @@ class ClampedKeys:
         """Check the key columns `indexes` of `table` (their texts, in that order)."""
         for index, text in zip(indexes, texts, strict=True):
             column = table.columns[index]
+            if len(text) and pa.types.is_list(column.arrow_type):
+                self._one_dimensional(table, column.name, text)
             if not len(text) or (table.qualified_name, column.name) in self._warned:
                 continue
             found = _unlandable(column.arrow_type, text)
@@ -157,6 +159,24 @@ class ClampedKeys:
                 action="keep one such value a key, or give those rows other keys",
             )
             self._warned.add((table.qualified_name, column.name))
+
+    def _one_dimensional(self, table: TableSchema, column: str, text: pa.Array) -> None:
+        """A multi-dimensional array lands as nothing (only one-dimensional arrays land, as lists):
+        in a key it is refused whatever the policy, before anything of its chunk or transaction lands."""
+        found = pc.match_substring_regex(_text(text), _MULTI_DIMENSIONAL)
+        if not pc.any(found).as_py():
+            return
+        value, name = _text(text).filter(found)[0].as_py(), table.qualified_name
+        raise self.error(
+            f"source {self.source!r}: {name}: key column {column!r} holds {value!r}, a multi-dimensional array: only "
+            "one-dimensional arrays land (as lists), so this key cannot land at all. Ways out: leave "
+            f"{name} out of capture (exclude) and restart capture, which then goes on past it; make those keys "
+            f"one-dimensional (UPDATE ... SET {column} = ...) or name another unique key for {name} (`keys:`); then "
+            f"capture {name} again and dump it (a dump refusal needs only the UPDATE, then the dump again)"
+        )
+
+
+_MULTI_DIMENSIONAL = r"^\{\{|^\[[^=]*\]\["  # '{{1,2},{3,4}}', '[0:1][1:2]={{...}}'
 
 
 def _unlandable(arrow_type: pa.DataType, text: pa.Array) -> tuple[str, str] | None:
