@@ -379,22 +379,29 @@ class PostgresChunkSource:
         return self._rows(table, sql, params, key_text=True)  # the keys' text: checked as a chunk's
 
     def landed_keys(self, table: TableSchema, keys: list[Row]) -> list[Row]:
-        """A key list's array values given as text ('{1,2}', '[0:2]={1,2,3}') as the database reads
-        them, checked as a chunk's keys (`ClampedKeys`: refused before anything is written when the
-        value would not land as itself) and parsed as the log parses them: the landed value the
-        chunk metadata, the merge and `select_keys` use. Other values stay as given."""
+        """A key list's values given as text or lists, for columns that land as lists or strings, as the
+        database reads and spells them: arrays ('{1,2}', '[0:2]={1,2,3}') checked as a chunk's keys
+        (`ClampedKeys`: refused before anything is written when the value would not land as
+        itself) and parsed as the log parses them; other types in their output's spelling (uuid
+        'A0EE...' as 'a0ee...', int4range '[1,4]' as '[1,5)', inet '10.0.0.1/32' as '10.0.0.1';
+        text and citext as given). That is the landed value the chunk metadata, the merge's repair
+        and `select_keys` use. Values of other columns stay as given (capture/dump/keys.py typed them)."""
         columns = {c.name: (i, c) for i, c in enumerate(table.columns)}
         builders = self._builders[table.fingerprint][0]
         out = [list(k) for k in keys]
         for part, name in enumerate(table.key):
             index, column = columns[name]
-            given = [(n, k[part]) for n, k in enumerate(keys) if isinstance(k[part], str)]
-            if not pa.types.is_list(column.arrow_type) or not given:
+            given = [  # JSON lists too: their elements must be the element type's (an enum's labels)
+                (n, array_literal(k[part]) if isinstance(k[part], list) else k[part])
+                for n, k in enumerate(keys)
+                if isinstance(k[part], (str, list))
+            ]
+            if not (pa.types.is_list(column.arrow_type) or pa.types.is_string(column.arrow_type)) or not given:
                 continue
             cast = column.source_type.replace("%", "%%")
-            try:
+            try:  # the type's output, as the log and a chunk give it (inet: '::1', where ::text says '::1/128')
                 texts = [r[0] for r in self._run(
-                    f"SELECT (u.v::{cast})::text FROM unnest(%s::text[]) WITH ORDINALITY AS u(v, n) ORDER BY u.n",
+                    f"SELECT format('%%s', u.v::{cast}) FROM unnest(%s::text[]) WITH ORDINALITY u(v, n) ORDER BY u.n",
                     ([v for _, v in given],),
                 )]  # fmt: skip
             except DumpInputError:

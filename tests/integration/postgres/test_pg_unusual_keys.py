@@ -236,3 +236,34 @@ def test_array_keys_that_would_land_as_another_key_are_refused(
     assert capture.wait_exit() == 2
     assert f"public.lists: key column {refused}" in capture.log()
     assert len(capture.events("public", "lists")) == 1  # nothing of the refused change landed
+
+
+def test_key_lists_name_keys_as_they_land(postgres, pg_database, make_pg_capture):
+    """A key given as text is read by the database and kept in the spelling it lands in (the chunk's
+    `keys`, which the merge's repair compares with the target's keys); one it cannot read is refused
+    before anything is written."""
+    _setup(postgres, pg_database)
+    engine, source = open_engine(make_pg_capture())
+    cases = [
+        ("uid", ["A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11"], [("a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11",)]),
+        ("int_r", ["[1,4]", "(0,0)"], [("[1,5)",), ("empty",)]),
+        ("ip", ["10.0.0.1/32"], [("10.0.0.1",)]),
+        ("int_a", ["{01, 2}", [1, None], "[1:2]={1,2}"], [([1, 2],), ([1, None],)]),  # the first of equal keys
+        ("enum_a", ["{aaa,mmm}", ["zzz"]], [(["aaa", "mmm"],), (["zzz"],)]),
+        ("ci", ["apple"], [("apple",)]),
+        ("dec_a", ["{1.5}", ["2.25"]], [([Decimal("1.50")],), ([Decimal("2.25")],)]),
+    ]
+    try:
+        for table, asked, landed in cases:
+            plan = engine.plan(DumpRequest(tables=[f"public.{table}"], keys=asked))
+            assert plan.tables[0].keys == landed, table
+        for table, asked, refused in [
+            ("int_a", ["{x}"], "key value for column 'k' is not a valid integer[]: invalid input syntax"),
+            ("enum_a", [["sad"]], "invalid input value for enum mood"),
+            ("int_a", [[[1]]], "only one-dimensional arrays land as lists"),
+            ("int_a", ["[0:1]={1,2}"], "which lands as a list without its lower bound 0"),
+        ]:
+            with pytest.raises(DumpInputError, match=re.escape(refused)):
+                engine.plan(DumpRequest(tables=[f"public.{table}"], keys=asked))
+    finally:
+        source.close()
