@@ -389,6 +389,13 @@ class PostgresChunkSource:
         columns = {c.name: (i, c) for i, c in enumerate(table.columns)}
         builders = self._builders[table.fingerprint][0]
         out = [list(k) for k in keys]
+        # the types without their typmod: a cast to varchar(3), bit(4) or numeric(10,2)[] would cut,
+        # pad or round the value into another key ('abcd' into 'abc'), where the SELECT compares it unchanged
+        bare = dict(self._run(
+            "SELECT a.attname, format_type(a.atttypid, NULL) FROM pg_attribute a WHERE a.attrelid = %s"
+            " AND a.attname = ANY(%s)",
+            (table.relation, list(table.key)),
+        ))  # fmt: skip
         for part, name in enumerate(table.key):
             index, column = columns[name]
             given = [  # JSON lists too: their elements must be the element type's (an enum's labels)
@@ -398,7 +405,7 @@ class PostgresChunkSource:
             ]
             if not (pa.types.is_list(column.arrow_type) or pa.types.is_string(column.arrow_type)) or not given:
                 continue
-            cast = column.source_type.replace("%", "%%")
+            cast = bare[name].replace("%", "%%")
             try:  # the type's output, as the log and a chunk give it (inet: '::1', where ::text says '::1/128')
                 texts = [r[0] for r in self._run(
                     f"SELECT format('%%s', u.v::{cast}) FROM unnest(%s::text[]) WITH ORDINALITY u(v, n) ORDER BY u.n",
@@ -413,7 +420,13 @@ class PostgresChunkSource:
                 ) from None
             text = pa.array(texts, pa.string())
             self._clamped.check(table, [text], [index])
-            for (n, _), value in zip(given, builders[index](text).to_pylist(), strict=True):
+            try:
+                landed = builders[index](text).to_pylist()
+            except (ValueError, pa.ArrowException) as exc:  # '{1.234}' for numeric(10,2)[]: no such key
+                raise DumpInputError(
+                    f"key value for column {name!r} is not a {column.source_type} value the column can hold: {exc}"
+                ) from None
+            for (n, _), value in zip(given, landed, strict=True):
                 out[n][part] = value
         return [tuple(k) for k in out]
 

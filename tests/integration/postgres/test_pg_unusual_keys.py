@@ -243,6 +243,7 @@ def test_key_lists_name_keys_as_they_land(postgres, pg_database, make_pg_capture
     `keys`, which the merge's repair compares with the target's keys); one it cannot read is refused
     before anything is written."""
     _setup(postgres, pg_database)
+    postgres.execute("CREATE TABLE vc (k varchar(3) PRIMARY KEY, v int)", database=pg_database)
     engine, source = open_engine(make_pg_capture())
     cases = [
         ("uid", ["A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11"], [("a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11",)]),
@@ -252,6 +253,9 @@ def test_key_lists_name_keys_as_they_land(postgres, pg_database, make_pg_capture
         ("enum_a", ["{aaa,mmm}", ["zzz"]], [(["aaa", "mmm"],), (["zzz"],)]),
         ("ci", ["apple"], [("apple",)]),
         ("dec_a", ["{1.5}", ["2.25"]], [([Decimal("1.50")],), ([Decimal("2.25")],)]),
+        # not cut, padded or rounded into another key, as a cast to the column's typmod would
+        ("fbits", ["1"], [("1",)]),
+        ("vc", ["abcd"], [("abcd",)]),
     ]
     try:
         for table, asked, landed in cases:
@@ -262,6 +266,7 @@ def test_key_lists_name_keys_as_they_land(postgres, pg_database, make_pg_capture
             ("enum_a", [["sad"]], "invalid input value for enum mood"),
             ("int_a", [[[1]]], "only one-dimensional arrays land as lists"),
             ("int_a", ["[0:1]={1,2}"], "which lands as a list without its lower bound 0"),
+            ("dec_a", ["{1.234}"], "key value for column 'k' is not a numeric(10,2)[] value the column can hold"),
         ]:
             with pytest.raises(DumpInputError, match=re.escape(refused)):
                 engine.plan(DumpRequest(tables=[f"public.{table}"], keys=asked))
