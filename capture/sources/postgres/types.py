@@ -269,10 +269,17 @@ def clamped_key_message(source: str, table: TableSchema, column: str, text: str,
     the log past the checkpoint, so an UPDATE of the rows cannot get capture past it (and its old
     key holds the same value); excluding the table can, and a dump then brings the fixed rows."""
     name = table.qualified_name
+    why = (
+        "(a landed list keeps no lower bound)"
+        if "lower bound" in lands_as
+        else "(Arrow's decimals hold no NaN, its times no 24:00)"
+        if lands_as.endswith("lands as NULL")
+        else "(Iceberg, Spark and Python hold dates and timestamps from 0001-01-01 to 9999-12-31, Arrow's durations "
+        "about 292,000 years)"
+    )
     return (
         f"source {source!r}: {name}: key column {column!r} holds {text!r}, which lands as {lands_as} "
-        "(Iceberg, Spark and Python hold dates and timestamps from 0001-01-01 to 9999-12-31, Arrow's durations "
-        "about 292,000 years), as other such values do: rows whose keys differ only there would land as one "
+        f"{why}, as other such values do: rows whose keys differ only there would land as one "
         "target row. Ways out: (1) set `clamped_keys: accept` on the source, when no two rows' keys differ only "
         "there (as `(id, valid_to)` with one 'infinity' row an id): capture and dumps warn and land such values "
         "clamped (intervals as NULL), and rows whose keys land as the same value become one target row; "
