@@ -100,6 +100,7 @@ class PostgresChunkSource:
         self.name = name
         self.config = config
         self._builders: dict[str, tuple[list[ColumnBuilder], list[bool]]] = {}
+        self._bare: dict[str, dict[str, str]] = {}  # fingerprint -> key column -> type without typmod
         self._conn = connect(config)
         self._conn.set_client_encoding("UTF8")  # COPY's bytes are read as UTF-8
         self._types = TypeCatalog(self._conn)
@@ -369,7 +370,8 @@ class PostgresChunkSource:
         types = {c.name: c for c in table.columns}
         arrays = [pa.types.is_list(types[k].arrow_type) for k in table.key]
         if any(arrays):
-            casts = [types[k].source_type if a else None for k, a in zip(table.key, arrays, strict=True)]
+            bare = self._bare_types(table)  # a typmod would cut 'abcd' to the key 'abc' (varchar(3)[])
+            casts = [bare[k] if a else None for k, a in zip(table.key, arrays, strict=True)]
             keys = [tuple(array_literal(v) if a else v for v, a in zip(k, arrays, strict=True)) for k in keys]
         else:
             casts = None
@@ -389,13 +391,7 @@ class PostgresChunkSource:
         columns = {c.name: (i, c) for i, c in enumerate(table.columns)}
         builders = self._builders[table.fingerprint][0]
         out = [list(k) for k in keys]
-        # the types without their typmod: a cast to varchar(3), bit(4) or numeric(10,2)[] would cut,
-        # pad or round the value into another key ('abcd' into 'abc'), where the SELECT compares it unchanged
-        bare = dict(self._run(
-            "SELECT a.attname, format_type(a.atttypid, NULL) FROM pg_attribute a WHERE a.attrelid = %s"
-            " AND a.attname = ANY(%s)",
-            (table.relation, list(table.key)),
-        ))  # fmt: skip
+        bare = self._bare_types(table)
         for part, name in enumerate(table.key):
             index, column = columns[name]
             given = [  # JSON lists too: their elements must be the element type's (an enum's labels)
@@ -411,8 +407,6 @@ class PostgresChunkSource:
                     f"SELECT format('%%s', u.v::{cast}) FROM unnest(%s::text[]) WITH ORDINALITY u(v, n) ORDER BY u.n",
                     ([v for _, v in given],),
                 )]  # fmt: skip
-            except DumpInputError:
-                raise
             except psycopg2.Error as exc:
                 first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
                 raise DumpInputError(
@@ -429,6 +423,20 @@ class PostgresChunkSource:
             for (n, _), value in zip(given, landed, strict=True):
                 out[n][part] = value
         return [tuple(k) for k in out]
+
+    def _bare_types(self, table: TableSchema) -> dict[str, str]:
+        """The key columns' types without their typmod (`format_type(oid, NULL)`: `character varying`,
+        `"bit"`, `numeric[]`): a cast to `varchar(3)`, `bit(4)` or `numeric(10,2)[]` would cut, pad or
+        round a given value into another key ('abcd' into 'abc'), where a comparison with the column
+        takes it unchanged."""
+        found = self._bare.get(table.fingerprint)
+        if found is None:
+            found = self._bare[table.fingerprint] = dict(self._run(
+                "SELECT a.attname, format_type(a.atttypid, NULL) FROM pg_attribute a WHERE a.attrelid = %s"
+                " AND a.attname = ANY(%s)",
+                (table.relation, list(table.key)),
+            ))  # fmt: skip
+        return found
 
     def key_after(self, table: TableSchema, key: Row, other: Row) -> bool:
         params = [*_bindable(table, key), *_bindable(table, other)]  # type: ignore[misc]

@@ -243,7 +243,13 @@ def test_key_lists_name_keys_as_they_land(postgres, pg_database, make_pg_capture
     `keys`, which the merge's repair compares with the target's keys); one it cannot read is refused
     before anything is written."""
     _setup(postgres, pg_database)
-    postgres.execute("CREATE TABLE vc (k varchar(3) PRIMARY KEY, v int)", database=pg_database)
+    postgres.execute(
+        "CREATE TABLE vc (k varchar(3) PRIMARY KEY, v int)",
+        "CREATE TABLE vca (k varchar(3)[] PRIMARY KEY, v int)",
+        "INSERT INTO vc VALUES ('abc', 1)",
+        "INSERT INTO vca VALUES ('{abc}', 1)",
+        database=pg_database,
+    )
     engine, source = open_engine(make_pg_capture())
     cases = [
         ("uid", ["A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11"], [("a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11",)]),
@@ -261,6 +267,9 @@ def test_key_lists_name_keys_as_they_land(postgres, pg_database, make_pg_capture
         for table, asked, landed in cases:
             plan = engine.plan(DumpRequest(tables=[f"public.{table}"], keys=asked))
             assert plan.tables[0].keys == landed, table
+        for table, asked in (("vc", "abcd"), ("vca", ["abcd"]), ("vca", "{abcd}")):  # not cut to 'abc'
+            summary = engine.run(DumpRequest(tables=[f"public.{table}"], keys=[asked]))
+            assert summary["tables"][0]["rows"] == 0 and summary["tables"][0]["missing_keys"] == 1
         for table, asked, refused in [
             ("int_a", ["{x}"], "key value for column 'k' is not a valid integer[]: invalid input syntax"),
             ("enum_a", [["sad"]], "invalid input value for enum mood"),
