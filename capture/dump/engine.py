@@ -62,7 +62,7 @@ from capture.errors import (
 from capture.events import Row, TableSchema
 from capture.landing import LandingZone
 from capture.landing.chunks import ChunkMeta, write_chunk, write_chunk_high
-from capture.landing.keys import encode_key
+from capture.landing.keys import encode_key, hashable
 from capture.landing.reader import committed_frontier
 from capture.log import get_logger
 from capture.sources.base import ChunkSource, ReadView, Watermark
@@ -251,7 +251,11 @@ class DumpEngine:
         described = self.source.describe(schema, table)
         keys = None
         if request.keys is not None:
-            keys = list(dict.fromkeys(coerce_key(described, k) for k in request.keys))
+            typed = self.source.landed_keys(described, [coerce_key(described, k) for k in request.keys])
+            unique: dict[Row, Row] = {}
+            for k in typed:
+                unique.setdefault(hashable(k), k)
+            keys = list(unique.values())
         start = None if request.key_from is None else coerce_key(described, request.key_from)
         stop = None if request.key_to is None else coerce_key(described, request.key_to)
         self.source.check_dumpable(described, start, stop)
@@ -516,8 +520,8 @@ class DumpEngine:
         case-insensitive or PAD SPACE collation 'abc' selects the row 'ABC'. Keys found as they
         were written are found; integer keys compare alike in Python and SQL, and with no row
         returned nothing can match, so only the rest is put to the database (`_unmatched`)."""
-        returned = set(zip(*(rows.field(k).to_pylist() for k in table.key), strict=True))
-        unmatched = [k for k in batch if k not in returned]
+        returned = {hashable(k) for k in zip(*(rows.field(k).to_pylist() for k in table.key), strict=True)}
+        unmatched = [k for k in batch if hashable(k) not in returned]
         types = {c.name: c.arrow_type for c in table.columns}
         if not unmatched or not returned or all(pa.types.is_integer(types[k]) for k in table.key):
             return unmatched
@@ -529,7 +533,7 @@ class DumpEngine:
         truly missing, about 2 log2(n) per key that matched under another spelling. It runs inside
         the chunk's window, so a row changed since the chunk's SELECT has a log event there."""
         rows = self.source.select_keys(table, keys)
-        if not returned & set(zip(*(rows.field(k).to_pylist() for k in table.key), strict=True)):
+        if not returned & {hashable(k) for k in zip(*(rows.field(k).to_pylist() for k in table.key), strict=True)}:
             return keys
         if len(keys) == 1:
             return []

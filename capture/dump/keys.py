@@ -23,6 +23,8 @@ def _coerce(column: str, arrow_type: pa.DataType, value: Any) -> Any:
 
     if value is None:
         raise DumpInputError(f"key value for column {column!r} is null; key columns are never null")
+    if pa.types.is_list(arrow_type):
+        return _coerce_list(column, arrow_type.value_type, value)
     if pa.types.is_integer(arrow_type) or (pa.types.is_decimal(arrow_type) and arrow_type.scale == 0):
         if isinstance(value, bool) or not isinstance(value, (int, str)):
             raise wrong("an integer")
@@ -58,6 +60,22 @@ def _coerce(column: str, arrow_type: pa.DataType, value: Any) -> Any:
     return value
 
 
+def _coerce_list(column: str, element: pa.DataType, value: Any) -> Any:
+    """A PostgreSQL array key value: a JSON list, its elements as the element type's values (null
+    for a NULL element), or a string, the array's text ('{1,2}'), which the source reads as the
+    database does (ChunkSource.landed_keys)."""
+    if isinstance(value, str):
+        return value
+    if not isinstance(value, list):
+        raise DumpInputError(
+            f"key value {value!r} for column {column!r} is not an array: give a JSON list such as [1, 2] or the "
+            "array's text such as '{1,2}'"
+        )
+    if any(isinstance(v, list) for v in value):
+        raise DumpInputError(f"key value {value!r} for column {column!r}: only one-dimensional arrays land as lists")
+    return [None if v is None else _coerce(column, element, v) for v in value]
+
+
 def _fits(number: Decimal, precision: int, scale: int) -> bool:
     """Whether the column holds `number` exactly: a value it would round (more places than its
     scale) is compared unrounded by the database but rounded by Spark, which then sees another key."""
@@ -82,12 +100,14 @@ def _timestamp(value: datetime, zoned: bool, wrong: Callable[[str], DumpInputErr
 
 
 def coerce_key(table: TableSchema, values: Any) -> Row:
-    """A key as given by a user (a scalar for one-column keys, else a list) -> typed tuple."""
-    parts = values if isinstance(values, (list, tuple)) else [values]
+    """A key as given by a user (a scalar for one-column keys, else a list) -> typed tuple. A
+    one-column key of an array type takes its value as given: a list is the array, not its parts."""
+    types = {c.name: c.arrow_type for c in table.columns}
+    one_array = len(table.key) == 1 and pa.types.is_list(types[table.key[0]])
+    parts = values if isinstance(values, (list, tuple)) and not one_array else [values]
     if len(parts) != len(table.key):
         raise DumpInputError(
             f"key {values!r} has {len(parts)} value(s); {table.qualified_name} is keyed by "
             f"{len(table.key)} column(s): {', '.join(table.key)}"
         )
-    types = {c.name: c.arrow_type for c in table.columns}
     return tuple(_coerce(column, types[column], v) for column, v in zip(table.key, parts, strict=True))

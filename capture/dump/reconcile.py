@@ -49,6 +49,7 @@ from capture.dump.key_changes import Unknown, chunk_knows, is_completed, key_cha
 from capture.events import Lsn, Row
 from capture.landing import LandingZone
 from capture.landing.chunks import read_chunk_meta
+from capture.landing.keys import hashable
 from capture.landing.reader import (
     Watermarks,
     chunk_files,
@@ -109,7 +110,7 @@ def reconcile_table(
         chunks.append((meta, path))
 
     def key_of(image: dict[str, Any]) -> Row:
-        return tuple(image[k] for k in key_columns)
+        return hashable(tuple(image[k] for k in key_columns))  # array keys: lists as tuples
 
     stream = []
     lsns = []

@@ -1,5 +1,6 @@
 """Key values encoded as JSON for progress files and chunk metadata without losing their type
-(decimals, bytes, dates, times of day and durations as tagged objects)."""
+(decimals, bytes, dates, times of day, durations and lists (PostgreSQL array keys) as tagged
+objects), and `hashable`: a key as a set member or dict key (lists as tuples)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,8 @@ def encode_value(value: Any) -> Any:
         return {"micros": value // timedelta(microseconds=1)}
     if isinstance(value, time):  # PostgreSQL time (MariaDB's TIME is a timedelta)
         return {"time": value.isoformat()}
+    if isinstance(value, (list, tuple)):  # a PostgreSQL array key lands as a list
+        return {"list": [encode_value(v) for v in value]}
     raise TypeError(f"cannot encode key value of type {type(value).__name__}")
 
 
@@ -40,6 +43,7 @@ def decode_value(value: Any) -> Any:
         "date": date.fromisoformat,
         "micros": lambda n: timedelta(microseconds=n),
         "time": time.fromisoformat,
+        "list": lambda items: [decode_value(v) for v in items],
     }[kind](text)
 
 
@@ -49,3 +53,13 @@ def encode_key(key: Row | None) -> list[Any] | None:
 
 def decode_key(key: list[Any] | None) -> Row | None:
     return None if key is None else tuple(decode_value(v) for v in key)
+
+
+def hashable(key: Row) -> Row:
+    """`key` with its list values (PostgreSQL array keys, as Arrow gives them) as tuples, element
+    lists too: a set member or dict key that equals another key's exactly when their values do."""
+    return tuple(_frozen(v) for v in key)
+
+
+def _frozen(value: Any) -> Any:
+    return tuple(_frozen(v) for v in value) if isinstance(value, list) else value

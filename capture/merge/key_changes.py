@@ -60,7 +60,10 @@ def created_lsns(schemas: list[tuple[pa.Schema, Path]], start: int, frontier: in
 
 
 def _plain(value: Any) -> Any:
-    return bytes(value) if isinstance(value, bytearray) else value  # binary keys: hashable
+    """A key value as a dict key: binary as bytes, arrays (PostgreSQL array keys) as tuples."""
+    if isinstance(value, list):
+        return tuple(_plain(v) for v in value)
+    return bytes(value) if isinstance(value, bytearray) else value
 
 
 @dataclass

@@ -201,6 +201,8 @@ def spark_value(value: Any, spark: Any) -> Any:
 
     if value is None:
         return None
+    if isinstance(spark, T.ArrayType) and isinstance(value, (list, tuple)):  # PostgreSQL array keys
+        return [spark_value(v, spark.elementType) for v in value]
     if isinstance(value, timedelta):
         return value // timedelta(microseconds=1)
     if isinstance(spark, T.DecimalType) and not isinstance(value, Decimal):
@@ -381,6 +383,20 @@ def is_empty(spark: Any, name: str) -> bool:
     return snapshot is None or snapshot.summary().get("total-records") == "0"
 
 
+def sortable_prefix(keys: list[str], types: dict[str, Any]) -> list[str]:
+    """The key columns a target's write order can name: those before the first one Iceberg cannot
+    sort by (a list: PostgreSQL array keys; Iceberg sorts by primitive fields only). Empty: the
+    target is written unordered and its MERGE reads it whole (`key_filter` has no literal either)."""
+    from pyspark.sql import types as T
+
+    prefix = []
+    for key in keys:
+        if isinstance(types[key], (T.ArrayType, T.MapType, T.StructType)):
+            break
+        prefix.append(key)
+    return prefix
+
+
 def table_exists(spark: Any, name: str) -> bool:
     return bool(spark.catalog.tableExists(name))
 
@@ -460,7 +476,7 @@ def ensure_table(
         if _create_table(spark, target, ddl, props, clustered_by):
             log.info("merge.table_created", table=name, columns=len(columns))
             return True
-    if clustered and _iceberg_table(spark, name).properties().get("logtide.layout") != LAYOUT:
+    if clustered_by and _iceberg_table(spark, name).properties().get("logtide.layout") != LAYOUT:
         # metadata only: files written from now on are range-clustered; older ones keep their key
         # spread until rewritten (README, Merge: rewrite_data_files with strategy => 'sort')
         spark.sql(f"ALTER TABLE {name} {ordered}")
@@ -1006,7 +1022,8 @@ class TableMerge:
         props[FRONTIER] = str(ctx.frontier)
         exists = self.exists
         target, changelog = ctx.target_of(self.schema, self.table), ctx.target_of(self.schema, self.table, True)
-        if ensure_table(spark, target, columns, TARGET_META, props, self.keys, exists[self.target]):
+        clustered = sortable_prefix(self.keys, self.types)
+        if ensure_table(spark, target, columns, TARGET_META, props, clustered, exists[self.target]):
             self.created.add(self.target)
         if ensure_table(spark, changelog, columns, CHANGELOG_META, props, exists=exists[self.changelog]):
             self.created.add(self.changelog)

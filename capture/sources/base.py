@@ -173,6 +173,12 @@ class ChunkSource(Protocol):
 
     def select_keys(self, table: TableSchema, keys: list[Row]) -> pa.StructArray: ...
 
+    def landed_keys(self, table: TableSchema, keys: list[Row]) -> list[Row]:
+        """A key list as it would land, before anything is written: values a user may give in the
+        database's own spelling only (PostgreSQL arrays as text, '{1,2}') read by the database,
+        refused when they would not land as themselves, and parsed as the log's. MySQL/MariaDB:
+        `keys` as they are (capture/dump/keys.py typed them)."""
+
     def key_after(self, table: TableSchema, key: Row, other: Row) -> bool:
         """Whether the database orders `key` after `other` in `table`'s key order (the key
         columns' types and collations), without reading a row."""

@@ -12,7 +12,14 @@ import pytest
 from capture.sources.postgres import pgoutput
 from capture.sources.postgres.connection import format_lsn, parse_lsn
 from capture.sources.postgres.sql import chunk_select, keys_select, quote
-from capture.sources.postgres.types import TypeInfo, builder, column_type, interval_micros, parse_array
+from capture.sources.postgres.types import (
+    TypeInfo,
+    array_literal,
+    builder,
+    column_type,
+    interval_micros,
+    parse_array,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -151,3 +158,16 @@ def test_chunk_sql_uses_row_comparisons_and_bound_values():
         'SELECT "a", "b" FROM "s"."t" WHERE ("a", "b") IN ((%s, %s), (%s, %s)) ORDER BY "s"."t"."a", "s"."t"."b"'
     )
     assert params == [1, "x", 2, "y"]
+    # an array key part is bound as its text, cast to the column's type (ARRAY[...] of text would be text[])
+    sql, params = keys_select("s", "t", ["a", "b"], ["a", "b"], [(1, "{x}")], casts=[None, "mood[]"])
+    assert (
+        sql == 'SELECT "a", "b" FROM "s"."t" WHERE ("a", "b") IN ((%s, %s::mood[])) ORDER BY "s"."t"."a", "s"."t"."b"'
+    )
+
+
+def test_array_literal_names_the_landed_array():
+    values = [None, "a,b", 'q"x', "b\\s", "NULL", "", "{}"]
+    assert array_literal(values) == '{NULL,"a,b","q\\"x","b\\\\s","NULL","","{}"}'
+    assert parse_array(array_literal(values)) == values
+    special = [float("nan"), float("-inf"), -0.0, b"\x00", Decimal("1.50"), date(2020, 1, 2), timedelta(seconds=1)]
+    assert array_literal(special) == ('{"NaN","-Infinity","-0.0","\\\\x00","1.50","2020-01-02","1000000 microseconds"}')

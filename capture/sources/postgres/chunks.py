@@ -57,7 +57,7 @@ from capture.sources.postgres.connection import connect, parse_lsn, query, trans
 from capture.sources.postgres.publication import Publication, SyncResult, unlogged
 from capture.sources.postgres.read_view import PgSnapshot
 from capture.sources.postgres.sql import chunk_select, duplicate_select, key_after_select, keys_select, qualified, quote
-from capture.sources.postgres.types import ClampedKeys, ColumnBuilder
+from capture.sources.postgres.types import ClampedKeys, ColumnBuilder, array_literal
 from capture.sources.table_keys import check_named_keys, duplicate_key_error
 
 log = get_logger(__name__)
@@ -100,6 +100,7 @@ class PostgresChunkSource:
         self.name = name
         self.config = config
         self._builders: dict[str, tuple[list[ColumnBuilder], list[bool]]] = {}
+        self._bare: dict[str, dict[str, str]] = {}  # fingerprint -> key column -> type without typmod
         self._conn = connect(config)
         self._conn.set_client_encoding("UTF8")  # COPY's bytes are read as UTF-8
         self._types = TypeCatalog(self._conn)
@@ -220,6 +221,7 @@ class PostgresChunkSource:
         name = table.qualified_name
         if self.config.named_key(table.schema, table.table) != table.key:
             return
+        start, stop = _bindable(table, start), _bindable(table, stop)
         rows = self._run(*duplicate_select(table.schema, table.table, table.key, start, stop))
         if rows:
             raise duplicate_key_error(self.name, name, table.key, rows[0][0] if len(table.key) == 1 else rows[0])
@@ -347,6 +349,7 @@ class PostgresChunkSource:
         clamped (README, PostgreSQL: types)."""
         as_text = self._builders[table.fingerprint][1]
         types = {c.name: c.source_type for c in table.columns}
+        after, start, stop = (_bindable(table, bound) for bound in (after, start, stop))
         sql, params = chunk_select(
             table.schema, table.table, table.names, table.key, after, start, stop, limit, as_text,
             [types[k] for k in table.key], after_source,
@@ -359,14 +362,85 @@ class PostgresChunkSource:
         return self._chunk_end
 
     def select_keys(self, table: TableSchema, keys: list[Row]) -> pa.StructArray:
+        """Rows of `keys` (landed values, `landed_keys`): array values bound as their text, cast to
+        the column's type (psycopg2's ARRAY[...] would be text[] for text-like elements)."""
         if not keys:
             return pa.array([], type=table.row_type)
         as_text = self._builders[table.fingerprint][1]
-        sql, params = keys_select(table.schema, table.table, table.names, table.key, keys, as_text, key_text=True)
+        types = {c.name: c for c in table.columns}
+        arrays = [pa.types.is_list(types[k].arrow_type) for k in table.key]
+        if any(arrays):
+            bare = self._bare_types(table)  # a typmod would cut 'abcd' to the key 'abc' (varchar(3)[])
+            casts = [bare[k] if a else None for k, a in zip(table.key, arrays, strict=True)]
+            keys = [tuple(array_literal(v) if a else v for v, a in zip(k, arrays, strict=True)) for k in keys]
+        else:
+            casts = None
+        sql, params = keys_select(
+            table.schema, table.table, table.names, table.key, keys, as_text, key_text=True, casts=casts
+        )
         return self._rows(table, sql, params, key_text=True)  # the keys' text: checked as a chunk's
 
+    def landed_keys(self, table: TableSchema, keys: list[Row]) -> list[Row]:
+        """A key list's values given as text or lists, for columns that land as lists or strings, as the
+        database reads and spells them: arrays ('{1,2}', '[0:2]={1,2,3}') checked as a chunk's keys
+        (`ClampedKeys`: refused before anything is written when the value would not land as
+        itself) and parsed as the log parses them; other types in their output's spelling (uuid
+        'A0EE...' as 'a0ee...', int4range '[1,4]' as '[1,5)', inet '10.0.0.1/32' as '10.0.0.1';
+        text and citext as given). That is the landed value the chunk metadata, the merge's repair
+        and `select_keys` use. Values of other columns stay as given (capture/dump/keys.py typed them)."""
+        columns = {c.name: (i, c) for i, c in enumerate(table.columns)}
+        builders = self._builders[table.fingerprint][0]
+        out = [list(k) for k in keys]
+        bare = self._bare_types(table)
+        for part, name in enumerate(table.key):
+            index, column = columns[name]
+            given = [  # JSON lists too: their elements must be the element type's (an enum's labels)
+                (n, array_literal(k[part]) if isinstance(k[part], list) else k[part])
+                for n, k in enumerate(keys)
+                if isinstance(k[part], (str, list))
+            ]
+            if not (pa.types.is_list(column.arrow_type) or pa.types.is_string(column.arrow_type)) or not given:
+                continue
+            cast = bare[name].replace("%", "%%")
+            try:  # the type's output, as the log and a chunk give it (inet: '::1', where ::text says '::1/128')
+                texts = [r[0] for r in self._run(
+                    f"SELECT format('%%s', u.v::{cast}) FROM unnest(%s::text[]) WITH ORDINALITY u(v, n) ORDER BY u.n",
+                    ([v for _, v in given],),
+                )]  # fmt: skip
+            except psycopg2.Error as exc:
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                raise DumpInputError(
+                    f"key value for column {name!r} is not a valid {column.source_type}: {first}"
+                ) from None
+            text = pa.array(texts, pa.string())
+            self._clamped.check(table, [text], [index])
+            try:
+                landed = builders[index](text).to_pylist()
+            except (ValueError, pa.ArrowException) as exc:  # '{1.234}' for numeric(10,2)[]: no such key
+                raise DumpInputError(
+                    f"key value for column {name!r} is not a {column.source_type} value the column can hold: {exc}"
+                ) from None
+            for (n, _), value in zip(given, landed, strict=True):
+                out[n][part] = value
+        return [tuple(k) for k in out]
+
+    def _bare_types(self, table: TableSchema) -> dict[str, str]:
+        """The key columns' types without their typmod (`format_type(oid, NULL)`: `character varying`,
+        `"bit"`, `numeric[]`): a cast to `varchar(3)`, `bit(4)` or `numeric(10,2)[]` would cut, pad or
+        round a given value into another key ('abcd' into 'abc'), where a comparison with the column
+        takes it unchanged."""
+        found = self._bare.get(table.fingerprint)
+        if found is None:
+            found = self._bare[table.fingerprint] = dict(self._run(
+                "SELECT a.attname, format_type(a.atttypid, NULL) FROM pg_attribute a WHERE a.attrelid = %s"
+                " AND a.attname = ANY(%s)",
+                (table.relation, list(table.key)),
+            ))  # fmt: skip
+        return found
+
     def key_after(self, table: TableSchema, key: Row, other: Row) -> bool:
-        return bool(self._run(key_after_select(table.schema, table.table, table.key), [*key, *other])[0][0])
+        params = [*_bindable(table, key), *_bindable(table, other)]  # type: ignore[misc]
+        return bool(self._run(key_after_select(table.schema, table.table, table.key), params)[0][0])
 
     def read_view(self) -> PgSnapshot | None:
         """The last chunk's snapshot and the WAL position just before its LOW watermark."""
@@ -396,6 +470,15 @@ class PostgresChunkSource:
 
     def close(self) -> None:
         self._conn.close()
+
+
+def _bindable(table: TableSchema, key: Row | None) -> Row | None:
+    """A key bound as a parameter: array values (lists, landed or given as JSON) as their text,
+    which PostgreSQL resolves to the column's type where psycopg2's ARRAY[...] would be text[] for
+    text-like elements; a range's bounds given as text stay text."""
+    if key is None or not any(isinstance(v, list) for v in key):
+        return key
+    return tuple(array_literal(v) if isinstance(v, list) else v for v in key)
 
 
 def _csv_columns(data: bytes, width: int) -> list[pa.Array]:

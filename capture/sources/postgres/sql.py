@@ -99,10 +99,16 @@ def keys_select(
     keys: Sequence[Sequence[object]],
     as_text: Sequence[bool] | None = None,
     key_text: bool = False,
+    casts: Sequence[str | None] | None = None,
 ) -> tuple[str, list[object]]:
     """Rows of the given keys, in key order; with `key_text` the select list ends with the key
-    columns' text (as `chunk_select`'s)."""
-    values = ", ".join([_params(key)] * len(keys))
+    columns' text (as `chunk_select`'s); `casts[i]`: key column i's values are bound as text cast
+    to that type (arrays: their text)."""
+    one = _params(key)
+    if casts is not None and any(casts):
+        parts = ["%s" if t is None else f"%s::{t.replace('%', '%%')}" for t in casts]
+        one = parts[0] if len(key) == 1 else "(" + ", ".join(parts) + ")"
+    values = ", ".join([one] * len(keys))
     select = _columns(columns, as_text) + ("".join(f", {quote(k)}::text" for k in key) if key_text else "")
     sql = (
         f"SELECT {select} FROM {qualified(schema, table)}"

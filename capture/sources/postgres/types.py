@@ -32,7 +32,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import date, datetime, time, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -136,6 +136,8 @@ class ClampedKeys:
         """Check the key columns `indexes` of `table` (their texts, in that order)."""
         for index, text in zip(indexes, texts, strict=True):
             column = table.columns[index]
+            if len(text) and pa.types.is_list(column.arrow_type):
+                self._one_dimensional(table, column.name, text)
             if not len(text) or (table.qualified_name, column.name) in self._warned:
                 continue
             found = _unlandable(column.arrow_type, text)
@@ -159,6 +161,24 @@ class ClampedKeys:
             )
             self._warned.add((table.qualified_name, column.name))
 
+    def _one_dimensional(self, table: TableSchema, column: str, text: pa.Array) -> None:
+        """A multi-dimensional array lands as nothing (only one-dimensional arrays land, as lists):
+        in a key it is refused whatever the policy, before anything of its chunk or transaction lands."""
+        found = pc.match_substring_regex(_text(text), _MULTI_DIMENSIONAL)
+        if not pc.any(found).as_py():
+            return
+        value, name = _text(text).filter(found)[0].as_py(), table.qualified_name
+        raise self.error(
+            f"source {self.source!r}: {name}: key column {column!r} holds {value!r}, a multi-dimensional array: only "
+            "one-dimensional arrays land (as lists), so this key cannot land at all. Ways out: leave "
+            f"{name} out of capture (exclude) and restart capture, which then goes on past it; make those keys "
+            f"one-dimensional (UPDATE ... SET {column} = ...) or name another unique key for {name} (`keys:`); then "
+            f"capture {name} again and dump it (a dump refusal needs only the UPDATE, then the dump again)"
+        )
+
+
+_MULTI_DIMENSIONAL = r"^\{\{|^\[[^=]*\]\["  # '{{1,2},{3,4}}', '[0:1][1:2]={{...}}'
+
 
 def _unlandable(arrow_type: pa.DataType, text: pa.Array) -> tuple[str, str] | None:
     """The first text of a key column that would not land as itself, and what it lands as; None:
@@ -175,17 +195,69 @@ def _unlandable(arrow_type: pa.DataType, text: pa.Array) -> tuple[str, str] | No
                 return value, "NULL (Arrow's durations hold about 292,000 years either way)"
         return None
     if pa.types.is_list(arrow_type):
-        element = arrow_type.value_type
-        if not (pa.types.is_date(element) or pa.types.is_timestamp(element) or pa.types.is_duration(element)):
-            return None
-        for value in _py(text):
-            if value is None:
-                continue
-            items = [v for v in parse_array(value) if v is not None]
-            found = _unlandable(element, pa.array(items, pa.string())) if items else None
-            if found is not None:
-                return value, f"a list whose element {found[0]!r} lands as {found[1]}"
+        return _unlandable_list(arrow_type.value_type, text)
     return None
+
+
+def _unlandable_list(element: pa.DataType, text: pa.Array) -> tuple[str, str] | None:
+    """An array key that would not land as itself: one with a lower bound other than 1 (it lands
+    without it, as the array of the same elements from 1 does: PostgreSQL tells them apart), or
+    one with an element that would not (dates, timestamps, intervals as above; NaN in a
+    numeric(p,s) array and time '24:00' land as a NULL element, as NULL itself does)."""
+    decimal, times = pa.types.is_decimal(element), pa.types.is_time(element)
+    temporal = pa.types.is_date(element) or pa.types.is_timestamp(element) or pa.types.is_duration(element)
+    for value in _py(text):
+        if value is None:
+            continue
+        if value.startswith("["):  # only a lower bound other than 1 is written ('[0:2]={1,2,3}')
+            bound = value[1 : value.index(":")]
+            return value, f"a list without its lower bound {bound}, as {value[value.index('=') + 1 :]!r} does"
+        if not (decimal or times or temporal):
+            continue
+        items = [v for v in parse_array(value) if v is not None]
+        if not items:
+            continue
+        if temporal:
+            found = _unlandable(element, pa.array(items, pa.string()))
+        else:
+            nulls = [v for v in items if (v == "NaN" if decimal else v.startswith("24:"))]
+            found = (nulls[0], "NULL") if nulls else None
+        if found is not None:
+            return value, f"a list whose element {found[0]!r} lands as {found[1]}"
+    return None
+
+
+def array_literal(value: list[Any]) -> str:
+    """A landed array key value (a list of the element type's Python values) as PostgreSQL's array
+    text, every element quoted: bound as a parameter and cast to the column's type, it names the
+    array the value landed from (lower bound 1; clamped elements as their landed value)."""
+    return "{" + ",".join("NULL" if v is None else _quoted(_element_text(v)) for v in value) + "}"
+
+
+def _quoted(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _element_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "t" if value else "f"
+    if isinstance(value, float):
+        if value != value:
+            return "NaN"
+        if value in (float("inf"), float("-inf")):
+            return "Infinity" if value > 0 else "-Infinity"
+        return repr(value)
+    if isinstance(value, bytes):
+        return "\\x" + value.hex()
+    if isinstance(value, datetime):
+        return value.isoformat(" ")
+    if isinstance(value, (date, time)):
+        return value.isoformat()
+    if isinstance(value, timedelta):
+        return f"{value // timedelta(microseconds=1)} microseconds"
+    if isinstance(value, Decimal):
+        return format(value, "f")
+    return str(value)
 
 
 def _clamped_to(text: str, timestamp: bool = True) -> str:
@@ -198,10 +270,17 @@ def clamped_key_message(source: str, table: TableSchema, column: str, text: str,
     the log past the checkpoint, so an UPDATE of the rows cannot get capture past it (and its old
     key holds the same value); excluding the table can, and a dump then brings the fixed rows."""
     name = table.qualified_name
+    why = (
+        "(a landed list keeps no lower bound)"
+        if "lower bound" in lands_as
+        else "(Arrow's decimals hold no NaN, its times no 24:00)"
+        if lands_as.endswith("lands as NULL")
+        else "(Iceberg, Spark and Python hold dates and timestamps from 0001-01-01 to 9999-12-31, Arrow's durations "
+        "about 292,000 years)"
+    )
     return (
         f"source {source!r}: {name}: key column {column!r} holds {text!r}, which lands as {lands_as} "
-        "(Iceberg, Spark and Python hold dates and timestamps from 0001-01-01 to 9999-12-31, Arrow's durations "
-        "about 292,000 years), as other such values do: rows whose keys differ only there would land as one "
+        f"{why}, as other such values do: rows whose keys differ only there would land as one "
         "target row. Ways out: (1) set `clamped_keys: accept` on the source, when no two rows' keys differ only "
         "there (as `(id, valid_to)` with one 'infinity' row an id): capture and dumps warn and land such values "
         "clamped (intervals as NULL), and rows whose keys land as the same value become one target row; "
