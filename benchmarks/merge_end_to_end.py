@@ -127,7 +127,10 @@ class Bench:
     def logtide(self, *args: str, log: str, code: Path = ROOT) -> subprocess.CompletedProcess[str]:
         """Run `logtide` from the checkout `code` (its `capture` package, also in spark-submit's driver)."""
         cmd = [sys.executable, "-m", "capture.cli", "--config", str(self.config_path), *args]
-        env = os.environ if code == ROOT else {**os.environ, "PYTHONPATH": f"{code}{os.pathsep}{code / 'plugins'}"}
+        # PYTHONPATH for this checkout too: spark-submit's driver runs capture/merge/__main__.py, whose
+        # folder is no package root, so without it `capture` comes from wherever the venv installed it
+        # (an editable install of another checkout: that one's merge code would run)
+        env = {**os.environ, "PYTHONPATH": f"{code}{os.pathsep}{code / 'plugins'}"}
         done = subprocess.run(cmd, cwd=code, env=env, capture_output=True, text=True, timeout=900)
         (self.work / log).write_text(done.stdout + done.stderr)
         if done.returncode != 0:

@@ -812,8 +812,15 @@ class TableMerge:
             stale_highs=stale,
         )
 
-        cached = []
         props = {FRONTIER: str(F), "logtide.source": ctx.source, "logtide.table": self.name}
+        if self._fresh_chunk(chunks, a_changelog, a_target):
+            self._load_fresh_chunk(chunks[0], row_struct, props, stale)
+            log.info(
+                "merge.table_finished",
+                **{k: v for k, v in self.report.items() if k not in ("target", "changelog", "step_seconds")},
+            )
+            return
+        cached = []
         try:
             with self._step("read"):
                 events = self._log_events([p for _, _, p in log_files], row_struct, start)
@@ -909,6 +916,92 @@ class TableMerge:
             "merge.table_finished",
             **{k: v for k, v in self.report.items() if k not in ("target", "changelog", "step_seconds")},
         )
+
+    def _fresh_chunk(self, chunks: list[Chunk], a_changelog: int, a_target: int) -> bool:
+        """Whether the run is one chunk into a target and changelog it created: no log event, no
+        truncate, at most LOAD_ROWS_PER_FILE rows (one task) and no NULL in a key column (so every
+        key once: a chunk is one SELECT of a key range). Such a run is the chunk's rows as they are,
+        written by `_load_fresh_chunk` in two plans of one step each."""
+        if len(chunks) != 1 or self.reads_log or self.truncates or self.has_missing or a_changelog or a_target:
+            return False
+        if {self.target, self.changelog} - self.created or self.rows_in > LOAD_ROWS_PER_FILE:
+            return False
+        meta = pq.read_metadata(chunks[0].path)
+        wanted = {f"after.{k}" for k in self.keys}
+        for g in range(meta.num_row_groups):
+            group, seen = meta.row_group(g), set()
+            for i in range(group.num_columns):
+                column = group.column(i)
+                if column.path_in_schema in wanted:
+                    stats = column.statistics
+                    if stats is None or not stats.has_null_count or stats.null_count:
+                        return False
+                    seen.add(column.path_in_schema)
+            if seen != wanted:
+                return False
+        return True
+
+    def _load_fresh_chunk(self, chunk: Chunk, row_struct: Any, props: dict[str, str], stale: int) -> None:
+        """One chunk into a fresh changelog and target (`_fresh_chunk`): the changelog's rows are the
+        chunk's with its HIGH, commit time, dump and number as columns, as the stream's of the general
+        path; the target's the same rows' columns and HIGH. Each write is one select over the chunk
+        file, written as SQL expressions (one analysis, no DataFrame steps per column) and counted
+        from the chunk's metadata (nothing drops a row: no event in its window)."""
+        from pyspark.sql import types as T
+
+        ctx, spark = self.ctx, self.ctx.spark
+        with self._step("read"):
+            raw = spark.read.schema(T.StructType([T.StructField("after", row_struct)])).parquet(
+                str(chunk.path.resolve())
+            )
+            row = "_metadata.row_index"
+            own = {
+                "_lsn": _sql_literal(chunk.high, "decimal(38,0)"),
+                "_order": f"CAST({row} + 1 AS BIGINT)",
+                "_op": "'r'",
+                "_source": "'chunk'",
+                "_commit_ts": _row_constant(chunk.high_ts, "timestamp", row),
+                "_dump_id": _sql_literal(chunk.meta.dump_id, "string"),
+                "_chunk": _sql_literal(chunk.meta.chunk, "int"),
+                "_applied_at": _sql_literal(ctx.applied_at, "timestamp"),
+            }
+            columns = {c.lower(): c for c in self.columns}
+
+            def expressions(table: str) -> list[str]:
+                out = []
+                for f in self._fields(table):
+                    name, sql = quote(f.name), ctx.sql_type(f.dataType)
+                    if f.name.lower() in columns:
+                        value = f"after.{quote(columns[f.name.lower()])}"
+                    else:
+                        value = own.get(f.name, "NULL")
+                    out.append(f"CAST({value} AS {sql}) AS {name}")
+                return out
+
+            changelog_rows = raw.selectExpr(*expressions(self.changelog))
+            target_rows = raw.selectExpr(*expressions(self.target)).coalesce(1)
+        with self._step("changelog"):
+            commit_with(spark, props, lambda: changelog_rows.writeTo(self.changelog).append())
+        log.info("merge.changelog_committed", table=self.name, frontier=ctx.frontier)
+        self.report.update(
+            log_events=0,
+            chunks=1,
+            stale_highs=stale,
+            chunk_rows=chunk.meta.rows,
+            dropped_by_window=0,
+            repair_deletes=0,
+            truncates=0,
+        )
+        with self._step("merge"):  # a plain append, sorted by key by the table's write order
+            write = target_rows.writeTo(self.target).option("distribution-mode", "none")
+            commit_with(spark, props, write.append)
+            self._report_snapshot()
+
+    def _report_snapshot(self) -> None:
+        summary = _iceberg_table(self.ctx.spark, self.target).currentSnapshot().summary()
+        for name in ("added-records", "deleted-records", "added-position-deletes", "total-records"):
+            value = summary.get(name)
+            self.report[name.replace("-", "_")] = int(value) if value is not None else 0
 
     def _truncate_rows(self, truncates: list[TruncateMark]) -> Any:
         """The run's truncates as changelog rows: op 't', source 'truncate', at (T, 0); the table's
@@ -1539,10 +1632,7 @@ class TableMerge:
             finally:
                 spark.catalog.dropTempView(view)
                 source.unpersist()
-        summary = _iceberg_table(spark, self.target).currentSnapshot().summary()
-        for name in ("added-records", "deleted-records", "added-position-deletes", "total-records"):
-            value = summary.get(name)
-            self.report[name.replace("-", "_")] = int(value) if value is not None else 0
+        self._report_snapshot()
 
 
 def error_line(exc: BaseException) -> str:
@@ -1614,7 +1704,7 @@ def _sql_literal(value: Any, sql_type: str) -> str:
     raise MergeError(f"the merge cannot write {type(value).__name__} into an inline table")
 
 
-def _row_constant(value: Any, sql_type: str) -> str:
+def _row_constant(value: Any, sql_type: str, row: str = "_row") -> str:
     """A value of the merge's own as SQL for every row of a frame with a `_row` column (a chunk's
     bounds, see `_chunk_rows`), spelled so that the generated code does not hold it. Spark writes
     a timestamp constant into its generated Java source as a number, so two tables
@@ -1625,7 +1715,7 @@ def _row_constant(value: Any, sql_type: str) -> str:
     if isinstance(value, datetime):
         aware = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
         micros = (aware - _EPOCH) // timedelta(microseconds=1)
-        return f"timestamp_micros(CAST(CAST({micros} AS DECIMAL(20,0)) + _row * 0 AS BIGINT))"
+        return f"timestamp_micros(CAST(CAST({micros} AS DECIMAL(20,0)) + {row} * 0 AS BIGINT))"
     return _sql_literal(value, sql_type)
 
 

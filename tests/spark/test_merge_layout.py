@@ -279,3 +279,59 @@ def test_a_table_of_one_chunk_keeps_its_high_commit_time_in_the_changelog(spark,
     ).collect()
     micros = (chunk.high_ts - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
     assert [tuple(r) for r in rows] == [(str(chunk.high), micros, "d1", 1)]
+
+
+def test_a_fresh_one_chunk_table_writes_what_the_general_path_does_and_reruns_after_a_failed_target_write(
+    spark, catalogs, tmp_path, monkeypatch
+):
+    """One chunk into a new target and changelog takes the short way (`_load_fresh_chunk`: two
+    selects over the chunk file): the same changelog and target rows as the general path (the
+    stream, the window, the changelog read back); and a run that fails between its changelog's
+    commit and its target's write reruns (the general path, from the changelog) to the source's rows."""
+    landing = Landing(tmp_path, catalogs, "fresh_short")
+    landing.mark(110, "LOW", "low-1")
+    landing.chunk([(i, f"t{i}", "x") for i in (5, 3, 9, 1, 7)])
+    landing.mark(120, "HIGH", "high-1")
+
+    def config(namespace: str):
+        merge = landing.config.merge.model_copy(update={"namespace": namespace})
+        return landing.config.model_copy(update={"merge": merge})
+
+    short = []
+    load = merge_table.TableMerge._load_fresh_chunk
+    with monkeypatch.context() as patch:
+        patch.setattr(merge_table.TableMerge, "_load_fresh_chunk", lambda self, *a: short.append(1) or load(self, *a))
+        report = run_merge(spark, landing.config, "src")["tables"][0]
+    with monkeypatch.context() as patch:
+        patch.setattr(merge_table.TableMerge, "_fresh_chunk", lambda self, *a: False)
+        general = run_merge(spark, config("fresh_general"), "src")["tables"][0]
+    assert short == [1]
+    assert {k: report[k] for k in ("chunks", "chunk_rows", "log_events", "dropped_by_window", "added_records")} == {
+        k: general[k] for k in ("chunks", "chunk_rows", "log_events", "dropped_by_window", "added_records")
+    }
+
+    def rows(name: str) -> list[tuple]:
+        frame = spark.table(name).drop("_applied_at")
+        return sorted(tuple(r) for r in frame.collect())
+
+    for suffix in ("", "__changelog"):
+        assert rows(f"logtide.fresh_short.db__docs{suffix}") == rows(f"logtide.fresh_general.db__docs{suffix}")
+    assert iceberg_state(spark, "logtide.fresh_short.db__docs") == _reference(landing.zone, "docs")
+
+    commits = []
+    commit = merge_table.commit_with
+
+    def failing(spark_, props, function):
+        commits.append(1)
+        if len(commits) == 2:  # the target's write
+            raise RuntimeError("killed before the target's write")
+        commit(spark_, props, function)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(merge_table, "commit_with", failing)
+        assert run_merge(spark, config("fresh_failed"), "src")["failed"]
+    name = "logtide.fresh_failed.db__docs"
+    assert merge_table.applied_frontier(spark, name) == 0 < merge_table.applied_frontier(spark, name + "__changelog")
+    run_merge(spark, config("fresh_failed"), "src")
+    assert iceberg_state(spark, name) == _reference(landing.zone, "docs")
+    assert rows(name + "__changelog") == rows("logtide.fresh_general.db__docs__changelog")
