@@ -189,6 +189,37 @@ def test_a_set_with_an_empty_member_lands_every_value_as_its_own_key(mariadb, da
     assert sorted((r["s"], r["i"], r["v"]) for r in state.values()) == source
 
 
+@pytest.mark.timeout(300)
+def test_a_set_key_with_its_64th_member_is_dumped_whole(mariadb, database, make_capture):
+    """A SET of 64 members: with its last member, `s + 0` reads negative (-2^63) and the server compares
+    the column with a number as signed, while ORDER BY sorts it unsigned. On main a chunk bound `s > 2`
+    left out every row with the 64th member (here the '' member: ',' and 'm0,'), and the dump ended
+    without them; a range from ',' (that member alone) found no row."""
+    members = tuple([f"m{n}" for n in range(63)] + [""])
+    spelled = ", ".join(f"'{m}'" for m in members)
+    values = [0, 1, 2, 3, 1 << 62, 1 << 63, (1 << 63) | 1, (1 << 63) | 2, (1 << 64) - 1]
+    mariadb.execute(
+        f"CREATE TABLE s64 (s SET({spelled}) NOT NULL, i INT NOT NULL, v INT, PRIMARY KEY (s, i))",
+        "INSERT INTO s64 VALUES " + ", ".join(f"({n}, {i}, {n % 1000 + i})" for n in values for i in (1, 2)),
+        database=database,
+    )
+    capture = make_capture([f"{database}.*"]).start()
+    capture.wait_running()
+    summary = run_dump(capture, f"{database}.s64", 3)
+    assert summary["tables"][0]["rows"] == 2 * len(values)
+    ranged = DumpRequest(dump_id="s64range", tables=[f"{database}.s64"], key_from=[",", 2], key_to=["m0,", 1])
+    assert run_dump(capture, ranged)["tables"][0]["rows"] == 2  # ({''}, 2) and ({m0, ''}, 1)
+    mariadb.execute("UPDATE s64 SET v = -v WHERE s + 0 < 0 AND i = 1", database=database)
+    wait_until_landed(mariadb, capture)
+    state, _ = reconciled_state(capture, database, "s64")
+    expected = sorted(
+        (_set_text(n, members), i, -(n % 1000 + i) if n >> 63 and i == 1 else n % 1000 + i)
+        for n in values
+        for i in (1, 2)
+    )
+    assert sorted((r["s"], r["i"], r["v"]) for r in state.values()) == expected
+
+
 def test_enum_bounds_match_members_by_the_column_collation(mariadb, database, make_capture):
     """`--from 'B'` names the member 'b' under a _ci collation (on main: number 0, so 'z' was dumped
     too), `--from 'N\\nL'` the member written `'n\\nl'` in COLUMN_TYPE; text that is no member is refused."""

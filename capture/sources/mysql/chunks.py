@@ -134,12 +134,17 @@ class MySqlChunkSource:
         except pymysql.MySQLError as exc:
             raise translate(exc, self.config) from exc
 
+    def _wide(self, table: TableSchema) -> list[str]:
+        """The SET key columns of 64 members, compared by their numbers read unsigned (`sql._number`)."""
+        numbering = self._numbering.get(table.fingerprint, {})
+        return [table.key[at] for at, m in numbering.items() if m.kind == "set" and len(m.members) == 64]
+
     def check_dumpable(self, table: TableSchema, start: Row | None, stop: Row | None) -> None:
         """A key named in the configuration: refuse it when two rows in [start, stop] share it."""
         start, stop = self._bound(table, start, lowest=True), self._bound(table, stop, lowest=False)
         if self.config.named_key(table.schema, table.table) != table.key:
             return
-        rows = self._run(*duplicate_select(table.schema, table.table, table.key, start, stop))
+        rows = self._run(*duplicate_select(table.schema, table.table, table.key, start, stop, self._wide(table)))
         if rows:
             value = rows[0][0] if len(table.key) == 1 else rows[0]
             raise duplicate_key_error(self.name, table.qualified_name, table.key, value)
@@ -209,7 +214,7 @@ class MySqlChunkSource:
         numbers = [table.key[at] for at in sorted(self._numbering.get(table.fingerprint, {}))]
         sql, params = chunk_select(
             table.schema, table.table, table.names, table.key, after, start, stop, limit, _floats(table), numbers,
-            _enums(table), self._sets.get(table.fingerprint, {}),
+            _enums(table), self._sets.get(table.fingerprint, {}), self._wide(table),
         )  # fmt: skip
         return self._rows(table, sql, params, len(numbers))
 

@@ -22,15 +22,23 @@ def qualified(schema: str, table: str) -> str:
     return f"{quote(schema)}.{quote(table)}"
 
 
-def _compare(key: Sequence[str], op: str) -> str:
-    """Lexicographic `key op (params)` for op in >, >=, <, <= as OR of AND terms."""
+def _number(column: str, wide: Collection[str]) -> str:
+    """A key column as compared with a bound: a SET of 64 members (`wide`) by its number read unsigned.
+    The server compares such a column with a number as signed (its 64th member makes it negative)
+    while ORDER BY sorts it unsigned, so `s > 2` left out every value with the 64th member. (A SET key
+    is scanned from the index's start for any such comparison anyway: the CAST costs no index use.)"""
+    return f"CAST({quote(column)} AS UNSIGNED)" if column in wide else quote(column)
+
+
+def _compare(key: Sequence[str], op: str, wide: Collection[str] = ()) -> str:
+    """Lexicographic `key op (params)` for op in >, >=, <, <= as OR of AND terms (`wide`: `_number`)."""
     strict, inclusive = op[0], len(op) == 2
     terms = []
     for i, column in enumerate(key):
-        equal = [f"{quote(k)} = %s" for k in key[:i]]
+        equal = [f"{_number(k, wide)} = %s" for k in key[:i]]
         last = i == len(key) - 1
         cmp = op if (last and inclusive) else strict
-        terms.append(" AND ".join([*equal, f"{quote(column)} {cmp} %s"]))
+        terms.append(" AND ".join([*equal, f"{_number(column, wide)} {cmp} %s"]))
     return " OR ".join(f"({t})" for t in terms)
 
 
@@ -84,13 +92,18 @@ def chunk_select(
     numbers: Sequence[str] = (),
     enums: Collection[str] = (),
     sets: Mapping[str, int] = {},
+    wide: Collection[str] = (),
 ) -> tuple[str, list[object]]:
     """Next chunk in key order: key > after (exclusive), or key >= start on the first chunk
     of a range; key <= stop (inclusive) when the range has an end. `floats`: the FLOAT columns;
     `numbers`: ENUM / SET key columns whose numbers follow the columns (`member_keys`); `enums`: the
-    ENUM columns, `sets` the SET columns with a '' member (`select_list`)."""
-    where, params = chunk_bounds(after, start, stop, lambda op, values: (f"({_compare(key, op)})", _params(values)))
-    listed = select_list(columns, floats, enums, sets) + "".join(f", {quote(n)} + 0" for n in numbers)
+    ENUM columns, `sets` the SET columns with a '' member (`select_list`); `wide`: the SET key columns
+    of 64 members (`_number`), their numbers read unsigned."""
+    compare = lambda op, values: (f"({_compare(key, op, wide)})", _params(values))  # noqa: E731
+    where, params = chunk_bounds(after, start, stop, compare)
+    listed = select_list(columns, floats, enums, sets) + "".join(
+        f", CAST({quote(n)} AS UNSIGNED)" if n in wide else f", {quote(n)} + 0" for n in numbers
+    )
     sql = select_where(listed, qualified(schema, table), where)
     sql += f" ORDER BY {', '.join(quote(k) for k in key)} LIMIT %s"
     return sql, [*params, limit]
@@ -127,11 +140,17 @@ def keys_select(
 
 
 def duplicate_select(
-    schema: str, table: str, key: Sequence[str], start: Sequence[object] | None, stop: Sequence[object] | None
+    schema: str,
+    table: str,
+    key: Sequence[str],
+    start: Sequence[object] | None,
+    stop: Sequence[object] | None,
+    wide: Collection[str] = (),
 ) -> tuple[str, list[object]]:
     """One key value that several rows with keys in [start, stop] share (GROUP BY compares as the
-    database does, collations included); no row: the key is unique there."""
-    where, params = chunk_bounds(None, start, stop, lambda op, values: (f"({_compare(key, op)})", _params(values)))
+    database does, collations included); no row: the key is unique there (`wide`: `_number`)."""
+    compare = lambda op, values: (f"({_compare(key, op, wide)})", _params(values))  # noqa: E731
+    where, params = chunk_bounds(None, start, stop, compare)
     columns = ", ".join(quote(k) for k in key)
     sql = select_where(columns, qualified(schema, table), where)
     return sql + f" GROUP BY {columns} HAVING COUNT(*) > 1 LIMIT 1", params
