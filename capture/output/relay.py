@@ -14,6 +14,7 @@ import fcntl
 import fnmatch
 import gc
 import importlib
+import sys
 import threading
 import time
 from collections import OrderedDict, deque
@@ -53,6 +54,11 @@ READ_ROWS = 20_000
 # relay holds up to READ_ROWS events and a batch of messages at once, all acyclic and freed by their counts,
 # which the default threshold traverses again and again: about 15% of the relay's CPU (benchmarks/relay_replay.py)
 GC_THRESHOLD = 50_000
+# how long a thread holding the GIL keeps it while another waits (Python's default: 5 ms). nats-py's event loop
+# (its own thread) must take the GIL to read a fast-ingest batch's flow acknowledgements and write the frames
+# they allow; while the relay's thread encodes, it waited up to 5 ms each time, and JetStream, at most two flow
+# acknowledgements (1,000 messages) ahead, ran dry meanwhile (README Outputs, "The GIL switch interval")
+SWITCH_INTERVAL_S = 0.0005
 
 
 Transform = Callable[[Event], "Event | None"]
@@ -145,6 +151,8 @@ class Relay:
         threshold = gc.get_threshold()
         if threshold[0] < GC_THRESHOLD:  # process-wide: the relay's process runs relays only
             gc.set_threshold(GC_THRESHOLD, *threshold[1:])
+        if sys.getswitchinterval() > SWITCH_INTERVAL_S:  # process-wide too
+            sys.setswitchinterval(SWITCH_INTERVAL_S)
         with output_lock(self.zone, self.name):
             try:
                 self._run(stop)
