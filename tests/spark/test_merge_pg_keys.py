@@ -99,26 +99,27 @@ def test_unusual_keys_merge_into_iceberg_equal_to_the_source(postgres, request, 
 
 
 def test_clamped_keys_that_land_as_one_are_one_target_row_in_a_fresh_one_chunk_target(
-    postgres, pg_database, make_pg_capture, spark, catalogs, monkeypatch
+    postgres, request, spark, catalogs, monkeypatch
 ):
     """`clamped_keys: accept` lands '-infinity', '0044-03-15 BC' and '0001-01-01' as one date key,
     '9999-12-31' and 'infinity' as another. Dumped in one chunk into a fresh target, the merge's short
     path (`_load_fresh_chunk`: the chunk's rows appended as they are) wrote all six rows, two and three
     target rows for one landed key, where the general path keeps one (fails on main). The target now
     holds the general path's rows, and a table whose keys land as themselves still takes the short path."""
+    db, make = request.getfixturevalue("pg_database"), request.getfixturevalue("make_pg_capture")
     postgres.execute(
         "CREATE TABLE clamped (d date PRIMARY KEY, v int)",
         "INSERT INTO clamped VALUES ('-infinity', 1), ('0044-03-15 BC', 2), ('0001-01-01', 3), ('2020-01-01', 4),"
         " ('9999-12-31', 5), ('infinity', 6)",
         "CREATE TABLE plain (d date PRIMARY KEY, v int)",
         "INSERT INTO plain VALUES ('0001-01-01', 1), ('2020-01-01', 2), ('9999-12-31', 3)",
-        database=pg_database,
+        database=db,
     )
-    capture = make_pg_capture(clamped_keys="accept").start()
+    capture = make(clamped_keys="accept").start()
     capture.wait_running()
     for name in ("clamped", "plain"):
         assert run_dump(capture, f"public.{name}", chunk_size=100)["tables"][0]["chunks"] == 1
-    wait_until_landed(postgres, pg_database, capture)
+    wait_until_landed(postgres, db, capture)
     capture.stop()
 
     def merge(namespace: str) -> None:
@@ -130,14 +131,16 @@ def test_clamped_keys_that_land_as_one_are_one_target_row_in_a_fresh_one_chunk_t
     short: list[str] = []
     load = merge_table.TableMerge._load_fresh_chunk
     with monkeypatch.context() as patch:
-        patch.setattr(merge_table.TableMerge, "_load_fresh_chunk", lambda self, *a: short.append(self.name) or load(self, *a))
-        merge(f"fresh_{pg_database}")
+        patch.setattr(
+            merge_table.TableMerge, "_load_fresh_chunk", lambda self, *a: short.append(self.name) or load(self, *a)
+        )
+        merge(f"fresh_{db}")
     with monkeypatch.context() as patch:
         patch.setattr(merge_table.TableMerge, "_fresh_chunk", lambda self, *a: False)
-        merge(f"general_{pg_database}")
+        merge(f"general_{db}")
 
     def rows(namespace: str, name: str, changelog: str = "") -> list[tuple]:
-        frame = spark.table(f"logtide.{namespace}_{pg_database}.public__{name}{changelog}")
+        frame = spark.table(f"logtide.{namespace}_{db}.public__{name}{changelog}")
         return sorted(tuple(r) for r in frame.drop("_applied_at").collect())
 
     # the general path: one row per landed key, the later row of the chunk (key order) winning

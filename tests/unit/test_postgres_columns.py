@@ -333,7 +333,9 @@ def test_clamped_keys_refuse_names_the_setting_and_accept_warns_once_per_table_a
     ]
     with pytest.raises(ValueError, match=r"key column 'valid_to' holds 'infinity', .*`clamped_keys: accept`"):
         ClampedKeys("src", "refuse", ValueError).check(schema, batches[0], (0, 1))
-    assert not ClampedKeys("src", "refuse", ValueError).check(schema, [pa.array(["1"]), pa.array(["9999-12-31"])], (0, 1))
+    assert not ClampedKeys("src", "refuse", ValueError).check(
+        schema, [pa.array(["1"]), pa.array(["9999-12-31"])], (0, 1)
+    )
     accepted = ClampedKeys("src", "accept", ValueError)
     plain = [pa.array(["4"]), pa.array(["0001-01-01"])]
     assert [accepted.check(schema, texts, (0, 1)) for texts in [*batches, plain] * 2] == [True, True, False] * 2
