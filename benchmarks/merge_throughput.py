@@ -237,6 +237,7 @@ class Landing:
                 keys=None,
                 rows=last - first + 1,
                 exact_order=True,  # an integer key, as a real dump records it: the merge repairs its ranges
+                clamped_keys=False,  # every key landed as itself, as a real dump records it
             )
             write_chunk(self.zone, ORDERS, meta, order_rows(pa.array(range(first, last + 1), pa.int64()), 0))
             self.watermark(dump_id, number, "HIGH", high)

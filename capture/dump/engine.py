@@ -176,6 +176,7 @@ class _Read:
     keys: list[Row] | None  # key-list dumps: the keys asked for
     missing_keys: list[Row]  # of those, the ones no row has
     end: list[str] | None = None  # the last row's key as the source spells it (ChunkSource.chunk_end)
+    clamped_keys: bool = False  # a key landed as another value (ChunkSource.clamped_keys)
 
 
 def _advanced(progress: TableProgress, number: int, table: TableSchema, read: _Read) -> TableProgress:
@@ -434,6 +435,7 @@ class DumpEngine:
                 read_view=read.view,
                 exact_order=_exact_order(table, (progress.after, read.start, plan.stop), read.rows),
                 low_lsn=low_lsn,
+                clamped_keys=read.clamped_keys,
             )
             self.source.finish_reads()
             path = write_chunk(self.zone, table, meta, read.rows)
@@ -468,12 +470,13 @@ class DumpEngine:
         if plan.keys is None:
             rows = self.source.select_chunk(table, progress.after, start, plan.stop, size, progress.after_source)
             end = self.source.chunk_end() if len(rows) else None
-            return _Read(rows, self.source.read_view(), len(rows) < size, start, None, [], end)
+            clamped = self.source.clamped_keys()
+            return _Read(rows, self.source.read_view(), len(rows) < size, start, None, [], end, clamped)
         keys = plan.keys[progress.keys_done : progress.keys_done + size]
         rows = self.source.select_keys(table, keys)
-        view = self.source.read_view()  # the chunk's own: `_missing_keys` may read again
+        view, clamped = self.source.read_view(), self.source.clamped_keys()  # the chunk's: `_missing_keys` reads again
         last = progress.keys_done + len(keys) >= len(plan.keys)
-        return _Read(rows, view, last, start, keys, self._missing_keys(table, keys, rows))
+        return _Read(rows, view, last, start, keys, self._missing_keys(table, keys, rows), clamped_keys=clamped)
 
     def _log_missing_keys(self, dump_id: str, table: TableSchema, number: int, missing_keys: list[Row]) -> None:
         if not missing_keys:

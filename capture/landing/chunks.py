@@ -67,6 +67,11 @@ class ChunkMeta:
     # `watermarks: readonly`: LOW, the encoded LSN the chunk's consistent snapshot stands at (HIGH
     # is in the chunk's HIGH file); no watermark row names low_id. None: table watermarks.
     low_lsn: int | None = None
+    # a key value of the chunk landed as another value (PostgreSQL `clamped_keys: accept`: '-infinity'
+    # and '0001-01-01' both as 0001-01-01), so two of its rows may hold one landed key; False: every
+    # key landed as itself (MySQL/MariaDB always). None in files written before it existed: unknown,
+    # which the merge takes as True (its short path, `TableMerge._fresh_chunk`, needs False).
+    clamped_keys: bool | None = None
 
     def to_json(self) -> str:
         data = asdict(self)

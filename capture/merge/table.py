@@ -919,10 +919,14 @@ class TableMerge:
 
     def _fresh_chunk(self, chunks: list[Chunk], a_changelog: int, a_target: int) -> bool:
         """Whether the run is one chunk into a target and changelog it created: no log event, no
-        truncate, at most LOAD_ROWS_PER_FILE rows (one task) and no NULL in a key column (so every
-        key once: a chunk is one SELECT of a key range). Such a run is the chunk's rows as they are,
-        written by `_load_fresh_chunk` in two plans of one step each."""
+        truncate, at most LOAD_ROWS_PER_FILE rows (one task), no NULL in a key column and no key value
+        that landed as another value (`ChunkMeta.clamped_keys` False; unknown in files written before
+        it: not taken), so every landed key once (a chunk is one SELECT of a key range, whose keys
+        the source holds once each). Such a run is the chunk's rows as they are, written by
+        `_load_fresh_chunk` in two plans of one step each."""
         if len(chunks) != 1 or self.reads_log or self.truncates or self.has_missing or a_changelog or a_target:
+            return False
+        if chunks[0].meta.clamped_keys is not False:  # PostgreSQL `clamped_keys: accept`: two may land as one
             return False
         if {self.target, self.changelog} - self.created or self.rows_in > LOAD_ROWS_PER_FILE:
             return False

@@ -173,6 +173,12 @@ class ChunkSource(Protocol):
 
     def select_keys(self, table: TableSchema, keys: list[Row]) -> pa.StructArray: ...
 
+    def clamped_keys(self) -> bool:
+        """Whether the last `select_chunk` or `select_keys` returned a key value that lands as
+        another value (PostgreSQL under `clamped_keys: accept`: a date past 9999 as 9999-12-31), so
+        two of its rows may land as one key; the engine records it with the chunk
+        (`ChunkMeta.clamped_keys`). False for MySQL/MariaDB, whose keys land as themselves."""
+
     def landed_keys(self, table: TableSchema, keys: list[Row]) -> list[Row]:
         """A key list as it would land, before anything is written: values a user may give in the
         database's own spelling only (PostgreSQL arrays as text, '{1,2}') read by the database,

@@ -95,6 +95,6 @@ class Landing:
         bracketed by watermarks `low-<number>` and `high-<number>`. `exact_order`: as a dump
         records an int key (False: as under a linguistic collation)."""
         meta = ChunkMeta("d1", "db.docs", number, f"low-{number}", f"high-{number}", ("id",), after, None, None, last,
-                         None, len(rows), read_view, exact_order=exact_order)  # fmt: skip
+                         None, len(rows), read_view, exact_order=exact_order, clamped_keys=False)  # fmt: skip
         data = pa.array([dict(zip(DOCS.names, r, strict=True)) for r in rows], DOCS.row_type)
         write_chunk(self.zone, DOCS, meta, data)

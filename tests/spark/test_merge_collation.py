@@ -19,11 +19,13 @@ from capture.dump.engine import DumpRequest
 from capture.landing.chunks import read_chunk_meta
 from capture.landing.reader import chunk_files
 from capture.landing.zone import table_folder
+from capture.merge import table as merge_table
 from capture.merge.app import run_merge
 from capture.merge.table import Watermarks
-from tests.integration.dumping import wait_until_landed
+from tests.integration.dumping import run_dump, wait_until_landed
 from tests.integration.postgres import dumping as pg
 from tests.integration.postgres.conftest import make_pg_capture, pg_database  # noqa: F401 - fixtures
+from tests.integration.test_hostile_tables import _set_text
 from tests.spark.merging import iceberg_state
 from tests.spark.test_merge import _dump
 
@@ -135,3 +137,54 @@ def test_key_range_repairs_delete_only_under_an_exact_order_on_postgres(postgres
         lambda: pg.wait_until_landed(postgres, database, capture),
         "ci",
     )
+
+
+def test_mariadb_keys_equal_only_by_collation_or_spelling_land_distinct_on_the_fresh_one_chunk_path(
+    mariadb, database, make_capture, merge_config, spark, monkeypatch
+):
+    """The merge's short path (`_load_fresh_chunk`) appends one chunk's rows as they are, so it needs
+    every landed key once. MariaDB keys that read back alike, the ENUM error value and a real ''
+    member, a SET's {b} and {'',b}, and keys under a PAD SPACE case-insensitive collation, land as
+    distinct values: each table, dumped in one chunk into a fresh target, takes that path and the
+    target equals the source row for row."""
+    members = ("a", "", "b")
+    mariadb.execute(
+        "SET SESSION sql_mode = ''",
+        "CREATE TABLE ez (e ENUM('z','') NOT NULL, i INT NOT NULL, v INT, PRIMARY KEY (e, i))",
+        "INSERT INTO ez VALUES ('bogus', 1, 1), ('', 1, 2), ('z', 1, 3), ('bogus', 2, 4), ('', 2, 5)",
+        "CREATE TABLE sz (s SET('a','','b') NOT NULL, v INT, PRIMARY KEY (s))",
+        "INSERT INTO sz VALUES " + ", ".join(f"({n}, {n})" for n in range(8)),
+        "CREATE TABLE ci (k VARCHAR(10) COLLATE utf8mb4_general_ci PRIMARY KEY, v INT)",
+        "INSERT INTO ci VALUES ('a', 1), ('B ', 2), ('c', 3), ('\t', 4), ('', 5)",
+        database=database,
+    )
+    capture = make_capture([f"{database}.*"]).start()
+    capture.wait_running()
+    for name in ("ez", "sz", "ci"):
+        assert run_dump(capture, f"{database}.{name}", 100)["tables"][0]["chunks"] == 1
+    wait_until_landed(mariadb, capture)
+    capture.stop()
+    short: list[str] = []
+    load = merge_table.TableMerge._load_fresh_chunk
+    monkeypatch.setattr(
+        merge_table.TableMerge, "_load_fresh_chunk", lambda self, *a: short.append(self.name) or load(self, *a)
+    )
+    run_merge(spark, merge_config(capture.config), "src")
+    assert {f"{database}.{n}" for n in ("ez", "sz", "ci")} <= set(short)
+    with mariadb.connect(database) as conn, conn.cursor() as cur:
+        cur.execute("SELECT IF(e = 0, ' ', e), i, v FROM ez")
+        ez = sorted(cur.fetchall())
+        cur.execute("SELECT s + 0, v FROM sz")
+        sz = sorted((_set_text(n, members), v) for n, v in cur.fetchall())
+        cur.execute("SELECT k, v FROM ci")
+        ci = sorted(cur.fetchall())
+    assert len(ez) == 5 and len(sz) == 8 and len(ci) == 5
+
+    def target(name: str, *columns: str) -> list[tuple]:
+        return sorted(
+            tuple(r) for r in spark.table(f"logtide.{database}.{database}__{name}").select(*columns).collect()
+        )
+
+    assert target("ez", "e", "i", "v") == ez
+    assert target("sz", "s", "v") == sz
+    assert target("ci", "k", "v") == ci

@@ -7,12 +7,14 @@ changes and key-list dumps, and after captured deletes and a second full dump.""
 
 from __future__ import annotations
 
+from datetime import date
 from typing import Any
 
 import pytest
 
 from capture.dump.control import DumpSettings
 from capture.dump.engine import DumpRequest
+from capture.merge import table as merge_table
 from capture.merge.app import run_merge
 from tests.integration.dumping import AlterAt, run_dump
 from tests.integration.postgres.conftest import make_pg_capture, pg_database  # noqa: F401 - fixtures by name
@@ -94,3 +96,60 @@ def test_unusual_keys_merge_into_iceberg_equal_to_the_source(postgres, request, 
     run_merge(spark, config, "src")
     capture.stop()
     assert not (failed := _differences(spark, postgres, db, namespace)), "\n".join(failed)
+
+
+def test_clamped_keys_that_land_as_one_are_one_target_row_in_a_fresh_one_chunk_target(
+    postgres, request, spark, catalogs, monkeypatch
+):
+    """`clamped_keys: accept` lands '-infinity', '0044-03-15 BC' and '0001-01-01' as one date key,
+    '9999-12-31' and 'infinity' as another. Dumped in one chunk into a fresh target, the merge's short
+    path (`_load_fresh_chunk`: the chunk's rows appended as they are) wrote all six rows, two and three
+    target rows for one landed key, where the general path keeps one (fails on main). The target now
+    holds the general path's rows, and a table whose keys land as themselves still takes the short path."""
+    db, make = request.getfixturevalue("pg_database"), request.getfixturevalue("make_pg_capture")
+    postgres.execute(
+        "CREATE TABLE clamped (d date PRIMARY KEY, v int)",
+        "INSERT INTO clamped VALUES ('-infinity', 1), ('0044-03-15 BC', 2), ('0001-01-01', 3), ('2020-01-01', 4),"
+        " ('9999-12-31', 5), ('infinity', 6)",
+        "CREATE TABLE plain (d date PRIMARY KEY, v int)",
+        "INSERT INTO plain VALUES ('0001-01-01', 1), ('2020-01-01', 2), ('9999-12-31', 3)",
+        database=db,
+    )
+    capture = make(clamped_keys="accept").start()
+    capture.wait_running()
+    for name in ("clamped", "plain"):
+        assert run_dump(capture, f"public.{name}", chunk_size=100)["tables"][0]["chunks"] == 1
+    wait_until_landed(postgres, db, capture)
+    capture.stop()
+
+    def merge(namespace: str) -> None:
+        config = capture.config.model_copy(
+            update={"merge": catalogs["hadoop"].model_copy(update={"namespace": namespace})}
+        )
+        run_merge(spark, config, "src")
+
+    short: list[str] = []
+    load = merge_table.TableMerge._load_fresh_chunk
+    with monkeypatch.context() as patch:
+        patch.setattr(
+            merge_table.TableMerge, "_load_fresh_chunk", lambda self, *a: short.append(self.name) or load(self, *a)
+        )
+        merge(f"fresh_{db}")
+    with monkeypatch.context() as patch:
+        patch.setattr(merge_table.TableMerge, "_fresh_chunk", lambda self, *a: False)
+        merge(f"general_{db}")
+
+    def rows(namespace: str, name: str, changelog: str = "") -> list[tuple]:
+        frame = spark.table(f"logtide.{namespace}_{db}.public__{name}{changelog}")
+        return sorted(tuple(r) for r in frame.drop("_applied_at").collect())
+
+    # the general path: one row per landed key, the later row of the chunk (key order) winning
+    assert [(r[0], r[1]) for r in rows("general", "clamped")] == [
+        (date(1, 1, 1), 3),
+        (date(2020, 1, 1), 4),
+        (date(9999, 12, 31), 6),
+    ]
+    for name in ("clamped", "plain"):
+        for changelog in ("", "__changelog"):
+            assert rows("fresh", name, changelog) == rows("general", name, changelog), (name, changelog)
+    assert "public.plain" in short

@@ -318,7 +318,9 @@ def test_transactions_handed_over_together_land_as_one_by_one(seed):
 
 def test_clamped_keys_refuse_names_the_setting_and_accept_warns_once_per_table_and_column(caplog):
     """`clamped_keys`: refuse raises the error it is given, naming the column, the value and the
-    setting; accept logs one warning per table and column however many batches hold such values."""
+    setting; accept logs one warning per table and column however many batches hold such values,
+    and says of every batch whether one of its keys lands as another value (after the warning too:
+    a dump records it with each chunk, `ChunkMeta.clamped_keys`)."""
     schema = TableSchema(
         "public",
         "valid",
@@ -331,10 +333,12 @@ def test_clamped_keys_refuse_names_the_setting_and_accept_warns_once_per_table_a
     ]
     with pytest.raises(ValueError, match=r"key column 'valid_to' holds 'infinity', .*`clamped_keys: accept`"):
         ClampedKeys("src", "refuse", ValueError).check(schema, batches[0], (0, 1))
-    ClampedKeys("src", "refuse", ValueError).check(schema, [pa.array(["1"]), pa.array(["9999-12-31"])], (0, 1))
+    assert not ClampedKeys("src", "refuse", ValueError).check(
+        schema, [pa.array(["1"]), pa.array(["9999-12-31"])], (0, 1)
+    )
     accepted = ClampedKeys("src", "accept", ValueError)
-    for texts in batches * 2:
-        accepted.check(schema, texts, (0, 1))
+    plain = [pa.array(["4"]), pa.array(["0001-01-01"])]
+    assert [accepted.check(schema, texts, (0, 1)) for texts in [*batches, plain] * 2] == [True, True, False] * 2
     warned = [r.fields for r in caplog.records if getattr(r, "event", None) == "capture.clamped_key_accepted"]
     assert warned == [
         {

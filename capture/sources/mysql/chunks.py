@@ -223,6 +223,11 @@ class MySqlChunkSource:
         key's numbers are kept in `_ends`, and found again from its text after a restart."""
         return None
 
+    def clamped_keys(self) -> bool:
+        """Every key lands as itself (a zero date in a key is refused; the ENUM error value lands as
+        ' ', a SET with a '' member as its members joined: README, Keys and their order)."""
+        return False
+
     def landed_keys(self, table: TableSchema, keys: list[Row]) -> list[Row]:
         """Keys typed by capture/dump/keys.py are the landed values already."""
         return keys

@@ -114,6 +114,7 @@ class PostgresChunkSource:
         self._position: int | None = None  # readonly: the encoded LSN the last watermark stands at
         self._chunk_end: list[str] | None = None  # the last chunk's last key, as text
         self._clamped = ClampedKeys(name, config.clamped_keys, DumpInputError)  # warns once per table and column
+        self._clamped_rows = False  # the last SELECT's keys: one landed as another value (`clamped_keys`)
 
     def _run(self, sql: str, args: Any = None) -> list[tuple[Any, ...]]:
         try:
@@ -329,7 +330,7 @@ class PostgresChunkSource:
         texts = _csv_columns(out.getvalue(), len(builders) + (len(table.key) if key_text else 0))
         if key_text:
             keys, texts = texts[len(builders) :], texts[: len(builders)]
-            self._clamped.check(table, keys, table.key_indexes)
+            self._clamped_rows = self._clamped.check(table, keys, table.key_indexes)
             if chunk:
                 self._chunk_end = [k[-1].as_py() for k in keys] if len(keys[0]) else None
         arrays = [build(text) for text, build in zip(texts, builders, strict=True)]
@@ -360,6 +361,11 @@ class PostgresChunkSource:
     def chunk_end(self) -> list[str] | None:
         """The last row of the last chunk: its key columns' text (`column::text`)."""
         return self._chunk_end
+
+    def clamped_keys(self) -> bool:
+        """Whether the last `select_chunk` or `select_keys` returned a key value that lands as
+        another value (`clamped_keys: accept`; `ClampedKeys.check`)."""
+        return self._clamped_rows
 
     def select_keys(self, table: TableSchema, keys: list[Row]) -> pa.StructArray:
         """Rows of `keys` (landed values, `landed_keys`): array values bound as their text, cast to

@@ -126,22 +126,28 @@ class ClampedKeys:
     `check` raises `error` naming table, column and value; `accept`: it logs
     `capture.clamped_key_accepted` once per table and column (for this object's life: a capture
     run, the source's and not each reader's, so reconnects do not warn again; a dump source) and the
-    values land clamped (or NULL)."""
+    values land clamped (or NULL), and `check` says so (a dump records it with the chunk:
+    `ChunkMeta.clamped_keys`)."""
 
     def __init__(self, source: str, policy: Policy, error: type[Exception]) -> None:
         self.source, self.policy, self.error = source, policy, error
         self._warned: set[tuple[str, str]] = set()
 
-    def check(self, table: TableSchema, texts: Sequence[pa.Array], indexes: Sequence[int]) -> None:
-        """Check the key columns `indexes` of `table` (their texts, in that order)."""
+    def check(self, table: TableSchema, texts: Sequence[pa.Array], indexes: Sequence[int]) -> bool:
+        """Check the key columns `indexes` of `table` (their texts, in that order). True: one of them
+        lands as another value (accepted), so two of these keys may land as one."""
+        clamped = False
         for index, text in zip(indexes, texts, strict=True):
             column = table.columns[index]
             if len(text) and pa.types.is_list(column.arrow_type):
                 self._one_dimensional(table, column.name, text)
-            if not len(text) or (table.qualified_name, column.name) in self._warned:
+            if not len(text):
                 continue
             found = _unlandable(column.arrow_type, text)
             if found is None:
+                continue
+            clamped = True
+            if (table.qualified_name, column.name) in self._warned:
                 continue
             value, lands_as = found
             refuse_or_warn(
@@ -160,6 +166,7 @@ class ClampedKeys:
                 action="keep one such value a key, or give those rows other keys",
             )
             self._warned.add((table.qualified_name, column.name))
+        return clamped
 
     def _one_dimensional(self, table: TableSchema, column: str, text: pa.Array) -> None:
         """A multi-dimensional array lands as nothing (only one-dimensional arrays land, as lists):
