@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -22,6 +23,48 @@ from tests.servers import MariaDB, NatsServer, PostgreSQL, ZooKeeper, free_port,
 
 ROOT = Path(__file__).resolve().parent.parent
 _server_ids = itertools.count(100)
+
+# -- Airflow's home: one per pytest process -----------------------------------------------------------------------
+# Airflow reads AIRFLOW_HOME, its database and its DAG and plugin folders once, when first imported, and two tests
+# outside tests/airflow import it in this process (test_readonly_dump.py, test_deployment.py). Run alone, tests/airflow
+# comes first and its `airflow_home` fixture set them in time; under pytest-xdist (scripts/test.sh) a worker may run
+# another file first. So every pytest process (each xdist worker, and a run without xdist) sets them here, before
+# any test, to a folder of its own (two workers never share one); `airflow_home` migrates its database.
+
+
+def airflow_env(home: Path) -> dict[str, str]:
+    return {
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
+    }
+
+
+AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="logtide-airflow-"))
+os.environ.update(airflow_env(AIRFLOW_HOME))  # an xdist worker inherits its controller's: replaced
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if not os.environ.get("KEEP_SERVERS"):
+        shutil.rmtree(AIRFLOW_HOME, ignore_errors=True)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the marks
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under `pytest -n N --dist loadgroup` (scripts/test.sh) each test file runs whole on one worker, as with
+    `--dist loadfile` (a file's tests may share a module's fixtures and servers); every test that runs
+    Airflow in this process (tests/airflow, and the tests marked `xdist_group("airflow")`) goes to the
+    same worker, in the order a run without xdist gives them."""
+    if not config.pluginmanager.hasplugin("xdist") or config.getoption("dist", "no") != "loadgroup":
+        return
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            path = item.path.relative_to(ROOT)
+            group = "airflow" if path.parts[:2] == ("tests", "airflow") else path.as_posix()
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 def _for_the_session(server: MariaDB | ZooKeeper | PostgreSQL | NatsServer) -> Iterator:
