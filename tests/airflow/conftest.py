@@ -6,8 +6,8 @@ variables of this pytest process (a home of its own per xdist worker) before any
 read at parse time. When the package's tests end it puts back what Airflow changes in this
 process and the other tests would notice: the environment and the root logger's handlers
 (Airflow's writes to a stream pytest closes); each test gets back the SIGTERM/SIGINT handlers
-that `dag.test()` replaces. Outside tests/airflow, the tests that import Airflow are marked
-`xdist_group("airflow")`, so under xdist they run after these, on the same worker.
+that `dag.test()` replaces. Under xdist the tests elsewhere that import Airflow run after these, on
+the same worker (tests/conftest.py, AIRFLOW_GROUP).
 """
 
 from __future__ import annotations

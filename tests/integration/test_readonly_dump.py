@@ -475,7 +475,6 @@ def test_a_chunk_whose_high_the_frontier_passed_before_its_file_was_written_is_r
     assert state == table_state(mariadb, database, "ledger")
 
 
-@pytest.mark.xdist_group("airflow")  # imports Airflow in this process (tests/conftest.py)
 def test_the_airflow_merge_waits_for_read_only_highs(mariadb, database, make_capture):
     """`logtide_dump`'s `landed` task (wait_for_high_watermarks) takes a read-only chunk's HIGH from its
     HIGH file: it waits until the frontier passes it, which on an idle server a heartbeat does."""

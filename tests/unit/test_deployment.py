@@ -402,7 +402,6 @@ def test_init_sql_matches_the_config(services, monkeypatch):
             assert environment(service).get(name), f"{service_name}: {file} reads {name}, which is not set"
 
 
-@pytest.mark.xdist_group("airflow")  # imports Airflow in this process (tests/conftest.py)
 def test_airflow_pools_come_from_the_config(monkeypatch):
     config = config_for_tests(monkeypatch)
     monkeypatch.syspath_prepend(str(ROOT / "docker"))
