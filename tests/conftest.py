@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -22,6 +23,66 @@ from tests.servers import MariaDB, NatsServer, PostgreSQL, ZooKeeper, free_port,
 
 ROOT = Path(__file__).resolve().parent.parent
 _server_ids = itertools.count(100)
+
+# -- Airflow's home: one per pytest process -----------------------------------------------------------------------
+# Airflow reads AIRFLOW_HOME, its database and its DAG and plugin folders once, when first imported, and two tests
+# outside tests/airflow import it in this process (test_readonly_dump.py, test_deployment.py). Run alone, tests/airflow
+# comes first and its `airflow_home` fixture set them in time; under pytest-xdist (scripts/test.sh) a worker may run
+# another file first. So every pytest process (each xdist worker, and a run without xdist) sets them here, before
+# any test, to a folder of its own (two workers never share one); `airflow_home` migrates its database.
+
+
+def airflow_env(home: Path) -> dict[str, str]:
+    return {
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
+    }
+
+
+AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="logtide-airflow-"))
+os.environ.update(airflow_env(AIRFLOW_HOME))  # an xdist worker inherits its controller's: replaced
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if not os.environ.get("KEEP_SERVERS"):
+        shutil.rmtree(AIRFLOW_HOME, ignore_errors=True)
+
+
+# -- pytest-xdist: scripts/test.sh runs the suite on 2 workers (`-n 2 --dist loadgroup`, README Tests) ----------------
+# Each test file runs whole on one worker, as with `--dist loadfile` (a file's tests share module fixtures and
+# servers), and all of tests/airflow (DAG tests, the live Airflow) with the tests elsewhere that import Airflow in
+# this process, on one worker, in the order of a run without xdist: one Airflow at a time, and those two run after
+# `airflow_home` put back the root logger Airflow's import configures. pytest 9 ignores the `xdist_group` marks
+# xdist 3.8 reads (it renames `item._nodeid`, which pytest 9 no longer has), so the groups are told here by node id.
+AIRFLOW_GROUP = (
+    "tests/airflow/",
+    "tests/integration/test_readonly_dump.py::test_the_airflow_merge_waits_for_read_only_highs",
+    "tests/unit/test_deployment.py::test_airflow_pools_come_from_the_config",
+)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class FileScheduling(LoadGroupScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            if nodeid.startswith(AIRFLOW_GROUP):
+                return "airflow"
+            if nodeid.rfind("@") > nodeid.rfind("]"):  # an xdist_group mark, should xdist's renaming work again
+                return super()._split_scope(nodeid)
+            return nodeid.split("::", 1)[0]
+
+    # in collection order, not largest group first: tests/airflow (the longest) and the convergence cases start
+    # first, the short unit tests come last and even out the two workers' ends
+    config.option.loadscopereorder = False
+    return FileScheduling(config, log)
 
 
 def _for_the_session(server: MariaDB | ZooKeeper | PostgreSQL | NatsServer) -> Iterator:

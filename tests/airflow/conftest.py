@@ -1,11 +1,13 @@
 """Airflow 3 on SQLite for the DAG tests: a migrated AIRFLOW_HOME in a temporary folder.
 
-Airflow reads its configuration when it is first imported, so the `airflow_home` fixture sets
-the AIRFLOW_* variables (and LOGTIDE_CONFIG, which the DAG files read at parse time) before
-any test imports it. When the package's tests end it puts back what Airflow changes in this
+Airflow reads its configuration when it is first imported, so tests/conftest.py sets the AIRFLOW_*
+variables of this pytest process (a home of its own per xdist worker) before any test runs; the
+`airflow_home` fixture migrates that home's database and sets LOGTIDE_CONFIG, which the DAG files
+read at parse time. When the package's tests end it puts back what Airflow changes in this
 process and the other tests would notice: the environment and the root logger's handlers
 (Airflow's writes to a stream pytest closes); each test gets back the SIGTERM/SIGINT handlers
-that `dag.test()` replaces. Nothing outside tests/airflow imports Airflow.
+that `dag.test()` replaces. Under xdist the tests elsewhere that import Airflow run after these, on
+the same worker (tests/conftest.py, AIRFLOW_GROUP).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import yaml
 from capture.events import Change, Lsn, Op
 from capture.merge_submit import class_archive, merge_jars
 from tests.airflow.live import AIRFLOW
-from tests.conftest import ROOT
+from tests.conftest import AIRFLOW_HOME, ROOT, airflow_env
 from tests.spark.landing import DOCS, Landing
 
 PLUGINS = ROOT / "plugins"
@@ -62,29 +64,14 @@ class AirflowHome:
         return self.home / "airflow.db"
 
 
-def airflow_env(home: Path, parse_config: Path) -> dict[str, str]:
-    return {
-        "AIRFLOW_HOME": str(home),
-        "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),
-        "AIRFLOW__CORE__PLUGINS_FOLDER": str(PLUGINS),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
-        "LOGTIDE_CONFIG": str(parse_config),
-    }
-
-
 @pytest.fixture(scope="package")
-def airflow_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowHome]:
-    if "airflow" in sys.modules:
-        raise RuntimeError(
-            "airflow was imported before the airflow_home fixture set AIRFLOW_HOME: import airflow and "
-            "logtide_airflow inside the tests, not at the top of a test module"
-        )
-    home = tmp_path_factory.mktemp("airflow_home")
+def airflow_home() -> Iterator[AirflowHome]:
+    home = AIRFLOW_HOME  # this process's (tests/conftest.py)
+    if "airflow" in sys.modules and Path(sys.modules["airflow"].configuration.AIRFLOW_HOME) != home:
+        raise RuntimeError(f"airflow was imported with another AIRFLOW_HOME than this process's {home}")
     parse_config = home / "logtide-parse.yaml"
     parse_config.write_text(yaml.safe_dump(PARSE_CONFIG))
-    env = airflow_env(home, parse_config)
+    env = {**airflow_env(home), "LOGTIDE_CONFIG": str(parse_config)}
     saved = {k: os.environ.get(k) for k in env}
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level

@@ -110,7 +110,8 @@ class _AnotherContainer:
     `seen()`: what it sees now."""
 
     def __init__(self, config: Path, tmp_path: Path) -> None:
-        env = {**os.environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'plugins'}", "AIRFLOW_HOME": str(tmp_path / "airflow")}
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}  # not this process's home
+        env.update(PYTHONPATH=f"{ROOT}:{ROOT / 'plugins'}", AIRFLOW_HOME=str(tmp_path / "airflow"))
         command = ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", _ELSEWHERE, str(config)]
         self.stderr = tmp_path / "elsewhere.log"
         with open(self.stderr, "wb") as log:
