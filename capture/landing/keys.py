@@ -15,6 +15,8 @@ from capture.events import Row
 def encode_value(value: Any) -> Any:
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
+    if value is NAN:  # a key compared through `hashable`
+        return float("nan")
     if isinstance(value, Decimal):
         return {"decimal": format(value, "f")}
     if isinstance(value, bytes):
