@@ -15,6 +15,8 @@ from capture.events import Row
 def encode_value(value: Any) -> Any:
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
+    if value is NAN:  # a key compared through `hashable`
+        return float("nan")
     if isinstance(value, Decimal):
         return {"decimal": format(value, "f")}
     if isinstance(value, bytes):
@@ -55,11 +57,27 @@ def decode_key(key: list[Any] | None) -> Row | None:
     return None if key is None else tuple(decode_value(v) for v in key)
 
 
+class _NaN:
+    """A float NaN in a key (PostgreSQL's float4/float8 'NaN', alone or in an array): one value, as
+    the database compares it (NaN = NaN) and Spark's MERGE does, where Python's NaN equals nothing."""
+
+    def __repr__(self) -> str:
+        return "NaN"
+
+
+NAN = _NaN()
+
+
 def hashable(key: Row) -> Row:
     """`key` with its list values (PostgreSQL array keys, as Arrow gives them) as tuples, element
-    lists too: a set member or dict key that equals another key's exactly when their values do."""
+    lists too, and float NaN as `NAN`: a set member or dict key that equals another key's exactly
+    when their values do."""
     return tuple(_frozen(v) for v in key)
 
 
 def _frozen(value: Any) -> Any:
-    return tuple(_frozen(v) for v in value) if isinstance(value, list) else value
+    if isinstance(value, list):
+        return tuple(_frozen(v) for v in value)
+    if isinstance(value, float) and value != value:
+        return NAN
+    return value

@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 from capture.dump.key_changes import Unknown, chunk_knows, key_changes, resolve
 from capture.dump.reconcile import StreamEvent
 from capture.events import Row
+from capture.landing.keys import NAN
 
 
 def misses_columns(schemas: list[tuple[pa.Schema, Path]], start: int, frontier: int) -> bool:
@@ -60,10 +61,20 @@ def created_lsns(schemas: list[tuple[pa.Schema, Path]], start: int, frontier: in
 
 
 def _plain(value: Any) -> Any:
-    """A key value as a dict key: binary as bytes, arrays (PostgreSQL array keys) as tuples."""
+    """A key value as a dict key: binary as bytes, arrays (PostgreSQL array keys) as tuples, a float
+    NaN as `NAN` (one value, as Spark's join that found the row compares it)."""
     if isinstance(value, list):
         return tuple(_plain(v) for v in value)
+    if isinstance(value, float) and value != value:
+        return NAN
     return bytes(value) if isinstance(value, bytearray) else value
+
+
+def _spark(value: Any) -> Any:
+    """A `_plain` key value as Spark takes it back: `NAN` as the float NaN, in arrays too."""
+    if value is NAN:
+        return float("nan")
+    return tuple(_spark(v) for v in value) if isinstance(value, tuple) else value
 
 
 @dataclass
@@ -179,7 +190,7 @@ class KeyChanges:
         from pyspark.sql import types as T
 
         schema = T.StructType([T.StructField(k, self.types[k]) for k in self.keys])
-        return self.spark.createDataFrame([list(k) for k in keys], schema)
+        return self.spark.createDataFrame([[_spark(v) for v in k] for k in keys], schema)
 
     def _key(self, row: Any) -> Row:
         return tuple(_plain(row[k]) for k in self.keys)

@@ -41,6 +41,7 @@ from capture.dump.reconcile import StreamEvent, _base_missing, hidden_events
 from capture.errors import WatermarkError
 from capture.events import Row
 from capture.landing.chunks import ChunkMeta
+from capture.landing.keys import hashable
 from capture.landing.reader import TruncateMark, truncated_by
 from capture.log import get_logger
 from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE
@@ -279,7 +280,7 @@ class Interleaver:
         key_columns = meta.key
 
         def key_of(image: dict[str, Any]) -> Row:
-            return tuple(image[k] for k in key_columns)
+            return hashable(tuple(image[k] for k in key_columns))  # array keys: lists as tuples; NaN
 
         stream: list[StreamEvent] = []
         lsns: list[int] = []

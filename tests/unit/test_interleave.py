@@ -494,3 +494,25 @@ def test_readonly_chunks_of_a_dump_under_writes_replay_to_the_source():
         out += interleaver.readonly_chunk(meta, rows_, low, high, T0, stream)
     assert base and replay(out) == table
     assert [e.position for e in out] == sorted(e.position for e in out)
+
+
+def test_postgresql_array_and_nan_keys_compare_as_values():
+    """An array key (a list, as PostgreSQL array keys land) and a float key holding NaN: a change inside
+    the window drops its chunk row. Failed before: `unhashable type: 'list'` for any chunk of an
+    array-keyed table, and the NaN row was emitted at HIGH over its newer update."""
+    log = Log()
+    key = ("k", "j")
+    chunk_rows = [
+        {"k": [1, None], "j": 1.0, "v": 0},
+        {"k": [], "j": float("nan"), "v": 0},
+        {"k": [2], "j": 0.5, "v": 0},
+    ]
+    log.chunk("L", "H", chunk_rows, key=key)
+    events = [
+        log.mark("LOW", "L"),
+        log.change("u", {"k": [1, None], "j": 1.0, "v": 1}, key=key),
+        log.change("u", {"k": [], "j": float("nan"), "v": 1}, key=key),
+        log.mark("HIGH", "H"),
+    ]
+    out = run(log, events)
+    assert [(e.op, e.after["k"], e.after["v"]) for e in out] == [("u", [1, None], 1), ("u", [], 1), ("r", [2], 0)]
