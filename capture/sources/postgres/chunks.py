@@ -332,6 +332,7 @@ class PostgresChunkSource:
             self._clamped.check(table, keys, table.key_indexes)
             if chunk:
                 self._chunk_end = [k[-1].as_py() for k in keys] if len(keys[0]) else None
+        self._clamped.check_arrays(table, texts)  # before anything of the chunk is written
         arrays = [build(text) for text, build in zip(texts, builders, strict=True)]
         return pa.StructArray.from_arrays(arrays, fields=list(table.row_type))
 
