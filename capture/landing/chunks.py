@@ -67,6 +67,10 @@ class ChunkMeta:
     # `watermarks: readonly`: LOW, the encoded LSN the chunk's consistent snapshot stands at (HIGH
     # is in the chunk's HIGH file); no watermark row names low_id. None: table watermarks.
     low_lsn: int | None = None
+    # key-list dumps: per key column, how the database compares it, as folds the merge's repair
+    # applies before comparing asked keys with the target's ('case', 'pad', 'case,pad' or '':
+    # capture/sources/key_folds.py). None: byte equality (files written before it existed).
+    key_folds: tuple[str, ...] | None = None
 
     def to_json(self) -> str:
         data = asdict(self)
@@ -84,6 +88,7 @@ class ChunkMeta:
         data["key"] = tuple(data["key"])
         data["keys"] = None if data["keys"] is None else tuple(decode_key(k) for k in data["keys"])
         data["read_view"] = read_view_from_json(data.get("read_view"))
+        data["key_folds"] = None if data.get("key_folds") is None else tuple(data["key_folds"])
         return cls(**data)
 
 
