@@ -18,7 +18,8 @@ For every table of the source with landed log events or chunks, one run:
   3. Drops chunk rows whose key has a log event of the table strictly between the chunk's LOW
      and HIGH (PostgreSQL: also those a log event before LOW changed that the chunk's snapshot
      could not see); places the survivors at HIGH (op 'r', ordered by their position in the chunk).
-  4. Repair: keys the target holds among the keys a key-list chunk asked for, or inside the key
+  4. Repair: keys the target holds among the keys a key-list chunk asked for (compared under the
+     folds the database proved for the key columns: `ChunkMeta.key_folds`), or inside the key
      range of a chunk whose key orders in the database as in Spark (`ChunkMeta.exact_order`),
      that no chunk of the run returned, that no log event in the window touched (nor one hidden
      from the chunk's snapshot) and whose stored LSN is below HIGH become deletes at HIGH. Under
@@ -1265,9 +1266,10 @@ class TableMerge:
         a_target: int,
     ) -> Any | None:
         """Deletes at HIGH for target keys a chunk covers that no chunk of the run returned: the
-        keys a key-list chunk asked for (compared by equality, the same in Spark as in the
-        database: a key asked as 'a' that the database finds as 'A' returned 'A', and the target's
-        'a' goes), and the keys inside a range chunk's bounds, but only where the dump recorded
+        keys a key-list chunk asked for (compared by equality under the folds the database proved
+        for the key columns, `ChunkMeta.key_folds`: a key asked as 'a' that the database finds as 'A'
+        returned 'A', and the target's 'a' goes; asked 'apple' under citext, a target 'Apple' the
+        source lost goes), and the keys inside a range chunk's bounds, but only where the dump recorded
         that the database orders the key as Spark does (`ChunkMeta.exact_order`); under any other
         collation Spark's order cannot tell which keys lie in the range, and none are deleted.
         Keys a log event in the window touched, or one the chunk's snapshot could not see
