@@ -59,6 +59,13 @@ class UnlandableKeyError(LogtideError):
     table with DumpInputError) rather than merge them, unless the source sets `clamped_keys: accept`."""
 
 
+class UnlandableValueError(LogtideError):
+    """A column outside the key holds a value no landed column can hold (PostgreSQL: a
+    multi-dimensional array in an array column, which lands as a list): capture stops before
+    anything of its transaction lands (a dump refuses the table with DumpInputError), naming the
+    table, column, value and the ways out."""
+
+
 class DumpCancelledError(LogtideError):
     """The dump was cancelled through its control (Airflow Variable or CLI)."""
 

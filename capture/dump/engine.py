@@ -220,6 +220,7 @@ class DumpEngine:
         self.zone = zone
         self.control = control
         self.coordination = coordination
+        self._folds: dict[str, tuple[str, ...]] = {}  # by table fingerprint: `ChunkSource.key_folds`
 
     def plan(self, request: DumpRequest) -> DumpPlan:
         """Resolve and check every table and key before anything is written; with no tables named,
@@ -436,6 +437,7 @@ class DumpEngine:
                 exact_order=_exact_order(table, (progress.after, read.start, plan.stop), read.rows),
                 low_lsn=low_lsn,
                 clamped_keys=read.clamped_keys,
+                key_folds=None if read.keys is None else self._key_folds(table),
             )
             self.source.finish_reads()
             path = write_chunk(self.zone, table, meta, read.rows)
@@ -508,6 +510,13 @@ class DumpEngine:
                 "binlog positions of two servers do not compare, so the chunks could not be placed in capture's "
                 "log; point the dump and capture at the same server (the source's host and port)"
             )
+
+    def _key_folds(self, table: TableSchema) -> tuple[str, ...]:
+        """How the database compares the key columns (`ChunkSource.key_folds`), asked once per table schema."""
+        found = self._folds.get(table.fingerprint)
+        if found is None:
+            found = self._folds[table.fingerprint] = tuple(self.source.key_folds(table))
+        return found
 
     def _passed(self, high_lsn: int) -> bool:
         """Whether the landed frontier is past a read-only HIGH that was just written. A merge takes

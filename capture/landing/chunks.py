@@ -72,6 +72,10 @@ class ChunkMeta:
     # key landed as itself (MySQL/MariaDB always). None in files written before it existed: unknown,
     # which the merge takes as True (its short path, `TableMerge._fresh_chunk`, needs False).
     clamped_keys: bool | None = None
+    # key-list dumps: per key column, how the database compares it, as folds the merge's repair
+    # applies before comparing asked keys with the target's ('case', 'pad', 'case,pad' or '':
+    # capture/sources/key_folds.py). None: byte equality (files written before it existed).
+    key_folds: tuple[str, ...] | None = None
 
     def to_json(self) -> str:
         data = asdict(self)
@@ -89,6 +93,7 @@ class ChunkMeta:
         data["key"] = tuple(data["key"])
         data["keys"] = None if data["keys"] is None else tuple(decode_key(k) for k in data["keys"])
         data["read_view"] = read_view_from_json(data.get("read_view"))
+        data["key_folds"] = None if data.get("key_folds") is None else tuple(data["key_folds"])
         return cls(**data)
 
 

@@ -18,7 +18,8 @@ For every table of the source with landed log events or chunks, one run:
   3. Drops chunk rows whose key has a log event of the table strictly between the chunk's LOW
      and HIGH (PostgreSQL: also those a log event before LOW changed that the chunk's snapshot
      could not see); places the survivors at HIGH (op 'r', ordered by their position in the chunk).
-  4. Repair: keys the target holds among the keys a key-list chunk asked for, or inside the key
+  4. Repair: keys the target holds among the keys a key-list chunk asked for (compared under the
+     folds the database proved for the key columns: `ChunkMeta.key_folds`), or inside the key
      range of a chunk whose key orders in the database as in Spark (`ChunkMeta.exact_order`),
      that no chunk of the run returned, that no log event in the window touched (nor one hidden
      from the chunk's snapshot) and whose stored LSN is below HIGH become deletes at HIGH. Under
@@ -98,6 +99,7 @@ from capture.merge.key_changes import KeyChanges, created_lsns, misses_columns
 from capture.merge.target import FRONTIER, UNKNOWN_SAMPLE, UNKNOWN_VALUES, Target, frontier_value, target_of
 from capture.merge.target import namespace as target_namespace
 from capture.merge.target import recorded as target_recorded
+from capture.sources.key_folds import LOWER, UPPER, fold
 from capture.sources.postgres.read_view import PgSnapshot
 from capture.sources.table_keys import no_key
 
@@ -345,6 +347,18 @@ def commit_with(spark: Any, properties: dict[str, str], function: Callable[[], N
         if callback.error is not None:
             raise callback.error from None
         raise
+
+
+def _spark_fold(column: Any, folds: str) -> Any:
+    """A key column as the database's comparison folds it (capture/sources/key_folds.py `fold`, in
+    Spark): trailing spaces dropped ('pad'), ASCII letters in lower case ('case')."""
+    from pyspark.sql import functions as sf
+
+    if "pad" in folds:
+        column = sf.rtrim(column)
+    if "case" in folds:
+        column = sf.translate(column, UPPER, LOWER)
+    return column
 
 
 def spark_file_path(spark: Any, path: str) -> str:
@@ -1349,9 +1363,10 @@ class TableMerge:
         a_target: int,
     ) -> Any | None:
         """Deletes at HIGH for target keys a chunk covers that no chunk of the run returned: the
-        keys a key-list chunk asked for (compared by equality, the same in Spark as in the
-        database: a key asked as 'a' that the database finds as 'A' returned 'A', and the target's
-        'a' goes), and the keys inside a range chunk's bounds, but only where the dump recorded
+        keys a key-list chunk asked for (compared by equality under the folds the database proved
+        for the key columns, `ChunkMeta.key_folds`: a key asked as 'a' that the database finds as 'A'
+        returned 'A', and the target's 'a' goes; asked 'apple' under citext, a target 'Apple' the
+        source lost goes), and the keys inside a range chunk's bounds, but only where the dump recorded
         that the database orders the key as Spark does (`ChunkMeta.exact_order`); under any other
         collation Spark's order cannot tell which keys lie in the range, and none are deleted.
         Keys a log event in the window touched, or one the chunk's snapshot could not see
@@ -1430,18 +1445,29 @@ class TableMerge:
         candidates = orphans.join(ranges, lower_ok & upper_ok).select(
             *keys, "_tlsn", "_cid", "_low", "_high", "_high_ts", "_dump_id", "_chunk"
         )
-        asked = [
-            (c.id, *bound(k))  # type: ignore[misc]
-            for c in relevant
-            if c.meta.keys is not None
-            for k in c.meta.keys
-        ]
-        if asked:
+        # asked keys, grouped by how the database compares the key columns (`ChunkMeta.key_folds`):
+        # a target key equal to an asked one under those folds is that key in the database
+        by_folds: dict[tuple[str, ...], list[tuple[Any, ...]]] = {}
+        for c in relevant:
+            if c.meta.keys is not None:
+                folds = c.meta.key_folds or ("",) * len(keys)
+                by_folds.setdefault(folds, []).extend(
+                    (c.id, *(fold(v, f) for v, f in zip(bound(k), folds, strict=True)))  # type: ignore[arg-type]
+                    for k in c.meta.keys
+                )
+        for folds, asked in by_folds.items():
             asked_df = spark.createDataFrame(
                 asked, T.StructType([T.StructField("_cid", T.IntegerType()), *key_struct.fields])
             )
+            folded = [f"_f{i}" for i in range(len(keys))]
+            asked_df = asked_df.select("_cid", *(sf.col(k).alias(f) for k, f in zip(keys, folded, strict=True)))
+            left = orphans.select(
+                *keys,
+                "_tlsn",
+                *(_spark_fold(sf.col(k), f).alias(n) for k, f, n in zip(keys, folds, folded, strict=True)),
+            )
             listed = (
-                orphans.join(sf.broadcast(asked_df), keys)
+                left.join(sf.broadcast(asked_df), folded)
                 .join(sf.broadcast(info.where(sf.col("_keyed"))), "_cid")
                 .select(*keys, "_tlsn", "_cid", "_low", "_high", "_high_ts", "_dump_id", "_chunk")
             )

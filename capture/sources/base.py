@@ -185,6 +185,11 @@ class ChunkSource(Protocol):
         refused when they would not land as themselves, and parsed as the log's. MySQL/MariaDB:
         `keys` as they are (capture/dump/keys.py typed them)."""
 
+    def key_folds(self, table: TableSchema) -> tuple[str, ...]:
+        """Per key column, how the database compares it beyond byte equality, proven by the database
+        on the column's type and collation (capture/sources/key_folds.py): recorded with key-list
+        chunks for the merge's repair."""
+
     def key_after(self, table: TableSchema, key: Row, other: Row) -> bool:
         """Whether the database orders `key` after `other` in `table`'s key order (the key
         columns' types and collations), without reading a row."""

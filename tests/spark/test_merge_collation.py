@@ -188,3 +188,68 @@ def test_mariadb_keys_equal_only_by_collation_or_spelling_land_distinct_on_the_f
     assert target("ez", "e", "i", "v") == ez
     assert target("sz", "s", "v") == sz
     assert target("ci", "k", "v") == ci
+
+
+SOURCE_KEYS = {"Kiwi": 1, "Fig": 2, "Mango": 3}
+
+
+def _key_list_scenario(spark, config, capture, schema: str, strays: dict[str, list[str]], wait) -> None:
+    """Tables keyed by `k` under a case-insensitive comparison hold Kiwi, Fig and Mango; a full dump
+    lands them. Each target then gets stray rows the source does not hold under its own spelling
+    (`strays`: 'Apple', which the source lost; 'KIWI' and 'fig', other spellings of keys the source
+    holds). A key-list dump asking for 'apple', 'kiwi' and 'FIG' must delete every stray that equals an
+    asked key under the source column's comparison and keep the source's own rows: target == source.
+    On main the repair compared the asked spelling with the target's byte for byte: nothing went."""
+    names = [f"{schema}.{t}" for t in strays]
+    _dump(capture, DumpRequest(tables=names, settings=DumpSettings(chunk_size=2)))
+    wait()
+    run_merge(spark, config, "src")
+    targets = {t: f"`{config.merge.catalog_name}`.`{config.merge.namespace}`.`{schema}__{t}`" for t in strays}
+    for t, target in targets.items():
+        assert _keys_and_values(spark, target) == SOURCE_KEYS, t
+        for stray in strays[t]:
+            spark.sql(f"INSERT INTO {target} VALUES ('{stray}', 0, 0, current_timestamp())")
+    for name in names:
+        _dump(capture, DumpRequest(tables=[name], keys=["apple", "kiwi", "FIG"]))
+    wait()
+    reports = {r["table"]: r for r in run_merge(spark, config, "src")["tables"]}
+    for t, target in targets.items():
+        assert _keys_and_values(spark, target) == SOURCE_KEYS, t
+        assert reports[f"{schema}.{t}"]["repair_deletes"] == len(strays[t]), t
+
+
+def test_key_list_repairs_delete_keys_equal_under_the_collation_on_mariadb(
+    mariadb, database, make_capture, merge_config, spark
+):
+    strays = {"ci": ["Apple", "KIWI", "fig", "Kiwi  "], "uni": ["APPLE", "kIwI"], "bytes": ["apple"]}
+    for table, collation in (("ci", "utf8mb4_general_ci"), ("uni", "utf8mb4_unicode_ci"), ("bytes", "utf8mb4_bin")):
+        mariadb.execute(
+            f"CREATE TABLE {table} (k VARCHAR(10) COLLATE {collation} PRIMARY KEY, v INT)",
+            "INSERT INTO " + table + " VALUES ('Kiwi', 1), ('Fig', 2), ('Mango', 3)",
+            database=database,
+        )
+    capture = make_capture([f"{database}.*"]).start()
+    capture.wait_running()
+    config = merge_config(capture.config)
+    _key_list_scenario(spark, config, capture, database, strays, lambda: wait_until_landed(mariadb, capture))
+
+
+def test_key_list_repairs_delete_keys_equal_under_citext_on_postgres(postgres, catalogs, spark, request):
+    database = request.getfixturevalue("pg_database")  # fixtures imported from the PostgreSQL tests
+    postgres.execute(
+        "CREATE EXTENSION IF NOT EXISTS citext",
+        "CREATE COLLATION ci (provider = icu, locale = 'und-u-ks-level2', deterministic = false)",
+        "CREATE TABLE cit (k citext PRIMARY KEY, v int)",
+        "CREATE TABLE ci (k text COLLATE ci PRIMARY KEY, v int)",
+        'CREATE TABLE bytes (k text COLLATE "C" PRIMARY KEY, v int)',
+        *(f"INSERT INTO {t} VALUES ('Kiwi', 1), ('Fig', 2), ('Mango', 3)" for t in ("cit", "ci", "bytes")),
+        database=database,
+    )
+    capture = request.getfixturevalue("make_pg_capture")().start()
+    capture.wait_running()
+    merge = catalogs["hadoop"].model_copy(update={"namespace": database})
+    config = capture.config.model_copy(update={"merge": merge})
+    strays = {"cit": ["Apple", "KIWI", "fig"], "ci": ["APPLE", "kIwI"], "bytes": ["apple"]}
+    _key_list_scenario(
+        spark, config, capture, "public", strays, lambda: pg.wait_until_landed(postgres, database, capture)
+    )

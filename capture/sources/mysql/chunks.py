@@ -22,6 +22,7 @@ from capture.config import SourceConfig
 from capture.errors import ChunkReadAgain, DumpInputError
 from capture.events import MINOR_BITS, Lsn, Row, TableSchema
 from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE, Watermark, check_watermark_columns
+from capture.sources.key_folds import probe
 from capture.sources.mysql import snapshot
 from capture.sources.mysql.catalog import base_tables, describe, table_keys
 from capture.sources.mysql.connection import connection_settings, query, translate
@@ -241,6 +242,33 @@ class MySqlChunkSource:
         sets = self._sets.get(table.fingerprint, {})
         sql, params = keys_select(table.schema, table.table, table.names, table.key, keys, _floats(table), enums, sets)
         return self._rows(table, sql, params)
+
+    def key_folds(self, table: TableSchema) -> tuple[str, ...]:
+        """Per key column, the folds the server proves under the column's collation
+        (capture/sources/key_folds.py: `_ci` collations fold ASCII case, PAD SPACE ones trailing
+        spaces); '' for other columns (ENUM and SET keys compare by member: none)."""
+        rows = self._run(
+            "SELECT COLUMN_NAME, DATA_TYPE, CHARACTER_SET_NAME, COLLATION_NAME FROM information_schema.COLUMNS"
+            " WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
+            (table.schema, table.table),
+        )
+        found = {r[0]: r[1:] for r in rows}
+        folds = []
+        for name in table.key:
+            data_type, charset, collation = found.get(name, (None, None, None))
+            if not charset or not collation or str(data_type).lower() in ("enum", "set"):
+                folds.append("")
+                continue
+            typed = f"CONVERT(%s USING {charset}) COLLATE {collation}"
+
+            def equal(a: str, b: str, typed: str = typed) -> bool | None:
+                try:
+                    return bool(query(self._conn, f"SELECT {typed} = {typed}", (a, b))[0][0])
+                except pymysql.MySQLError:
+                    return None
+
+            folds.append(probe(equal))
+        return tuple(folds)
 
     def key_after(self, table: TableSchema, key: Row, other: Row) -> bool:
         numbering = self._numbering.get(table.fingerprint, {})

@@ -339,9 +339,11 @@ def decode(table: TableInfo, messages: list[bytes]) -> Decoded:
 def _images(table: TableInfo, texts: list[pa.Array]) -> pa.StructArray:
     """Typed row images from the column texts (Arrow casts, column by column). A captured table's
     date or timestamp key value that would land as another value stops capture, unless the source
-    sets `clamped_keys: accept` (`ClampedKeys`)."""
+    sets `clamped_keys: accept` (`ClampedKeys`); a multi-dimensional array in any column stops it
+    (`ClampedKeys.check_arrays`), before anything of the group is handed over."""
     if table.captured:
         table.clamped_keys.check(table.schema, [texts[i] for i in table.key_indexes], table.key_indexes)
+        table.clamped_keys.check_arrays(table.schema, texts)
     arrays = [text if build is None else build(text) for text, build in zip(texts, table.builders, strict=True)]
     return pa.StructArray.from_arrays(arrays, fields=list(table.schema.row_type))
 

@@ -45,6 +45,7 @@ from capture.errors import DumpInputError, UnusableTableError
 from capture.events import Lsn, Row, TableSchema
 from capture.log import get_logger
 from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE, Watermark, check_watermark_columns
+from capture.sources.key_folds import probe
 from capture.sources.postgres.catalog import (
     DESCRIBE_SQL,
     TypeCatalog,
@@ -333,6 +334,7 @@ class PostgresChunkSource:
             self._clamped_rows = self._clamped.check(table, keys, table.key_indexes)
             if chunk:
                 self._chunk_end = [k[-1].as_py() for k in keys] if len(keys[0]) else None
+        self._clamped.check_arrays(table, texts)  # before anything of the chunk is written
         arrays = [build(text) for text, build in zip(texts, builders, strict=True)]
         return pa.StructArray.from_arrays(arrays, fields=list(table.row_type))
 
@@ -443,6 +445,36 @@ class PostgresChunkSource:
                 (table.relation, list(table.key)),
             ))  # fmt: skip
         return found
+
+    def key_folds(self, table: TableSchema) -> tuple[str, ...]:
+        """Per key column, the folds the database proves on it (capture/sources/key_folds.py): the probes
+        cast to the column's type without its typmod, under the column's collation (citext, a
+        nondeterministic ICU collation, bpchar's blanks); '' for columns that do not land as text."""
+        rows = self._run(
+            "SELECT a.attname, format_type(a.atttypid, NULL), CASE WHEN a.attcollation = 0 THEN NULL ELSE"
+            " quote_ident(n.nspname) || '.' || quote_ident(c.collname) END FROM pg_attribute a"
+            " LEFT JOIN pg_collation c ON c.oid = a.attcollation LEFT JOIN pg_namespace n ON n.oid = c.collnamespace"
+            " WHERE a.attrelid = %s AND a.attname = ANY(%s)",
+            (table.relation, list(table.key)),
+        )
+        found = {name: (type_, collation) for name, type_, collation in rows}
+        arrow = {c.name: c.arrow_type for c in table.columns}
+        folds = []
+        for name in table.key:
+            if name not in found or not pa.types.is_string(arrow[name]):
+                folds.append("")
+                continue
+            type_, collation = found[name]
+            typed = f"%s::{type_}" + (f" COLLATE {collation}" if collation else "")
+
+            def equal(a: str, b: str, typed: str = typed) -> bool | None:
+                try:
+                    return query(self._conn, f"SELECT {typed} = {typed}", (a, b))[0][0]
+                except psycopg2.Error:  # not a value of the type (uuid, ranges, enums): no fold
+                    return None
+
+            folds.append(probe(equal))
+        return tuple(folds)
 
     def key_after(self, table: TableSchema, key: Row, other: Row) -> bool:
         params = [*_bindable(table, key), *_bindable(table, other)]  # type: ignore[misc]

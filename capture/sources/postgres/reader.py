@@ -67,7 +67,7 @@ import psycopg2
 import psycopg2.errors
 
 from capture.config import SourceConfig
-from capture.errors import PreflightError, SourceConnectionError, UnlandableKeyError
+from capture.errors import PreflightError, SourceConnectionError, UnlandableKeyError, UnlandableValueError
 from capture.events import Column, Heartbeat, LogItem, Lsn, TableSchema, TransactionEnd, Truncate
 from capture.log import get_logger
 from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE
@@ -135,7 +135,7 @@ class PgOutputReader:
         self._cursor: Any = None
         self._tables: dict[int, TableInfo] = {}
         # warns once per table and column: the source's, kept across reconnects (a new reader each), for the run
-        self._clamped = clamped or ClampedKeys(name, config.clamped_keys, UnlandableKeyError)
+        self._clamped = clamped or ClampedKeys(name, config.clamped_keys, UnlandableKeyError, UnlandableValueError)
         self.landed = landed  # what landed (schema history) and was dumped (chunks) per table: schema_change.Relations
         self._relations = schema_change.Relations([])  # set from `landed` when reading starts
         # drops, renames away, enum labels (as of the checkpoint: its `resume`), the publication

@@ -16,7 +16,13 @@ from typing import Any
 import psycopg2
 
 from capture.config import SourceConfig
-from capture.errors import CheckpointPurgedError, PositionWentBackwardsError, PreflightError, UnlandableKeyError
+from capture.errors import (
+    CheckpointPurgedError,
+    PositionWentBackwardsError,
+    PreflightError,
+    UnlandableKeyError,
+    UnlandableValueError,
+)
 from capture.events import LogItem, Lsn
 from capture.log import get_logger
 from capture.sources.postgres.catalog import base_tables, table_keys
@@ -47,7 +53,7 @@ class PostgresSource:
         self._lag_conn: Any = None
         self.landed: Landed | None = None  # set by the service (`use_landed`)
         # clamped_keys: accept warns once per table and column for the capture run, not per reader (reconnect)
-        self._clamped = ClampedKeys(name, config.clamped_keys, UnlandableKeyError)
+        self._clamped = ClampedKeys(name, config.clamped_keys, UnlandableKeyError, UnlandableValueError)
 
     def use_landed(
         self,

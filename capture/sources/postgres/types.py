@@ -24,7 +24,8 @@ sets `clamped_keys: accept`, since keys that differ only there would land as one
 cannot hold land as NULL and are listed in the README: numeric NaN in a numeric(p,s) column,
 time '24:00:00', intervals beyond about 292,000 years (in a key refused as clamped dates are, and
 so is an array key with such an element; NaN and 24:00 are one value per key, so allowed). A
-multi-dimensional array is refused with an error.
+multi-dimensional array is refused, in a key (`ClampedKeys.check`) and outside it
+(`ClampedKeys.check_arrays`), naming source, table, column, value and shape.
 """
 
 from __future__ import annotations
@@ -129,9 +130,27 @@ class ClampedKeys:
     values land clamped (or NULL), and `check` says so (a dump records it with the chunk:
     `ChunkMeta.clamped_keys`)."""
 
-    def __init__(self, source: str, policy: Policy, error: type[Exception]) -> None:
+    def __init__(
+        self, source: str, policy: Policy, error: type[Exception], value_error: type[Exception] | None = None
+    ) -> None:
         self.source, self.policy, self.error = source, policy, error
+        self.value_error = value_error or error  # `check_arrays`: a value outside the key
         self._warned: set[tuple[str, str]] = set()
+
+    def check_arrays(self, table: TableSchema, texts: Sequence[pa.Array]) -> None:
+        """Refuse (`value_error`) a multi-dimensional array in any array column outside the key (the
+        key's are refused by `check`): a column lands as a list of its element type, which a value of
+        more dimensions cannot fill, whatever the policy; called before anything of the chunk or
+        transaction lands, so capture and dumps stop at the same value with the same message."""
+        keys = set(table.key_indexes)
+        for index, (column, text) in enumerate(zip(table.columns, texts, strict=True)):
+            if index in keys or not len(text) or not pa.types.is_list(column.arrow_type):
+                continue
+            found = pc.match_substring_regex(_text(text), _MULTI_DIMENSIONAL)
+            if pc.any(found).as_py():
+                value = _text(text).filter(found)[0].as_py()
+                raise self.value_error(multi_dimensional_message(self.source, table, column.name, column.source_type,
+                                                                 value))  # fmt: skip
 
     def check(self, table: TableSchema, texts: Sequence[pa.Array], indexes: Sequence[int]) -> bool:
         """Check the key columns `indexes` of `table` (their texts, in that order). True: one of them
@@ -185,6 +204,54 @@ class ClampedKeys:
 
 
 _MULTI_DIMENSIONAL = r"^\{\{|^\[[^=]*\]\["  # '{{1,2},{3,4}}', '[0:1][1:2]={{...}}'
+
+
+def array_shape(text: str) -> list[int]:
+    """The lengths of a (rectangular, as PostgreSQL keeps them) array literal's dimensions, outermost
+    first: '{{1,2,3},{4,5,6}}' -> [2, 3] (a bound prefix '[0:1][1:3]=' is skipped)."""
+    if text.startswith("["):
+        text = text[text.index("=") + 1 :]
+    counts: list[int] = []  # elements seen at each depth, in the first sub-array of each
+    depth, quoted, i, done = 0, False, 0, set()
+    while i < len(text):
+        char = text[i]
+        if quoted:
+            if char == "\\":
+                i += 1
+            elif char == '"':
+                quoted = False
+        elif char == '"':
+            quoted = True
+        elif char == "{":
+            depth += 1
+            if len(counts) < depth:
+                counts.append(0)
+            if depth > 1 and depth - 1 not in done:
+                counts[depth - 2] += 1
+        elif char == "}":
+            if depth == len(counts) and depth not in done and text[i - 1] != "{":
+                counts[depth - 1] += 1
+            done.add(depth)
+            depth -= 1
+        elif char == "," and depth == len(counts) and depth not in done:
+            counts[depth - 1] += 1
+        i += 1
+    return counts
+
+
+def multi_dimensional_message(source: str, table: TableSchema, column: str, source_type: str, text: str) -> str:
+    """Why a multi-dimensional array value outside the key is refused, and the ways out."""
+    name, shown = table.qualified_name, text if len(text) <= 200 else text[:200] + "..."
+    shape = array_shape(text)
+    return (
+        f"source {source!r}: {name}: column {column!r} ({source_type}) holds {shown!r}, a {len(shape)}-dimensional "
+        f"array ({' x '.join(map(str, shape))}): only one-dimensional arrays land (as lists of the element type), "
+        "so nothing of this change lands. Ways out: (1) leave "
+        f"{name} out of capture (exclude) and restart capture, which then goes on past it; make the values "
+        f"one-dimensional (UPDATE ... SET {column} = ...), or have the column land as the arrays' text "
+        f"(ALTER TABLE {name} ALTER COLUMN {column} TYPE text USING {column}::text); then capture {name} again "
+        f"and dump it; (2) for a dump refusal the UPDATE or the ALTER alone, then the dump again"
+    )
 
 
 def _unlandable(arrow_type: pa.DataType, text: pa.Array) -> tuple[str, str] | None:

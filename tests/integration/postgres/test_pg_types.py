@@ -4,13 +4,18 @@ and type, and a chunk SELECT gives exactly the same values (one mapping for both
 from __future__ import annotations
 
 import math
+import re
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 
 import pyarrow as pa
 import pytest
 
+from capture.dump.control import DumpSettings
+from capture.dump.engine import DumpRequest
+from capture.errors import DumpInputError
 from capture.sources import open_chunk_source
+from tests.integration.dumping import open_engine
 
 pytestmark = pytest.mark.integration
 
@@ -119,3 +124,43 @@ def test_every_type_round_trips_and_log_rows_equal_dump_rows(postgres, pg_databa
         and last["jb"] == "null"
         and last["ts"] == datetime(9999, 12, 31, 23, 59, 59, 999999)
     )
+
+
+def test_a_multi_dimensional_array_outside_the_key_is_refused_by_name(postgres, pg_database, make_pg_capture):
+    """On main a two-dimensional value in a non-key int[] column stopped capture with a bare
+    ValueError (and a dump likewise): now capture and dumps refuse it with one message naming the
+    source, table, column, value and shape and the ways out; capture exits 2 and nothing of the
+    refused transaction lands (another table's row in it neither)."""
+    postgres.execute(
+        "CREATE TABLE grid (id int PRIMARY KEY, m int[], v int)",
+        "CREATE TABLE other (id int PRIMARY KEY)",
+        database=pg_database,
+    )
+    capture = make_pg_capture().start()
+    capture.wait_running()
+    postgres.execute("INSERT INTO grid VALUES (1, '{1,2}', 1)", database=pg_database)
+    capture.wait_events("public", "grid", 1)
+    postgres.execute(
+        "BEGIN; INSERT INTO other VALUES (1); INSERT INTO grid VALUES (2, '[0:1][1:3]={{1,2,3},{4,5,6}}', 2); COMMIT",
+        database=pg_database,
+    )
+    refused = (
+        "public.grid: column 'm' (integer[]) holds '[0:1][1:3]={{1,2,3},{4,5,6}}', a 2-dimensional array "
+        "(2 x 3): only one-dimensional arrays land"
+    )
+    assert capture.wait_exit() == 2
+    log = capture.log()
+    assert refused in log, log[-3000:]
+    assert "leave public.grid out of capture (exclude)" in log and "ALTER COLUMN m TYPE text" in log
+    assert len(capture.events("public", "grid")) == 1
+    assert capture.events("public", "other") == []  # nothing of the refused transaction
+    engine, source = open_engine(capture)
+    try:
+        for request in (
+            DumpRequest(tables=["public.grid"], settings=DumpSettings(chunk_size=1)),
+            DumpRequest(tables=["public.grid"], keys=[2]),
+        ):
+            with pytest.raises(DumpInputError, match=re.escape(refused)):
+                engine.run(request)
+    finally:
+        source.close()
