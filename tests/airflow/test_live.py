@@ -245,6 +245,7 @@ def test_bad_params_fail_the_plan_with_the_reason_and_write_nothing(live: Live, 
     ledger = f"{DATABASE}.ledger"
     cases = {  # conf -> what the plan's log must say
         f"table {DATABASE}.nope does not exist": {"tables": [f"{DATABASE}.nope"]},
+        f"did you mean {DATABASE}.ledger?": {"tables": [f"{DATABASE}.LEDGER"]},  # names match as spelled
         f"table {OTHER_DATABASE}.nokey is not captured": {"tables": [f"{OTHER_DATABASE}.nokey"]},
         "key value 'abc' for column 'id' is not an integer": {"tables": [ledger], "keys": ["abc"]},
         f"key range of {ledger} is empty": {"tables": [ledger], "key_from": 500, "key_to": 100},
