@@ -42,13 +42,17 @@ class DumpInputError(LogtideError):
     key, keys of the wrong arity or type, bad chunk settings. Nothing is written."""
 
 
-def table_not_found(schema: str, table: str) -> DumpInputError:
+def table_not_found(schema: str, table: str, spelled: str | None = None) -> DumpInputError:
     """The refusal of a table the source does not have; a name quoted as in SQL (`db`.`t`, "db"."t")
-    is the likely cause when it holds quotes, so the message gives the name to write instead."""
+    is the likely cause when it holds quotes, so the message gives the name to write instead.
+    `spelled`: the one table whose name differs from it in letter case only (names are matched
+    exactly, as the catalog spells them: `public.LEDGER` is not `public.ledger`), to name instead."""
     error = f"table {schema}.{table} does not exist (or the dump user may not see it)"
     quotes = '`"'
     if any(c in quotes for c in schema + table):
         error += f"; write table names without quotes: {schema.strip(quotes)}.{table.strip(quotes)}"
+    elif spelled is not None:
+        error += f"; names are matched exactly, as the catalog spells them: did you mean {spelled}?"
     return DumpInputError(error)
 
 

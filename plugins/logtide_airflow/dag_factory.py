@@ -56,13 +56,20 @@ log = get_logger(__name__)
 # A key: a scalar, or a list of scalars for a composite key. Written as one schema with a `type`
 # list (not anyOf), because the trigger form picks its input by `type`: a list of several types
 # gets a text box that reads JSON (`100`, `[100, "a"]`) and keeps other text as a string.
+# Numbers are bounded to what Airflow's task runner can pass on: it encodes the run's conf with
+# msgpack, which refuses integers outside [-2**63, 2**64 - 1]; such a key was accepted here and then
+# no task of the run could start (an OverflowError in the scheduler's log only). A larger integer
+# key is written as a string ("123456789012345678901"), which integer and decimal columns accept.
+_BOUNDS = {"minimum": -(2**63), "maximum": 2**64 - 1}
 _SCALARS = ["integer", "number", "string"]
-_KEY = {"type": [*_SCALARS, "array"], "minItems": 1, "items": {"type": _SCALARS}}
+_KEY = {"type": [*_SCALARS, "array"], "minItems": 1, **_BOUNDS, "items": {"type": _SCALARS, **_BOUNDS}}
 
 
 def _key_bound(description: str) -> Param:
     """The `key_from` / `key_to` parameter: a key value, a list of them for a composite key, or none."""
-    return Param(None, type=["null", *_KEY["type"]], minItems=1, items=_KEY["items"], description=description)
+    return Param(
+        None, type=["null", *_KEY["type"]], minItems=1, **_BOUNDS, items=_KEY["items"], description=description
+    )
 
 
 def pool_name(source: str) -> str:
@@ -116,8 +123,8 @@ def dump_params(sources: Sequence[str], source_default: str | None = None, table
             minItems=1,
             items=_KEY,
             description='Primary keys to dump, one table only, as a JSON list: [17, 42], ["a1", "b7"], or '
-            '[[1, "a"], [2, "b"]] for a composite key; keys not found are reported and deleted from the target by '
-            "the merge",
+            '[[1, "a"], [2, "b"]] for a composite key; an integer past 64 bits as a string: ["123456789012345678901"]; '
+            "keys not found are reported and deleted from the target by the merge",
         ),
         "key_from": _key_bound(
             'Key range start, inclusive (one table only): 100, "abc", or [100, "a"] for a composite key; '

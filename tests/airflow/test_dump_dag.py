@@ -92,6 +92,11 @@ def test_invalid_params_are_refused_when_the_run_is_triggered(airflow_ready):
         ({"source": "src", "max_rows_per_s": 0}, "less than or equal to the minimum of 0"),
         ({"source": "src", "keys": [{"id": 1}]}, "{'id': 1} is not of type 'integer', 'number', 'string', 'array'"),
         ({"source": "src", "key_from": {"id": 1}}, "is not of type 'null', 'integer', 'number', 'string', 'array'"),
+        # an integer past 64 bits passed the form, and then no task could start: Airflow's worker
+        # could not encode the run's conf (msgpack OverflowError in the scheduler's log, none in the task's)
+        ({"source": "src", "tables": ["shop.t"], "keys": [2**64]}, f"{2**64} is greater than the maximum of"),
+        ({"source": "src", "tables": ["shop.t"], "keys": [[1, -(2**63) - 1]]}, "is less than the minimum of"),
+        ({"source": "src", "tables": ["shop.t"], "key_to": 10**20}, f"{10**20} is greater than the maximum of"),
         ({"source": "elsewhere"}, "'elsewhere' is not one of ['nightly', 'src']"),
         ({"tables": []}, "param source: No value passed"),
     ]:

@@ -168,6 +168,7 @@ def test_bad_requests_are_refused_before_anything_is_written(mariadb, database, 
     cases = [
         (DumpRequest(tables=[f"{database}.nope"]), f"table {database}.nope does not exist"),
         (DumpRequest(tables=[f"`{database}`.`ledger`"]), f"write table names without quotes: {database}.ledger"),
+        (DumpRequest(tables=[f"{database}.LEDGER"]), f"did you mean {database}.ledger?"),
         (DumpRequest(tables=[f"{database}.keyless"]), "has no primary key and no UNIQUE index on NOT NULL"),
         (DumpRequest(tables=[f"{database}.hidden"]), f"table {database}.hidden is not captured"),
         # not captured comes first: a key the table lacks is beside the point

@@ -69,6 +69,17 @@ TABLES_SQL = (
 )
 
 
+def spelled_otherwise(conn: pymysql.connections.Connection, schema: str, table: str) -> str | None:
+    """`db.table` of the one base table whose name differs from `schema.table` in letter case only."""
+    rows = query(
+        conn,
+        "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE LOWER(TABLE_SCHEMA) = LOWER(%s)"
+        " AND LOWER(TABLE_NAME) = LOWER(%s) AND TABLE_TYPE IN ('BASE TABLE', 'SYSTEM VERSIONED') LIMIT 2",
+        (schema, table),
+    )
+    return f"{rows[0][0]}.{rows[0][1]}" if len(rows) == 1 else None
+
+
 def describe(
     conn: pymysql.connections.Connection, schema: str, table: str, source: str, named: tuple[str, ...] | None
 ) -> tuple[TableSchema, list[ColumnBuilder]]:
@@ -76,7 +87,7 @@ def describe(
     configuration names for it); DumpInputError if it does not exist, UnusableTableError if no key."""
     rows = query(conn, COLUMNS_SQL, (schema, table))
     if not rows:
-        raise table_not_found(schema, table)
+        raise table_not_found(schema, table, spelled_otherwise(conn, schema, table))
     names = (
         "COLUMN_NAME",
         "DATA_TYPE",

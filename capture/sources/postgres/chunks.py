@@ -41,7 +41,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from capture.config import SourceConfig
-from capture.errors import DumpInputError, UnusableTableError
+from capture.errors import DumpInputError, UnusableTableError, table_not_found
 from capture.events import Lsn, Row, TableSchema
 from capture.log import get_logger
 from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE, Watermark, check_watermark_columns
@@ -234,6 +234,14 @@ class PostgresChunkSource:
         rows = self._after_chunk.pop((schema, table), None)
         if rows is None:
             rows = self._run(DESCRIBE_SQL, (schema, table))
+        if not rows:
+            spelled = self._run(
+                "SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+                " WHERE lower(n.nspname) = lower(%s) AND lower(c.relname) = lower(%s) AND c.relkind IN ('r', 'p')"
+                " LIMIT 2",
+                (schema, table),
+            )
+            raise table_not_found(schema, table, f"{spelled[0][0]}.{spelled[0][1]}" if len(spelled) == 1 else None)
         named = self.config.named_key(schema, table)
         table_schema, builders, as_text = described(self._types, schema, table, rows, self.name, named)
         self._builders[table_schema.fingerprint] = (builders, as_text)

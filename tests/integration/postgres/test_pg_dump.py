@@ -169,6 +169,8 @@ def test_bad_requests_are_refused_before_anything_is_written(postgres, pg_databa
     cases = [
         (DumpRequest(tables=["public.nope"]), "table public.nope does not exist"),
         (DumpRequest(tables=['"public"."ledger"']), "write table names without quotes: public.ledger"),
+        # written as unquoted SQL would fold it; names are matched as the catalog spells them
+        (DumpRequest(tables=["public.LEDGER"]), "as the catalog spells them: did you mean public.ledger?"),
         (DumpRequest(tables=["public.keyless"]), "has no primary key and no UNIQUE index on NOT NULL"),
         (DumpRequest(tables=["public.ledger"], keys=[[1, 2]]), "has 2 value(s); public.ledger"),
         (DumpRequest(tables=["public.ledger"], keys=["abc"]), "key value 'abc' for column 'id' is not an integer"),
