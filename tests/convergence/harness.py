@@ -62,6 +62,7 @@ class Scale:
     dumps: int = 1
     kill_every_s: tuple[float, float] = (3.0, 8.0)  # capture is SIGKILLed after a random pause in this range
     watermarks: str = "table"  # the source's `watermarks`: table, or readonly (README, Read-only watermarks)
+    dump_kills: int = 0  # each dump SIGKILLed this many times at random chunks and rerun with its id (resumed)
 
 
 CHECK_THREADS = 4  # tables checked at once (check.check_table)
@@ -307,14 +308,15 @@ class Harness:
         def reached(dump_id: str) -> bool:
             return self._chunks_done(dump_id, split) >= pause_at
 
-        dump, log = self._start(f"dump-{dump_id}", *self._dump_args(dump_id, []))
+        names_run: list[str] = []
+        dump, log = self._start(f"dump-{dump_id}", *self._dump_args(dump_id, names_run))
         wait_for(lambda: dump.poll() is not None or reached(dump_id), 900, 0.05, "chunks")
         if dump.poll() not in (None, 0):
             self.findings.append(f"logtide dump --source (all tables) failed ({dump.returncode}): "
                                  f"{error_line(log.read_text(errors='replace'))}")  # fmt: skip
-            names = sorted(f"{self.kit.schema}.{t.name}" for t in self._keyed())
+            names_run = sorted(f"{self.kit.schema}.{t.name}" for t in self._keyed())
             dump_id += "-by-table"
-            dump, log = self._start(f"dump-{dump_id}", *self._dump_args(dump_id, names))
+            dump, log = self._start(f"dump-{dump_id}", *self._dump_args(dump_id, names_run))
             wait_for(lambda: dump.poll() is not None or reached(dump_id), 900, 0.05, "chunks")
         # through the dump's control file, as `logtide dump-control` writes it, but at once: a CLI start
         # takes a second or two, in which a PostgreSQL dump finishes a small table
@@ -331,16 +333,38 @@ class Harness:
                 self.facts.setdefault("merge_started_at_chunk", []).append(self._chunks_done(dump_id))
                 control.update(state="running")
 
+        ended = threading.Event()  # the dump's last run exited (a killed one is rerun)
+
         def merges() -> None:
             self._merge("during-dump", kill_after=kill_after, started=resume, after_table=split.name)
-            while dump.poll() is None:
+            while not ended.is_set():
                 time.sleep(self.rng.uniform(0.5, 3.0))
-                if dump.poll() is None:
+                if not ended.is_set():
                     self._merge("during-dump")
 
         merging = threading.Thread(target=merges, name="merges", daemon=True)
         merging.start()
-        if dump.wait() != 0:
+        for kill in range(self.scale.dump_kills):
+            done = self._chunks_done(dump_id)
+            # a few chunks after the last start, so that every rerun resumes with chunks behind it
+            target = done + self.rng.randint(1, max(1, self._expected_chunks(split) // 2))
+            running = dump
+
+            def progressed(running: subprocess.Popen[bytes] = running, target: int = target) -> bool:
+                return running.poll() is not None or self._chunks_done(dump_id) >= target
+
+            wait_for(progressed, 900, 0.02, "chunks")
+            if dump.poll() is not None:
+                break
+            time.sleep(self.rng.uniform(0.0, 0.3))  # anywhere between two chunks, or inside one
+            os.killpg(dump.pid, signal.SIGKILL)
+            dump.wait()
+            self.facts["dump_kills"] = self.facts.get("dump_kills", 0) + 1
+            self._note(f"dump {dump_id} killed after {self._chunks_done(dump_id)} chunks, resumed")
+            dump, log = self._start(f"dump-{dump_id}-resumed-{kill + 1}", *self._dump_args(dump_id, names_run))
+        dump.wait()
+        ended.set()
+        if dump.returncode != 0:
             self.findings.append(f"logtide dump {dump_id} failed ({dump.returncode}): "
                                  f"{error_line(log.read_text(errors='replace'))}")  # fmt: skip
         self._note(f"dump {dump_id} exited {dump.returncode}")
