@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import base64
 import time
+from collections.abc import Callable
 from datetime import date, datetime, timedelta
 from datetime import time as dtime
 from decimal import Decimal
 from typing import Any, NamedTuple
 
 import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from capture.events import lsn_text
 from capture.output.interleave import Event
@@ -212,3 +215,150 @@ _PAYLOAD = (
 def _key_start(key: tuple[str, ...]) -> bytes | None:
     """`{"<name>":` for a one-column key (its value is then written alone), else None."""
     return b"{" + orjson.dumps(key[0]) + b":" if len(key) == 1 else None
+
+
+class ArrowEncoder:
+    """Logtide's JSON for a landing file's log events straight from its Arrow columns: each message's
+    payload and id are joined in Arrow's C++ kernels, column by column, and reach Python as one bytes and
+    one str a message, with no image dicts, Decimal or datetime objects and no per-message format. Byte
+    for byte what `encode` writes (a unit test compares them); integers, booleans and text that needs no
+    JSON escape are written by Arrow, every other value by orjson as `Encoder` does (one call a value).
+    `messages` returns None for what it does not handle (events with `missing` columns), which the relay
+    encodes through `Encoder`."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self._prefix = pa.scalar(source + ":")
+        self._starts: dict[tuple[str, str], str] = {}
+
+    def messages(self, schema: str, table: str, key: tuple[str, ...], data: pa.Table, lsns: pa.Array) -> Any:
+        """(message ids, payloads) of `data`'s rows (log events of `schema.table`, order 0), `lsns` their
+        LSNs as decimal text; None when a row carries `missing` columns."""
+        if "_missing" in data.column_names:
+            gone = pc.list_value_length(data.column("_missing"))
+            if pc.max(gone).as_py():
+                return None
+        start = self._starts.get((schema, table))
+        if start is None:
+            names = orjson.dumps(self.source) + b',"table":' + orjson.dumps(f"{schema}.{table}")
+            start = '{"source":' + names.decode()
+            self._starts[(schema, table)] = start
+        before, before_fields = _object(data.column("before"))
+        after, after_fields = _object(data.column("after"))
+        key_json = _key(key, data.column("before"), before_fields, data.column("after"), after_fields)
+        payload = pc.binary_join_element_wise(
+            start + ',"op":',
+            _distinct(data.column("_op"), orjson.dumps),
+            ',"lsn":"',
+            lsns,
+            '","order":0,"txid":',
+            _distinct(data.column("_txid"), orjson.dumps),
+            ',"commit_ts":',
+            _distinct(data.column("_commit_ts"), _isoformat),
+            ',"key":',
+            key_json,
+            ',"before":',
+            before,
+            ',"after":',
+            after,
+            ',"missing":[],"dump":null}',
+            "",
+        )
+        ids = pc.binary_join_element_wise(self._prefix, lsns, "")
+        return ids.to_pylist(), payload.cast(pa.binary()).to_pylist()
+
+
+_ESCAPED = r'[\x00-\x1f"\\]'  # what JSON (and orjson) escapes in a string; everything else is written as is
+
+
+def _values(column: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """Each value's JSON text (null for a null), as `orjson.dumps(value, default=_default)` writes the
+    Python value Arrow gives."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    kind = column.type
+    if pa.types.is_large_string(kind):
+        column, kind = column.cast(pa.string()), pa.string()
+    if pa.types.is_integer(kind) or pa.types.is_boolean(kind):
+        text = column.cast(pa.string())
+    elif pa.types.is_string(kind) and not pc.any(pc.match_substring_regex(column, _ESCAPED)).as_py():
+        text = pc.binary_join_element_wise('"', column, '"', "")
+    elif (pa.types.is_decimal(kind) and 0 <= kind.scale <= 6) or _iso_dates(column):  # str(Decimal): no exponent
+        text = pc.binary_join_element_wise('"', column.cast(pa.string()), '"', "")
+    elif _iso_times(column):  # isoformat: microseconds only where there are some, UTC as +00:00
+        text = pc.replace_substring_regex(pc.strftime(column, format="%Y-%m-%dT%H:%M:%S"), r"\.000000$", "")
+        text = pc.binary_join_element_wise('"', text, '"' if kind.tz is None else '+00:00"', "")
+    else:
+        dumps = orjson.dumps
+        text = pa.array([dumps(v, default=_default) for v in column.to_pylist()], pa.binary()).cast(pa.string())
+    return pc.fill_null(text, "null")
+
+
+def _iso_dates(column: pa.Array) -> bool:
+    """A date32 column whose every value has a four-digit year (Arrow's text then is `isoformat`'s)."""
+    return pa.types.is_date32(column.type) and _from_year_1000(column, pa.scalar(date(1000, 1, 1), column.type))
+
+
+def _iso_times(column: pa.Array) -> bool:
+    """A microsecond timestamp column, naive or UTC, whose every value has a four-digit year."""
+    kind = column.type
+    if not pa.types.is_timestamp(kind) or kind.unit != "us" or kind.tz not in (None, "UTC", "+00:00"):
+        return False
+    return _from_year_1000(column.cast(pa.timestamp("us")), pa.scalar(datetime(1000, 1, 1), pa.timestamp("us")))
+
+
+def _from_year_1000(column: pa.Array, first: pa.Scalar) -> bool:
+    least = pc.min(column)
+    return not least.is_valid or pc.greater_equal(least, first).as_py()
+
+
+def _object(column: pa.ChunkedArray) -> tuple[pa.Array, dict[str, pa.Array]]:
+    """A struct column's rows as JSON objects (null where the row is null), and each field's values."""
+    struct = column.combine_chunks()
+    if struct.null_count == len(struct):  # every row's (inserts' before, deletes' after)
+        return pa.scalar("null"), {}
+    fields = {struct.type.field(i).name: _values(struct.field(i)) for i in range(struct.type.num_fields)}
+    pieces: list[Any] = []
+    for i, (name, values) in enumerate(fields.items()):
+        pieces += [("{" if i == 0 else ",") + orjson.dumps(name).decode() + ":", values]
+    if not pieces:
+        return pc.if_else(struct.is_valid(), "{}", "null"), fields
+    joined = pc.binary_join_element_wise(*pieces, "}", "")
+    return pc.if_else(struct.is_valid(), joined, "null"), fields
+
+
+def _key(
+    key: tuple[str, ...],
+    before: pa.ChunkedArray,
+    before_fields: dict[str, pa.Array],
+    after: pa.ChunkedArray,
+    after_fields: dict[str, pa.Array],
+) -> Any:
+    """`{"<key column>": value, ...}` from the after image, or the before image where it has none (null
+    where neither has the column), as `Event.key_values`."""
+    has_after, has_before = after.is_valid(), before.is_valid()
+    if isinstance(has_after, pa.ChunkedArray):
+        has_after, has_before = has_after.combine_chunks(), has_before.combine_chunks()
+    pieces: list[Any] = []
+    for i, name in enumerate(key):
+        from_before = before_fields.get(name)
+        value = pc.if_else(has_before, from_before, "null") if from_before is not None else pa.scalar("null")
+        from_after = after_fields.get(name)
+        value = pc.if_else(has_after, from_after if from_after is not None else "null", value)
+        pieces += [("{" if i == 0 else ",") + orjson.dumps(name).decode() + ":", value]
+    if not pieces:
+        return pa.scalar("{}")
+    return pc.binary_join_element_wise(*pieces, "}", "")
+
+
+def _isoformat(ts: datetime) -> bytes:
+    return orjson.dumps(ts.isoformat())
+
+
+def _distinct(column: pa.ChunkedArray, write: Callable[[Any], bytes]) -> pa.Array:
+    """A column's JSON text (null for a null), each distinct value written once by `write`: the op, the
+    transaction's id and commit time (`isoformat`, as `Encoder`) repeat from event to event."""
+    encoded = column.combine_chunks().dictionary_encode()
+    texts = [write(value) for value in encoded.dictionary.to_pylist()]
+    values = pa.array(texts, pa.binary()).cast(pa.string())
+    return pc.fill_null(pc.take(values, encoded.indices), "null")

@@ -126,6 +126,12 @@ class Interleaver:
     def open_windows(self) -> int:
         return len(self._open)
 
+    def collecting(self, table: str) -> bool:
+        """Whether `push` may keep the events of `table` ("db.table") from now until the next LOW of
+        it: a window of it is open, or the look-back keeps every event. Only kept events have their
+        images read (a window's keys, at HIGH); the others' images are never looked at here."""
+        return table in self._by_table or self._recent.maxlen != 0
+
     def replay_from(self, next_lsn: int) -> int:
         """Where a restarted interleaver must start reading to rebuild the open windows (their look-back
         included); `next_lsn` when none is open."""

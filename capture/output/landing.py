@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from itertools import repeat
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from capture.landing.chunks import ChunkMeta, chunk_path, read_chunk_meta
 from capture.landing.files import list_segments, write_json_atomic
 from capture.landing.reader import LandedChunk, Watermarks, closed_chunks, merge_tables, table_segments
 from capture.landing.zone import SCHEMA_HISTORY, LandingZone, folder_table
+from capture.output.formats import ArrowEncoder, Message
 from capture.output.interleave import Event
 from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE
 
@@ -36,6 +38,11 @@ class LandingReader:
         """`include(db, table)`: the tables whose events are read (the watermark table always is)."""
         self.zone = zone
         self._include = include
+        # the relay's fast path (`read_encoded`): messages written from the files' columns for the tables
+        # `encoded(db, table)` names, and their events without images unless `collecting("db.table")`
+        self.encoder: ArrowEncoder | None = None
+        self.encoded: Callable[[str, str], bool] | None = None
+        self.collecting: Callable[[str], bool] | None = None
         self._folders: dict[str, bool] = {}
         # folder -> (when it was listed, its segments (first, last, name) not yet wholly read): a folder
         # is listed again only when its mtime is near or after that moment (CACHE_SLACK_S covers
@@ -85,6 +92,18 @@ class LandingReader:
     def read(self, start: int, frontier: int, max_rows: int = 20_000) -> tuple[list[Event], int]:
         """The committed events with start <= LSN < end, in LSN order, and `end` (at most `frontier`):
         where the next read starts. About `max_rows` events at a time (whole files)."""
+        events, _messages, end = self.read_encoded(start, frontier, max_rows)
+        return events, end
+
+    def read_encoded(
+        self, start: int, frontier: int, max_rows: int = 20_000
+    ) -> tuple[list[Event], list[Message | None], int]:
+        """`read`, and each event's message as `encoder` (an `ArrowEncoder`) writes it from the file's
+        columns, for the tables `encoded(db, table)` names; None for the others. Those events come
+        without images (before and after None: Arrow building them as dicts was the reader's largest
+        cost) unless `collecting("db.table")` says the interleaver may keep them (a dump window of the
+        table open, or a look-back) or a LOW watermark of the table is among the events read: only a
+        window reads an event's images (its keys, at HIGH), and the message is already written."""
         files = self._files(start, frontier)
         taken, rows, end = [], 0, frontier
         for first, _last, path in files:
@@ -95,37 +114,56 @@ class LandingReader:
             taken.append((path, data))
             rows += data.num_rows
         events: list[Event] = []
+        messages: list[Message | None] = []
+        lows = _lows(taken) if self.collecting is not None else set()
         for path, data in taken:
             if path.parent == self.zone.history_dir:
-                events.extend(self._truncates(data, start, end))
+                truncates = self._truncates(data, start, end)
+                events.extend(truncates)
+                messages.extend([None] * len(truncates))
                 continue
             schema, table = folder_table(path.parent.name)
             metadata = data.schema.metadata or {}
             key = tuple(k for k in metadata.get(b"logtide.key", b"").decode().split(",") if k)
             # column by column: Arrow builds each column's Python values in one pass (a row-wise
             # to_pylist costs about twice as much, the relay's largest share after the output itself)
-            lsns = [int(v) for v in data.column("_lsn").cast(pa.string()).to_pylist()]  # no Decimal objects
+            texts = data.column("_lsn").cast(pa.string())  # no Decimal objects
+            lsns = [int(v) for v in texts.to_pylist()]
             keep = [i for i, lsn in enumerate(lsns) if start <= lsn < end]
             if len(keep) < len(lsns):
-                data, lsns = data.take(keep), [lsns[i] for i in keep]
+                data, lsns, texts = data.take(keep), [lsns[i] for i in keep], texts.take(keep)
             n = len(lsns)
+            encoded = None
+            if self.encoder is not None and n and self.encoded is not None and self.encoded(schema, table):
+                encoded = self.encoder.messages(schema, table, key, data, texts.combine_chunks())
+            name = f"{schema}.{table}"
+            kept = self.collecting is None or self.collecting(name) or name in lows
+            bare = encoded is not None and not kept
             missing = data.column("_missing").to_pylist() if "_missing" in data.column_names else [None] * n
             columns = zip(
                 lsns,
                 data.column("_op").to_pylist(),
-                data.column("before").to_pylist(),
-                data.column("after").to_pylist(),
+                repeat(None, n) if bare else data.column("before").to_pylist(),
+                repeat(None, n) if bare else data.column("after").to_pylist(),
                 data.column("_txid").to_pylist(),
                 _repeated(data.column("_commit_ts")),
                 missing,
                 strict=True,
             )
-            events.extend(
+            read = [
                 Event(schema, table, lsn, op, before, after, key, txid, ts, tuple(gone) if gone else ())
                 for lsn, op, before, after, txid, ts, gone in columns
-            )
-        events.sort(key=lambda e: e.lsn)
-        return events, end
+            ]
+            events.extend(read)
+            if encoded is None:
+                messages.extend([None] * n)
+            else:  # tuple.__new__ over zip's tuples: no Python code a message
+                messages.extend(map(tuple.__new__, repeat(Message, n), zip(read, *encoded, strict=True)))
+        lsns = [e.lsn for e in events]
+        if sorted(lsns) != lsns:  # files of several tables: merged in LSN order
+            ordered = sorted(range(len(events)), key=lsns.__getitem__)
+            events, messages = [events[i] for i in ordered], [messages[i] for i in ordered]
+        return events, messages, end
 
     def _truncates(self, history: pa.Table, start: int, end: int) -> list[Event]:
         """The `truncate` records of a schema-history file in [start, end) as events (op `t`) of the
@@ -256,6 +294,16 @@ class ReadonlyChunks:
             if counted >= self._lookback:
                 return segment.first
         return before[0].first if before else low
+
+
+def _lows(taken: list[tuple[Path, pa.Table]]) -> set[str]:
+    """The tables ("db.table") named by a LOW watermark in the files read."""
+    lows: set[str] = set()
+    for path, data in taken:
+        if folder_table(path.parent.name) == (WATERMARK_SCHEMA, WATERMARK_TABLE):
+            marks = data.column("after").to_pylist()
+            lows.update(m["table_name"] for m in marks if m is not None and m["kind"] == "LOW")
+    return lows
 
 
 def _repeated(column: pa.ChunkedArray) -> list[Any]:

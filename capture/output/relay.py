@@ -28,7 +28,7 @@ from capture.errors import LockHeldError, OutputError
 from capture.landing import LandingZone
 from capture.landing.files import write_json_atomic
 from capture.log import get_logger
-from capture.output.formats import Encoder, Message
+from capture.output.formats import ArrowEncoder, Encoder, Message
 from capture.output.interleave import Event, Interleaver
 from capture.output.landing import (
     LandingReader,
@@ -119,6 +119,9 @@ class Relay:
         self.state_written = 0.0
         self._state_details: dict[str, object] = {}
         self.reader = LandingReader(zone, config.includes)
+        if config.format == "logtide":  # written from the landing files' columns where no hook changes them
+            self.reader.encoder = ArrowEncoder(zone.source)
+            self.reader.encoded = self._arrow_encoded
         # `watermarks: readonly`: chunks found by their HIGH files, not by watermark rows in the log
         self.readonly = readonly
         self.delivered = 0
@@ -169,6 +172,7 @@ class Relay:
         # the look-back serves PostgreSQL's visibility rule only (MySQL/MariaDB chunks have no read view)
         lookback = self.config.lookback if self.kind == "postgresql" else 0
         interleaver = Interleaver(self.reader.load_chunk, self.config.window_timeout_s, lookback)
+        self.reader.collecting = interleaver.collecting  # the events it may keep come with their images
         encode = Encoder(self.config.format, self.zone.source, self.kind, self.database)
         read_at = position.replay_from
         pending = self._pending
@@ -192,8 +196,8 @@ class Relay:
                     last_written = time.monotonic()
                 stop.wait(self.config.poll_interval_s)
                 continue
-            events, read_at = self.reader.read(read_at, frontier, READ_ROWS)
-            for event in events:
+            events, messages, read_at = self.reader.read_encoded(read_at, frontier, READ_ROWS)
+            for event, message in zip(events, messages, strict=True):
                 if (
                     readonly is not None
                     and (high := readonly.next_high()) is not None
@@ -205,7 +209,7 @@ class Relay:
                 for out in push(event):
                     lsn = out.lsn  # past the acknowledged position (`out.position > acked`, without the tuples)
                     if (lsn > acked_lsn or (lsn == acked_lsn and out.order > acked_order)) and not queue(
-                        out, replay, encode, stop
+                        out, replay, encode, stop, message if out is event else None
                     ):
                         return
                 if event.schema == WATERMARK_SCHEMA and event.table == WATERMARK_TABLE:
@@ -248,19 +252,24 @@ class Relay:
             self.undelivered_highs.append((chunk.high, high_key(meta.dump_id, meta.table), meta.chunk))
         return True
 
-    def _queue(self, event: Event, replay: int, encode: Encoder, stop: threading.Event) -> bool:
+    def _queue(
+        self, event: Event, replay: int, encode: Encoder, stop: threading.Event, message: Message | None = None
+    ) -> bool:
         """One event of the stream (not yet acknowledged) pending, if this output takes it: its tables, its
-        hooks; a full batch goes out. `replay`: where a replay must start to send it again. False on stop."""
+        hooks; a full batch goes out. `replay`: where a replay must start to send it again; `message`: the
+        event as the reader encoded it (its table has no hook). False on stop."""
         included = self._included.get((event.schema, event.table))
         if not (self._includes(event) if included is None else included):
             return True
-        if self.transforms:
-            transformed = self._transform(event)
-            if transformed is None:
-                return True
-            event = transformed
+        if message is None:
+            if self.transforms:
+                transformed = self._transform(event)
+                if transformed is None:
+                    return True
+                event = transformed
+            message = encode(event)
         pending = self._pending
-        pending.append((encode(event), replay))
+        pending.append((message, replay))
         if len(pending) - self._inflight >= self.config.batch_size:
             self._send(pending, stop)
             return not stop.is_set()
@@ -296,6 +305,14 @@ class Relay:
         if included is None:
             included = self._included[name] = self.config.includes(*name)
         return included
+
+    def _arrow_encoded(self, schema: str, table: str) -> bool:
+        """Whether the reader encodes the table's events itself (`ArrowEncoder`): no hook names it (a hook
+        sees and may change the `Event`), and it is not the watermark table (never an output message)."""
+        if schema == WATERMARK_SCHEMA and table == WATERMARK_TABLE:
+            return False
+        name = f"{schema}.{table}"
+        return not any(fnmatch.fnmatchcase(name, pattern) for pattern, _hook in self.transforms)
 
     def _transform(self, event: Event) -> Event | None:
         """Delta's processor stage: every hook whose pattern names the table, in config order; None drops it."""

@@ -4,6 +4,7 @@ Logtide's own JSON, for every op, PostgreSQL's missing (TOAST) columns and the v
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import UTC, date, datetime, time, timedelta, timezone
 from decimal import Decimal
 
@@ -218,3 +219,155 @@ def test_outputs_are_off_by_default_and_name_a_known_source():
         parse_config(
             {"sources": SOURCES, "outputs": {"js": {"source": "src", "kind": "nats", "url": "x", "format": "avro"}}}
         )
+
+
+def _land(zone, tables_rows) -> None:
+    """Landing files written by capture's own LogWriter: (table, txid, changes) a transaction."""
+    from capture.events import ChangeBatch, Lsn, TransactionEnd
+    from capture.landing import Checkpoint
+    from capture.landing.log_writer import LogWriter
+
+    writer = LogWriter(zone, Checkpoint(Lsn(1), {}), flush_interval_s=3600, max_buffer_rows=10**7)
+    major = 100
+    for table, txid, changes in tables_rows:
+        writer.add(ChangeBatch(table, txid, TS, False, changes))
+        major += 100
+        writer.end_transaction(TransactionEnd(Lsn(major), {}, TS))
+    writer.commit()
+
+
+def test_the_arrow_encoder_writes_what_encode_writes_from_the_landing_files(tmp_path):
+    """The relay's fast path (`ArrowEncoder`, from the landing files' columns, no image dicts): the same
+    message ids and bytes as `encode` of the events the reader builds, for every op, odd text (escapes,
+    quotes, non-ASCII), NULLs in key and value columns, composite keys, DECIMAL, DATETIME, floats,
+    booleans, binary, and reads that start and end inside a file."""
+    import pyarrow as pa
+
+    from capture.events import Change, Column, Lsn, Op, TableSchema
+    from capture.landing import LandingZone
+    from capture.output.formats import ArrowEncoder
+    from capture.output.landing import LandingReader
+
+    wide = TableSchema(
+        "shop",
+        'it"ems',
+        (
+            Column("id", pa.int64(), "bigint"),
+            Column("name", pa.string(), "varchar(64)"),
+            Column("amount", pa.decimal128(12, 2), "decimal(12,2)"),
+            Column("at", pa.timestamp("us"), "datetime(6)"),
+            Column("flag", pa.bool_(), "bool"),
+            Column("f", pa.float64(), "double"),
+            Column("blob", pa.binary(), "blob"),
+            Column("u", pa.uint64(), "bigint unsigned"),
+            Column("born", pa.date32(), "date"),
+            Column("zoned", pa.timestamp("us", "UTC"), "timestamptz"),
+            Column("tiny", pa.decimal128(20, 8), "decimal(20,8)"),  # str(Decimal) may write an exponent
+            Column("old", pa.timestamp("us"), "timestamp"),  # a year before 1000 in the column: orjson's way
+        ),
+        ("id",),
+    )
+    pair = TableSchema(
+        "shop",
+        "pairs",
+        (Column("a", pa.int32(), "int"), Column("b", pa.string(), "text"), Column("v", pa.int8(), "tinyint")),
+        ("a", "b"),
+    )
+    texts = ["plain", 'q"uote', "back\\slash", "tab\tnew\nline\x00", "naïve \u2028 \U0001f600 </script>", "", None]
+
+    def row(n: int) -> tuple:
+        return (
+            n,
+            texts[n % len(texts)],
+            None if n % 5 == 0 else Decimal(n) / 100,
+            datetime(2026, 1, 2, 3, 4, 5, n % 2) if n % 3 else None,
+            None if n % 4 == 0 else n % 2 == 1,
+            [float("nan"), 1.5, -0.0, 1e300, None][n % 5],
+            None if n % 2 else bytes([n % 256, 0]),
+            18446744073709551615 - n,
+            None if n % 7 == 0 else date(1000 + n, 1 + n % 12, 1),
+            datetime(2026, 1, 2, 3, 4, 5, n % 3 * 7, tzinfo=UTC),
+            Decimal(n) / 10**8,
+            datetime(900 + n, 1, 1, 0, 0, 0, n % 2),
+        )
+
+    lsn = iter(range(1, 10**6))
+    plain = [Change(Lsn(150, next(lsn)), Op.CREATE, None, row(n)) for n in range(40)]
+    changed = [Change(Lsn(250, next(lsn)), Op.UPDATE, row(n), row(n + 1)) for n in range(10)]
+    gone = [Change(Lsn(350, next(lsn)), Op.DELETE, row(n), None) for n in range(10)]
+    pairs = [Change(Lsn(450, next(lsn)), Op.CREATE, None, (n, texts[n % len(texts)], n)) for n in range(14)]
+    pairs += [Change(Lsn(450, next(lsn)), Op.DELETE, (n, texts[n % len(texts)], n), None) for n in range(7)]
+    # only plain text: Arrow writes it without orjson
+    simple = [Change(Lsn(550, next(lsn)), Op.CREATE, None, (n, f"row-{n}", n % 97)) for n in range(20)]
+    zone = LandingZone(tmp_path / "landing", 'sr"c')
+    _land(zone, [(wide, "0-1-42", plain), (wide, 'x"1', changed), (wide, None, gone), (pair, "7", pairs)])
+    _land(zone, [(pair, "8", simple)])
+    reader = LandingReader(zone)
+    reader.encoder, reader.encoded = ArrowEncoder('sr"c'), lambda db, table: True
+    frontier = 1 << 80
+    for start in (0, Lsn(250, 45).encode()):  # the second from inside a file
+        read, messages, _end = reader.read_encoded(start, frontier)
+        assert len(read) == len(messages) and {e.op for e in read} == {"c", "u", "d"}
+        for event, message in zip(read, messages, strict=True):
+            reference = encode("logtide", 'sr"c', "mariadb", event)
+            assert message is not None and message.event is event
+            assert (message.msg_id, message.payload) == (reference.msg_id, reference.payload)
+    assert len(reader.read_encoded(0, frontier)[0]) == 40 + 10 + 10 + 21 + 20
+    assert len(reader.read_encoded(Lsn(250, 45).encode(), frontier)[0]) == 6 + 10 + 21 + 20
+
+
+def test_the_fast_path_reads_no_images_unless_a_window_may_keep_the_event(tmp_path):
+    """Events the interleaver will not keep come without images (their messages are written from the
+    columns); those of a table with a window open, a look-back, or a LOW among the events read keep them,
+    and every message is still `encode`'s of the whole event."""
+    import pyarrow as pa
+
+    from capture.events import Change, Column, Lsn, Op, TableSchema
+    from capture.landing import LandingZone
+    from capture.output.formats import ArrowEncoder
+    from capture.output.landing import LandingReader
+    from capture.sources.base import WATERMARK_COLUMNS, WATERMARK_SCHEMA, WATERMARK_TABLE
+
+    items = TableSchema(
+        "shop", "items", (Column("id", pa.int64(), "bigint"), Column("v", pa.string(), "text")), ("id",)
+    )
+    other = TableSchema("shop", "other", (Column("id", pa.int64(), "bigint"),), ("id",))
+    marks = TableSchema(
+        WATERMARK_SCHEMA,
+        WATERMARK_TABLE,
+        tuple(Column(c, pa.int64() if c in ("slot", "chunk") else pa.string(), "x") for c in WATERMARK_COLUMNS),
+        ("slot",),
+    )
+    low = (1, "d1", "shop.items", 0, "LOW", "w1", "now")
+    lsn = iter(range(1, 10**6))
+    zone = LandingZone(tmp_path / "landing", "src")
+    _land(
+        zone,
+        [
+            (items, "1", [Change(Lsn(150, next(lsn)), Op.CREATE, None, (n, f"v{n}")) for n in range(5)]),
+            (other, "2", [Change(Lsn(250, next(lsn)), Op.DELETE, (n,), None) for n in range(5)]),
+            (marks, "3", [Change(Lsn(350, next(lsn)), Op.CREATE, None, low)]),
+        ],
+    )
+    frontier = 1 << 80
+    whole = {e.lsn: e for e in LandingReader(zone).read(0, frontier)[0]}
+    for collecting, kept in [
+        (lambda table: False, {"shop.items", "logtide.watermarks"}),  # items: its LOW is among the events read
+        (lambda table: table == "shop.other", {"shop.items", "shop.other", "logtide.watermarks"}),
+    ]:
+        reader = LandingReader(zone)
+        reader.encoder, reader.collecting = ArrowEncoder("src"), collecting
+        reader.encoded = lambda db, table: (db, table) != (WATERMARK_SCHEMA, WATERMARK_TABLE)
+        read, messages, _end = reader.read_encoded(0, frontier)
+        assert [e.lsn for e in read] == sorted(whole)
+        for event, message in zip(read, messages, strict=True):
+            full = whole[event.lsn]
+            if event.qualified_name in kept:
+                assert event == full
+            else:
+                assert ((event.before, event.after) == (None, None) and full.after is None) or full.before is None
+                assert replace(event, before=full.before, after=full.after) == full
+            if event.table == WATERMARK_TABLE:
+                assert message is None
+            else:
+                assert message is not None and message.payload == encode("logtide", "src", "mariadb", full).payload
