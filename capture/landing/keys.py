@@ -71,8 +71,12 @@ NAN = _NaN()
 def hashable(key: Row) -> Row:
     """`key` with its list values (PostgreSQL array keys, as Arrow gives them) as tuples, element
     lists too, and float NaN as `NAN`: a set member or dict key that equals another key's exactly
-    when their values do."""
-    return tuple(_frozen(v) for v in key)
+    when their values do. A key with neither (the usual one) is returned as it is: building it again
+    value by value cost about as much as the rest of a chunk row's reconciliation (README, Outputs)."""
+    for value in key:
+        if isinstance(value, list | float):
+            return tuple(_frozen(v) for v in key)
+    return key if type(key) is tuple else tuple(key)
 
 
 def _frozen(value: Any) -> Any:

@@ -286,7 +286,7 @@ class Interleaver:
         key_columns = meta.key
 
         def key_of(image: dict[str, Any]) -> Row:
-            return hashable(tuple(image[k] for k in key_columns))  # array keys: lists as tuples; NaN
+            return hashable(tuple(map(image.__getitem__, key_columns)))  # array keys: lists as tuples; NaN
 
         stream: list[StreamEvent] = []
         lsns: list[int] = []

@@ -516,3 +516,15 @@ def test_postgresql_array_and_nan_keys_compare_as_values():
     ]
     out = run(log, events)
     assert [(e.op, e.after["k"], e.after["v"]) for e in out] == [("u", [1, None], 1), ("u", [], 1), ("r", [2], 0)]
+
+
+def test_hashable_keys_equal_exactly_when_their_values_do():
+    """`hashable`'s fast path (a key with no list or float is returned as it is) and its slow one agree:
+    arrays as tuples (nested too), NaN one value, other floats and values themselves."""
+    from capture.landing.keys import NAN, hashable
+
+    plain = (1, "a", None)
+    assert hashable(plain) is plain and hashable([1, "a"]) == (1, "a")
+    assert hashable((1, [2, [3]])) == (1, (2, (3,)))
+    assert hashable((float("nan"), 1.5)) == (NAN, 1.5) == hashable((float("nan"), 1.5))
+    assert len({hashable((1, [2, 3])), hashable((1, [2, 3])), hashable((1, (2, 3)))}) == 1
