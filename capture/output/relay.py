@@ -172,7 +172,8 @@ class Relay:
         # the look-back serves PostgreSQL's visibility rule only (MySQL/MariaDB chunks have no read view)
         lookback = self.config.lookback if self.kind == "postgresql" else 0
         interleaver = Interleaver(self.reader.load_chunk, self.config.window_timeout_s, lookback)
-        self.reader.collecting = interleaver.collecting  # the events it may keep come with their images
+        if getattr(self.output, "event_images", True) is False:  # the events it may keep come with their images
+            self.reader.collecting = interleaver.collecting
         encode = Encoder(self.config.format, self.zone.source, self.kind, self.database)
         read_at = position.replay_from
         pending = self._pending

@@ -32,6 +32,10 @@ log = get_logger(__name__)
 
 
 class Output(Protocol):
+    """Where a relay delivers. An output reads each message's payload and id, and may read its `event`;
+    one whose class sets `event_images = False` reads no image of it (`before`, `after`: only table, LSN,
+    order, commit time), so the relay may hand it events whose images it never built (README, Outputs)."""
+
     last_error: str | None  # why the last delivery was not (wholly) acknowledged
 
     def deliver(self, messages: list[Message]) -> int:
@@ -69,6 +73,8 @@ class NatsOutput:
     duplicate is skipped, the batch goes on), so a retry after a kill stores no duplicates and what is stored
     stays a prefix of what was sent. An older server, or a stream without `allow_batched`: per-message
     acknowledgements, as before."""
+
+    event_images = False  # reads the payload, the id and the event's table only
 
     def __init__(self, name: str, source: str, config: OutputConfig) -> None:
         self.name, self.source, self.config = name, source, config
@@ -504,6 +510,8 @@ class WebhookOutput:
     """POSTs each batch as one JSON array (the messages in order); any 2xx acknowledges the whole batch,
     anything else (status, timeout, refused connection) acknowledges none. Headers: the batch's first and
     last message ids, also as `Idempotency-Key`."""
+
+    event_images = False  # reads the payload, the id and the event's table only
 
     def __init__(self, name: str, source: str, config: OutputConfig) -> None:
         self.name, self.source, self.config = name, source, config
