@@ -303,7 +303,7 @@ def test_the_arrow_encoder_writes_what_encode_writes_from_the_landing_files(tmp_
     _land(zone, [(wide, "0-1-42", plain), (wide, 'x"1', changed), (wide, None, gone), (pair, "7", pairs)])
     _land(zone, [(pair, "8", simple)])
     reader = LandingReader(zone)
-    reader.encoder, reader.encoded = ArrowEncoder('sr"c'), lambda db, table: True
+    reader.encoder, reader.encoded, reader.arrow_rows = ArrowEncoder('sr"c'), lambda db, table: True, 1
     frontier = 1 << 80
     for start in (0, Lsn(250, 45).encode()):  # the second from inside a file
         read, messages, _end = reader.read_encoded(start, frontier)
@@ -356,7 +356,7 @@ def test_the_fast_path_reads_no_images_unless_a_window_may_keep_the_event(tmp_pa
         (lambda table: table == "shop.other", {"shop.items", "shop.other", "logtide.watermarks"}),
     ]:
         reader = LandingReader(zone)
-        reader.encoder, reader.collecting = ArrowEncoder("src"), collecting
+        reader.encoder, reader.collecting, reader.arrow_rows = ArrowEncoder("src"), collecting, 1
         reader.encoded = lambda db, table: (db, table) != (WATERMARK_SCHEMA, WATERMARK_TABLE)
         read, messages, _end = reader.read_encoded(0, frontier)
         assert [e.lsn for e in read] == sorted(whole)
