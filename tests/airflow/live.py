@@ -149,6 +149,10 @@ class LiveAirflow:
         url = f"{self.run_url(dag_id, run_id)}/taskInstances/{task_id}/logs/1"
         return self.get(url, map_index=map_index)["content"]
 
+    def exited(self) -> dict[str, int]:
+        """The processes that have exited, with their exit codes: none should while Airflow is in use."""
+        return {name: code for name, process in self.processes.items() if (code := process.poll()) is not None}
+
     def pids(self) -> dict[str, int]:
         return {name: process.pid for name, process in self.processes.items()}
 

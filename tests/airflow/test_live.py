@@ -11,6 +11,7 @@ import os
 import shutil
 import struct
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -581,3 +582,51 @@ def test_the_runs_of_a_backfill_queue_for_their_table_instead_of_failing(live: L
         if "dump.claim_queued" in (text := _log_text(airflow, run_id, "dump_maria", 0, dag_id=dag_id))
     ]
     assert queued and f"table={DATABASE}.ledger holder=backfill-" in queued[0], queued
+
+
+MANY_TABLES = 28  # a dump run each, triggered at once: on main, Airflow's SQLite metadata database gave out
+MANY_ROWS = 60
+
+
+def test_many_dump_runs_triggered_at_once_all_succeed(live: Live):
+    """A data engineer triggers a dump of each of 28 tables at once (as fast as the UI's trigger
+    form or a script over the REST API can), without merges, then one `logtide_merge` of them. On a
+    SQLite metadata database the scheduler died of `database is locked` (seen at load 30) and
+    runs were left unfinished; now every trigger is accepted, every run ends `success`, no Airflow
+    process exits, and every target equals its table."""
+    import time
+
+    airflow = live.airflow
+    tables = [f"many_{i:02d}" for i in range(MANY_TABLES)]
+    live.servers["maria"].execute(
+        *(f"CREATE TABLE {t} (id INT PRIMARY KEY, v INT, note VARCHAR(20))" for t in tables),
+        *(f"INSERT INTO {t} SELECT seq, seq * {i}, CONCAT('{t}-', seq) FROM seq_1_to_{MANY_ROWS}"
+          for i, t in enumerate(tables)),
+        database=DATABASE,
+    )  # fmt: skip
+    live.wait_until_landed("maria")
+    began, load = time.monotonic(), os.getloadavg()[0]
+    conf = {"source": "maria", "chunk_size": 15, "merge": False}
+
+    def dump(table: str) -> str:
+        return airflow.trigger("logtide_dump", {**conf, "tables": [f"{DATABASE}.{table}"]})
+
+    with ThreadPoolExecutor(len(tables)) as pool:  # at once, as a script over the REST API (or many users) would
+        runs = dict(zip(tables, pool.map(dump, tables), strict=True))
+    states = {t: airflow.wait_finished("logtide_dump", run_id, timeout=900) for t, run_id in runs.items()}
+    dumped_s = time.monotonic() - began
+    assert airflow.exited() == {}, airflow.logs()
+    assert set(states.values()) == {"success"}, {t: s for t, s in states.items() if s != "success"}
+    live.wait_until_landed("maria")
+    merge = airflow.trigger("logtide_merge", {"source": "maria", "tables": [f"{DATABASE}.{t}" for t in tables]})
+    assert airflow.wait_finished("logtide_merge", merge, timeout=900) == "success"
+    print(f"\n{MANY_TABLES} dump runs triggered at load {load:.1f}: all success in {dumped_s:.0f} s, "
+          f"merged in {time.monotonic() - began:.0f} s; load now {os.getloadavg()[0]:.1f}")  # fmt: skip
+    assert airflow.exited() == {}, airflow.logs()
+    from capture.merge.table import quote
+
+    with iceberg(live.config) as spark:
+        for t in tables:
+            name = ".".join(quote(p) for p in ("logtide", "maria", f"{DATABASE}__{t}"))
+            rows = [r.asDict() for r in spark.table(name).drop("_lsn", "_applied_at").collect()]
+            assert {(r["id"],): r for r in rows} == live.table_state("maria", t), t
