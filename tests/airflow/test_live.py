@@ -1,15 +1,16 @@
 """Airflow as its users run it: api-server, scheduler (LocalExecutor) and dag-processor as child
-processes on SQLite, one for the whole module, with a configuration of two sources (MariaDB `maria`,
-PostgreSQL `pg`) each captured by its own `logtide capture`. Runs are triggered through the REST API
-as the UI does, tasks run in their own processes and XComs and Asset events go through Airflow's
-real serialization (which `dag.test()` skips: a frontier past 2**64 failed every merge task there).
+processes on a private PostgreSQL metadata database (tests/airflow/live.py says why not SQLite),
+one for the whole module, with a configuration of two sources (MariaDB `maria`, PostgreSQL `pg`)
+each captured by its own `logtide capture`. Runs are triggered through the REST API as the UI
+does, tasks run in their own processes and XComs and Asset events go through Airflow's real
+serialization (which `dag.test()` skips: a frontier past 2**64 failed every merge task there).
 A headless Chromium takes screenshots of the UI (tests/airflow/browser.py)."""
 
 from __future__ import annotations
 
 import os
-import shutil
 import struct
+import tempfile
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ from capture.dump.record import RECORD, read_record
 from tests.airflow.airflow_helpers import iceberg
 from tests.airflow.browser import Browser
 from tests.airflow.conftest import AirflowHome
-from tests.airflow.live import LiveAirflow, server_env
+from tests.airflow.live import LiveAirflow, metadata_url, server_env, start_metadata_server
 from tests.conftest import ROOT, CaptureProcess
 from tests.integration import dumping as maria_dumping
 from tests.integration.postgres import dumping as pg_dumping
@@ -133,13 +134,15 @@ def live(
     captures = {name: CaptureProcess(config_path, name, folder) for name in ("maria", "pg")}
     home = folder / "airflow"
     home.mkdir()
-    shutil.copy(airflow_home.home / "pristine.db", home / "airflow.db")
+    # not under pytest's temp folder, as the `postgres` fixture's: the server's own user must reach it
+    metadb = start_metadata_server(Path(tempfile.mkdtemp(prefix="logtide-airflow-metadb-")))
     port, password = free_port(), "live-test-admin"
     settings = {**airflow_home.env, "LOGTIDE_CONFIG": str(config_path)}
-    airflow = LiveAirflow(home, server_env(home, port, password, settings), port, password)
+    airflow = LiveAirflow(home, server_env(home, port, password, settings, metadata_url(metadb)), port, password)
     try:
         for capture in captures.values():
             capture.start()
+        airflow.migrate()
         airflow.start()  # starts while capture does
         for capture in captures.values():
             capture.wait_running()
@@ -155,6 +158,7 @@ def live(
                    folder)  # fmt: skip
     finally:
         airflow.stop()
+        metadb.destroy()
         for capture in captures.values():
             capture.kill()
         drop_pg_database(postgres, DATABASE)  # its replication slot too
@@ -559,15 +563,9 @@ def test_the_runs_of_a_backfill_queue_for_their_table_instead_of_failing(live: L
     airflow.wait_dag(dag_id, timeout=300)
     body = {"dag_id": dag_id, "from_date": "2024-01-01T00:00:00Z", "to_date": "2025-06-01T00:00:00Z",
             "dag_run_conf": {"merge": False}}  # fmt: skip
-    # Airflow refuses a backfill with 503 while its SQLite metadata database is busy: ask again
-    responses = []
-
-    def taken() -> bool:
-        responses.append(airflow.client.post("/api/v2/backfills", json=body))
-        return responses[-1].status_code != 503
-
-    wait_for(taken, 120, 2, "Airflow to take the backfill")
-    assert responses[-1].status_code == 200, responses[-1].text
+    # on SQLite Airflow refused it with 503 while its metadata database was busy; on PostgreSQL it takes it
+    response = airflow.client.post("/api/v2/backfills", json=body)
+    assert response.status_code == 200, response.text
     wait_for(lambda: len(airflow.get(f"/api/v2/dags/{dag_id}/dagRuns")["dag_runs"]) >= 3, 120, 1, "three runs")
     runs = [r["dag_run_id"] for r in airflow.get(f"/api/v2/dags/{dag_id}/dagRuns")["dag_runs"]]
     states = {run_id: airflow.wait_finished(dag_id, run_id, timeout=900) for run_id in runs}
