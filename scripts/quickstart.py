@@ -45,7 +45,14 @@ import pymysql  # noqa: E402
 
 from capture.config import load_config  # noqa: E402
 from capture.landing import LandingZone  # noqa: E402
-from tests.airflow.live import METADATA_DATABASE, SUCCESS, USER, LiveAirflow, metadata_url, server_env  # noqa: E402
+from tests.airflow.live import (  # noqa: E402
+    METADATA_DATABASE,
+    SUCCESS,
+    USER,
+    LiveAirflow,
+    server_env,
+    start_metadata_server,
+)
 from tests.servers import MariaDB, PostgreSQL, environment_without_secrets, free_port, wait_for  # noqa: E402
 
 WORK = Path("var/quickstart")  # relative to ROOT: the config's landing path is relative too
@@ -314,13 +321,6 @@ def airflow_log() -> str:
     return path.read_text(errors="replace") if path.exists() else ""
 
 
-def start_metadb(metadb: PostgreSQL) -> str:
-    """Start Airflow's private PostgreSQL and create its database; the `sql_alchemy_conn`."""
-    metadb.start()
-    metadb.execute(f'CREATE DATABASE "{METADATA_DATABASE}"')
-    return metadata_url(metadb)
-
-
 def set_up_airflow(password: str, database_url: str) -> None:
     (ROOT / AIRFLOW_HOME).mkdir(parents=True, exist_ok=True)
     for args in (["db", "migrate"], ["pools", "set", f"logtide_{SOURCE}", "2", f"Logtide dumps of {SOURCE}"]):
@@ -346,7 +346,7 @@ def start_airflow(password: str, database_url: str) -> LiveAirflow:
 
 
 class BackgroundAirflow(threading.Thread):
-    """`start_metadb`, `set_up_airflow` and `start_airflow` beside the rest of the quickstart (a
+    """`start_metadata_server`, `set_up_airflow` and `start_airflow` beside the rest of the quickstart (a
     minute saved). Whoever made `metadb` stops it."""
 
     def __init__(self, password: str, metadb: PostgreSQL) -> None:
@@ -359,7 +359,7 @@ class BackgroundAirflow(threading.Thread):
 
     def run(self) -> None:
         try:
-            database_url = start_metadb(self.metadb)
+            database_url = start_metadata_server(self.metadb)
             set_up_airflow(self.password, database_url)
             self.airflow = start_airflow(self.password, database_url)
             if self.abandoned:
