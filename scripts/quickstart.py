@@ -3,9 +3,12 @@ that ends with the Spark merge into Apache Iceberg, and a check of every target 
 
 Everything lives under var/quickstart/ (wiped at start): a private MariaDB on a free port
 (never the system one), the database `shop`, a capture user `logtide`, the configuration
-logtide.yaml, the capture service's log, the landing zone, Airflow's home (SQLite metadata
-database; api-server, scheduler with the LocalExecutor and dag-processor, as users run it; the
-dump is triggered through the REST API as the UI's trigger form does) and the Iceberg warehouse.
+logtide.yaml, the capture service's log, the landing zone, Airflow's home (api-server, scheduler
+with the LocalExecutor and dag-processor, as users run it; the dump is triggered through the REST
+API as the UI's trigger form does) and the Iceberg warehouse. Airflow's metadata database is a
+private PostgreSQL on another free port (its data in a temporary folder, removed when it stops):
+on SQLite, which Airflow's docs keep for development, many runs at once made the scheduler exit
+with `database is locked` (tests/airflow/live.py).
 The password of `logtide` comes from $LOGTIDE_QUICKSTART_PASSWORD or is generated; it reaches
 capture and Airflow only as $LOGTIDE_SHOP_PASSWORD and is never written to a file or printed.
 The Airflow UI's admin password is generated and printed (like `airflow standalone` does).
@@ -25,6 +28,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -41,8 +45,15 @@ import pymysql  # noqa: E402
 
 from capture.config import load_config  # noqa: E402
 from capture.landing import LandingZone  # noqa: E402
-from tests.airflow.live import SUCCESS, USER, LiveAirflow, server_env  # noqa: E402
-from tests.servers import MariaDB, environment_without_secrets, free_port, wait_for  # noqa: E402
+from tests.airflow.live import (  # noqa: E402
+    METADATA_DATABASE,
+    SUCCESS,
+    USER,
+    LiveAirflow,
+    server_env,
+    start_metadata_server,
+)
+from tests.servers import MariaDB, PostgreSQL, environment_without_secrets, free_port, wait_for  # noqa: E402
 
 WORK = Path("var/quickstart")  # relative to ROOT: the config's landing path is relative too
 CONFIG = WORK / "logtide.yaml"
@@ -269,8 +280,9 @@ def stop_process(process: subprocess.Popen[bytes], timeout: float = STOP_TIMEOUT
     return process.returncode
 
 
-def airflow_env(password: str) -> dict[str, str]:
-    """Airflow on SQLite in a private home, with Logtide's DAGs and plugins and the quickstart's config."""
+def airflow_env(password: str, database_url: str) -> dict[str, str]:
+    """Airflow in a private home on the metadata database at `database_url`, with Logtide's DAGs and
+    plugins and the quickstart's config."""
     home = ROOT / AIRFLOW_HOME
     return {
         **cli_env(password),  # the dump tasks connect to MariaDB with the source's password
@@ -278,12 +290,12 @@ def airflow_env(password: str) -> dict[str, str]:
         "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
         "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": database_url,
         "LOGTIDE_CONFIG": str(ROOT / CONFIG),  # what the DAG files and the tasks read
     }
 
 
-def run_airflow(password: str, *args: str, timeout: float = 300) -> int:
+def run_airflow(password: str, database_url: str, *args: str, timeout: float = 300) -> int:
     """`airflow ARGS`, its output appended to AIRFLOW_LOG; returns the exit code."""
     airflow = Path(sys.executable).with_name("airflow")
     with open(ROOT / AIRFLOW_LOG, "ab") as log:
@@ -293,7 +305,7 @@ def run_airflow(password: str, *args: str, timeout: float = 300) -> int:
             return subprocess.run(
                 [str(airflow), *args],
                 cwd=ROOT,
-                env=airflow_env(password),
+                env=airflow_env(password, database_url),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=log,
@@ -309,19 +321,19 @@ def airflow_log() -> str:
     return path.read_text(errors="replace") if path.exists() else ""
 
 
-def set_up_airflow(password: str) -> None:
+def set_up_airflow(password: str, database_url: str) -> None:
     (ROOT / AIRFLOW_HOME).mkdir(parents=True, exist_ok=True)
     for args in (["db", "migrate"], ["pools", "set", f"logtide_{SOURCE}", "2", f"Logtide dumps of {SOURCE}"]):
-        if run_airflow(password, *args) != 0:
+        if run_airflow(password, database_url, *args) != 0:
             raise QuickstartError(f"`airflow {' '.join(args)}` failed; {AIRFLOW_LOG} ends:\n{tail(airflow_log())}")
 
 
-def start_airflow(password: str) -> LiveAirflow:
+def start_airflow(password: str, database_url: str) -> LiveAirflow:
     """api-server, scheduler and dag-processor on the migrated home, logged in through the REST API."""
     home = ROOT / AIRFLOW_HOME
     ui_password = secrets.token_urlsafe(12)
     port = free_port()
-    env = server_env(home, port, ui_password, airflow_env(password), base=cli_env(password))
+    env = server_env(home, port, ui_password, airflow_env(password, database_url), database_url, base=cli_env(password))
     airflow = LiveAirflow(home, env, port, ui_password)
     airflow.start()
     try:
@@ -334,19 +346,22 @@ def start_airflow(password: str) -> LiveAirflow:
 
 
 class BackgroundAirflow(threading.Thread):
-    """`set_up_airflow` and `start_airflow` beside the rest of the quickstart (a minute saved)."""
+    """`start_metadata_server`, `set_up_airflow` and `start_airflow` beside the rest of the quickstart (a
+    minute saved). Whoever made `metadb` stops it."""
 
-    def __init__(self, password: str) -> None:
+    def __init__(self, password: str, metadb: PostgreSQL) -> None:
         super().__init__(daemon=True)
         self.password = password
+        self.metadb = metadb
         self.airflow: LiveAirflow | None = None
         self.error: BaseException | None = None
         self.abandoned = False
 
     def run(self) -> None:
         try:
-            set_up_airflow(self.password)
-            self.airflow = start_airflow(self.password)
+            database_url = start_metadata_server(self.metadb)
+            set_up_airflow(self.password, database_url)
+            self.airflow = start_airflow(self.password, database_url)
             if self.abandoned:
                 self.airflow.stop()
         except BaseException as exc:
@@ -449,6 +464,11 @@ def check_no_secret(password: str) -> None:
 # -- --keep / --stop -----------------------------------------------------------------------------
 
 
+def metadb_pid(metadb: PostgreSQL) -> int:
+    """The postmaster's pid (pg_ctl started it in the background): the first line of postmaster.pid."""
+    return int((metadb.datadir / "postmaster.pid").read_text().split()[0])
+
+
 def _alive(pid: int, marker: str) -> bool:
     """True when `pid` runs and its command line holds `marker` (so a reused pid is left alone)."""
     try:
@@ -467,14 +487,19 @@ def _running() -> dict[str, Any] | None:
     return alive or None
 
 
-STOP_ORDER = ("api-server", "scheduler", "dag-processor", "capture", "mariadb")  # capture commits, then MariaDB goes
+# Airflow, then its metadata database; capture commits, then MariaDB goes
+STOP_ORDER = ("api-server", "scheduler", "dag-processor", "airflow-metadb", "capture", "mariadb")
 
 
 def stop_running() -> int:
+    recorded = json.loads((ROOT / RUNNING).read_text()) if (ROOT / RUNNING).exists() else {}
+    metadb_base = recorded.get("airflow-metadb", {}).get("base")
     state = _running()
     if state is None:
         say("nothing from a quickstart --keep is running")
         (ROOT / RUNNING).unlink(missing_ok=True)
+        if metadb_base:
+            shutil.rmtree(metadb_base, ignore_errors=True)
         return 0
     for name in STOP_ORDER:
         entry = state.get(name)
@@ -496,6 +521,8 @@ def stop_running() -> int:
             raise QuickstartError(f"{exc}; pid {entry['pid']} is still running") from None
     (ROOT / RUNNING).unlink(missing_ok=True)
     shutil.rmtree(ROOT / WORK / "mariadb" / "data", ignore_errors=True)
+    if metadb_base:
+        shutil.rmtree(metadb_base, ignore_errors=True)
     say(f"stopped; the landing zone stays in {LANDING}")
     return 0
 
@@ -516,6 +543,8 @@ def quickstart(keep: bool) -> int:
     (ROOT / WORK).mkdir(parents=True)
     password = os.environ.get("LOGTIDE_QUICKSTART_PASSWORD") or secrets.token_urlsafe(18)
     server = MariaDB(ROOT / WORK / "mariadb")
+    # a temporary folder: the server runs as the user postgres, who must reach it (var/ may not be reachable)
+    metadb = PostgreSQL(Path(tempfile.mkdtemp(prefix="logtide-quickstart-metadb-")))
     capture: subprocess.Popen[bytes] | None = None
     booting: BackgroundAirflow | None = None
     airflow: LiveAirflow | None = None
@@ -535,7 +564,7 @@ def quickstart(keep: bool) -> int:
         metrics_port = free_port()
         write_config(metrics_port, server.port)
         say(f"config {CONFIG}; password passed only as ${PASSWORD_ENV}")
-        booting = BackgroundAirflow(password)  # migrates and starts while capture runs and the writes land
+        booting = BackgroundAirflow(password, metadb)  # starts while capture runs and the writes land
         booting.start()
         capture = start_capture(password)
         wait_capture_started(capture)
@@ -566,7 +595,8 @@ def quickstart(keep: bool) -> int:
         heading("Airflow: api-server, scheduler (LocalExecutor), dag-processor")
         airflow = booting.result()
         booting = None
-        say(f"AIRFLOW_HOME {AIRFLOW_HOME} (SQLite), pool logtide_{SOURCE}, LOGTIDE_CONFIG {CONFIG}")
+        say(f"AIRFLOW_HOME {AIRFLOW_HOME}, pool logtide_{SOURCE}, LOGTIDE_CONFIG {CONFIG}")
+        say(f"metadata  PostgreSQL 127.0.0.1:{metadb.port}, database {METADATA_DATABASE}, data in {metadb.base}")
         say(f"processes {', '.join(f'{n} pid {p}' for n, p in airflow.pids().items())}; logs {AIRFLOW_HOME}/*.log")
         say(f"UI        {airflow.url}   log in as {USER} / {airflow.password}")
 
@@ -590,6 +620,7 @@ def quickstart(keep: bool) -> int:
                 **{name: {"pid": pid, "marker": "airflow", "group": True} for name, pid in airflow.pids().items()},
                 "capture": {"pid": capture.pid, "marker": "capture.cli"},
                 "mariadb": {"pid": server.process.pid, "marker": "mariadbd"},
+                "airflow-metadb": {"pid": metadb_pid(metadb), "marker": "postgres", "base": str(metadb.base)},
             }
             (ROOT / RUNNING).write_text(json.dumps(state, indent=2) + "\n")
             handed_over = True
@@ -602,13 +633,15 @@ def quickstart(keep: bool) -> int:
             say(f"capture  pid {capture.pid}, log {CAPTURE_LOG}")
             say(f"metrics  http://127.0.0.1:{metrics_port}/metrics and /health")
             say(f"inspect  cd {ROOT} && .venv/bin/logtide --config {CONFIG} status")
-            say("stop     scripts/quickstart.sh --stop   (SIGTERM to Airflow, capture, then MariaDB)")
+            say(f"metadata PostgreSQL 127.0.0.1:{metadb.port} (as postgres, database {METADATA_DATABASE})")
+            say("stop     scripts/quickstart.sh --stop   (SIGTERM to Airflow, its database, capture, then MariaDB)")
             return 0
 
         heading("stop")
         airflow.stop()
         airflow = None
-        say("Airflow stopped")
+        metadb.destroy()
+        say("Airflow stopped (its metadata database too)")
         code = stop_process(capture)
         if code != 0:
             raise QuickstartError(
@@ -641,6 +674,7 @@ def quickstart(keep: bool) -> int:
                 booting.abandon()
             if airflow is not None:
                 airflow.stop()
+            metadb.destroy()
             if capture is not None and capture.poll() is None:
                 capture.kill()
                 capture.wait()

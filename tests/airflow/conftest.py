@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -78,7 +77,6 @@ def airflow_home() -> Iterator[AirflowHome]:
     os.environ.update(env)
     try:
         subprocess.run([str(AIRFLOW), "db", "migrate"], check=True, capture_output=True, env=os.environ, timeout=300)
-        shutil.copy(home / "airflow.db", home / "pristine.db")  # for the live test's own Airflow
         yield AirflowHome(home, env, parse_config)
     finally:
         for key, value in saved.items():

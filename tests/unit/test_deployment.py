@@ -150,7 +150,7 @@ def pin(requirement_prefix: str) -> str:
     for group in [pyproject()["project"]["dependencies"], *pyproject()["project"]["optional-dependencies"].values()]:
         for requirement in group:
             name, _, version = requirement.partition("==")
-            if name == requirement_prefix:
+            if name.partition("[")[0] == requirement_prefix:  # apache-airflow[postgres]: apache-airflow
                 return version
     raise AssertionError(f"{requirement_prefix} is not pinned in pyproject.toml")
 
