@@ -414,7 +414,7 @@ class DumpEngine:
                             reason=str(exc), action="chunk read again from a new LOW")  # fmt: skip
                 continue
             except Exception:  # a column the SELECT names may have been dropped under it
-                current = self.source.describe(table.schema, table.table)
+                current = self._describe_again(dump_id, table, number)
                 if not _changed(table, current):
                     raise
                 progress = _rekeyed(plan, progress, table, current)
@@ -460,7 +460,7 @@ class DumpEngine:
             # read with the old columns must not stand at HIGH. The chunk is read again under the
             # same number; its file is replaced and the first HIGH names no chunk any more. So is a
             # chunk read while the key's collation changed (the merge trusts `exact_order`).
-            current = self.source.describe(table.schema, table.table)
+            current = self._describe_again(dump_id, table, number)
             if not _changed(table, current) and current.exact_key_order == table.exact_key_order:
                 break
             progress = _rekeyed(plan, progress, table, current)
@@ -569,6 +569,23 @@ class DumpEngine:
             action="chunk discarded and read again with the new columns",
         )
         return current
+
+    def _describe_again(self, dump_id: str, table: TableSchema, number: int) -> TableSchema:
+        """The table as the catalog shows it now; a table that went away under the dump (DROP TABLE,
+        RENAME TABLE; TRUNCATE is not one) or lost its key (DROP PRIMARY KEY) stops it, saying so."""
+        try:
+            return self.source.describe(table.schema, table.table)
+        except UnusableTableError as exc:
+            raise DumpInputError(
+                f"{table.qualified_name} lost its key during dump {dump_id}, at chunk {number}: {exc}. The chunks "
+                "written so far stand; dump the table again once it has a key"
+            ) from None
+        except DumpInputError as exc:
+            raise DumpInputError(
+                f"{table.qualified_name} went away during dump {dump_id}, at chunk {number} ({exc}): it was dropped "
+                "or renamed (capture lands that as a truncate of the name, or stops at a rename into another captured "
+                "name: table_renames). The chunks written so far stand; dump the table under the name it has now"
+            ) from None
 
     @staticmethod
     def _start_over(dump_id: str, table: TableSchema, number: int, progress: TableProgress) -> TableProgress:

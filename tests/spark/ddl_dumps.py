@@ -5,7 +5,6 @@ source on the source's columns."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import pymysql
@@ -14,7 +13,7 @@ from capture.dump.control import DumpSettings
 from capture.dump.engine import DumpEngine, DumpRequest
 from capture.merge.app import run_merge
 from capture.sources import open_chunk_source
-from tests.integration.dumping import Workload, wait_until_landed
+from tests.integration.dumping import StatementAt, Workload, wait_until_landed
 from tests.spark.merging import differences, iceberg_state, source_state
 
 ROWS = 300
@@ -42,30 +41,6 @@ class DdlWorkload(Workload):
                     raise
 
 
-class StatementAt:
-    """The real chunk source, except that another connection runs a statement at one point of
-    one chunk: `before LOW` (between two chunks), `after LOW` (inside the window, before the
-    SELECT) or `before HIGH` (inside the window, after the SELECT)."""
-
-    def __init__(self, source: Any, execute: Callable[[str], Any], chunk: int, where: str, sql: str) -> None:
-        self._source, self._execute = source, execute
-        self._chunk, self._where, self._sql = chunk, where, sql
-        self.done = False
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._source, name)
-
-    def _now(self, mark: Any, where: str) -> None:
-        if not self.done and mark.chunk == self._chunk and where == self._where:
-            self.done = True
-            self._execute(self._sql)
-
-    def write_watermark(self, mark: Any, table: Any = None) -> None:
-        self._now(mark, f"before {mark.kind}")
-        self._source.write_watermark(mark, table)
-        self._now(mark, f"after {mark.kind}")
-
-
 def dump_through(mariadb: Any, database: str, capture: Any, chunk: int, where: str, sql: str) -> dict:
     """The whole of `ledger` dumped in CHUNK-row chunks while the workload writes, `sql` run at
     `where` of chunk `chunk` (statements separated by ';' run on one connection)."""
@@ -89,13 +64,21 @@ def dump_through(mariadb: Any, database: str, capture: Any, chunk: int, where: s
     return summary
 
 
-def merged_differences(spark: Any, config: Any, mariadb: Any, database: str, table: str = "ledger") -> str:
+def merged_differences(
+    spark: Any, config: Any, mariadb: Any, database: str, table: str = "ledger", spelled: dict[str, str] | None = None
+) -> str:
     """Merge the landing zone; '' when the Iceberg target holds the source's rows on the source's
     columns (a dropped column may stay in the target: the source no longer has it), else the
-    first differences."""
+    first differences. `spelled`: columns read from the source with an SQL expression of the
+    spelling they land in (a SET with a '' member)."""
     run_merge(spark, config, "src")
     target = f"`{config.merge.catalog_name}`.`{database}`.`{database}__{table}`"
     want = source_state(mariadb, database, table)
+    for column, expression in (spelled or {}).items():
+        with mariadb.connect(database) as conn, conn.cursor() as cur:
+            cur.execute(f"SELECT id, {expression} FROM {table}")
+            for key, value in cur.fetchall():
+                want[(key,)][column] = value
     got = iceberg_state(spark, target)
     columns = next(iter(want.values())).keys() if want else set()
     got = {k: {c: row.get(c) for c in columns} for k, row in got.items()}

@@ -41,3 +41,22 @@ def test_ddl_during_a_dump_merges_to_the_source(mariadb, database, make_capture,
     dump_through(mariadb, database, capture, 4, where, sql)
     diff = merged_differences(spark, merge_config(capture.config), mariadb, database)
     assert not diff, f"{what}, {where}: the target differs from the source:\n{diff}"
+
+
+def test_rows_given_a_new_empty_set_member_between_chunks_land_as_the_log_spells_them(
+    mariadb, database, make_capture, merge_config, spark
+):
+    """`{'', x}` of `SET('', 'x', 'y')` reads 'x' in a plain SELECT and lands as ',x' (README, Keys and
+    their order). The member added and rows given it between two chunks: on main the next chunk's
+    SELECT still spelled the SET the old way (its expression came from the table as described
+    before the ALTER, and the ALTER changed no column type the dump compared), so those rows landed
+    as 'x' where the log spells them ',x'."""
+    mariadb.execute(TABLE, FILL, database=database)
+    capture = make_capture([f"{database}.*"], column_rewrites="accept").start()
+    capture.wait_running()
+    members = "ALTER TABLE ledger MODIFY st SET('', 'x', 'y') DEFAULT 'x,y'"
+    given = "UPDATE ledger SET st = ',x' WHERE id BETWEEN 76 AND 100"  # chunk 4's rows
+    dump_through(mariadb, database, capture, 4, "before LOW", f"{members}; {given}")
+    spelled = {"st": "IF((st & 1) <> 0, CONCAT(',', st), st)"}
+    diff = merged_differences(spark, merge_config(capture.config), mariadb, database, spelled=spelled)
+    assert not diff, f"the target differs from the source:\n{diff}"
