@@ -322,6 +322,8 @@ class DumpEngine:
             return summary
         if progress.chunk:
             log.info("dump.table_resumed", dump_id=dump_id, table=name, after_chunk=progress.chunk)
+            if progress.shape is not None and progress.shape != _shape(table):
+                progress = self._start_over(dump_id, table, progress.chunk + 1, progress, "since the run before")
         expected = len(plan.keys) if plan.keys is not None else max(self.source.estimate_rows(table), 1)
         began, rows_at_start = time.monotonic(), progress.rows
         outputs_wait_s = 0.0
@@ -466,7 +468,7 @@ class DumpEngine:
             progress = _rekeyed(plan, progress, table, current)
             table, changed = self._schema_changed(dump_id, table, current, number), True
         self._log_missing_keys(dump_id, table, number, read.missing_keys)
-        advanced = _advanced(progress, number, table, read)
+        advanced = replace(_advanced(progress, number, table, read), shape=_shape(table))
         if changed and (first.after is not None or first.keys_done):
             advanced = self._start_over(dump_id, table, number, advanced)
         return advanced, table, len(read.rows)
@@ -588,7 +590,9 @@ class DumpEngine:
             ) from None
 
     @staticmethod
-    def _start_over(dump_id: str, table: TableSchema, number: int, progress: TableProgress) -> TableProgress:
+    def _start_over(
+        dump_id: str, table: TableSchema, number: int, progress: TableProgress, when: str = "during the dump"
+    ) -> TableProgress:
         """The chunks before this one were read with the old columns. An ALTER may have given their
         rows new values without a row event (ADD COLUMN ... DEFAULT, RENAME COLUMN, a narrowing MODIFY
         under capture's `column_rewrites: accept`), which their HIGHs, all before it, cannot carry: the
@@ -599,7 +603,7 @@ class DumpEngine:
             dump_id=dump_id,
             table=table.qualified_name,
             chunk=number,
-            reason="the table's columns changed during the dump: earlier chunks were read before the change",
+            reason=f"the table's columns changed {when}: earlier chunks were read before the change",
             action="the table is read again from its first key",
         )
         return replace(progress, after=None, after_source=None, keys_done=0, done=False)
@@ -628,6 +632,11 @@ def _rekeyed(plan: _Plan, progress: TableProgress, table: TableSchema, current: 
             "(a new dump id) with keys of the new key, or all of it"
         )
     return replace(progress, after=None, after_source=None)
+
+
+def _shape(table: TableSchema) -> str:
+    """The table's columns as `_changed` compares them, kept in the progress file for a resumed dump."""
+    return f"{table.fingerprint}/{table.catalog}"
 
 
 def _changed(table: TableSchema, current: TableSchema) -> bool:
