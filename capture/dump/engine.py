@@ -401,7 +401,7 @@ class DumpEngine:
         table's schema (or its key's collation) changed under the SELECT. `resumed_at`: the first
         chunk this run reads of a table an earlier run began (it goes on after that run's saved key)."""
         number = progress.chunk + 1
-        changed, first = False, progress
+        changed = False
         while True:
             low = Watermark(dump_id, table.qualified_name, number, "LOW", str(uuid.uuid4()))
             high = Watermark(dump_id, table.qualified_name, number, "HIGH", str(uuid.uuid4()))
@@ -469,7 +469,7 @@ class DumpEngine:
             table, changed = self._schema_changed(dump_id, table, current, number), True
         self._log_missing_keys(dump_id, table, number, read.missing_keys)
         advanced = replace(_advanced(progress, number, table, read), shape=_shape(table))
-        if changed and (first.after is not None or first.keys_done):
+        if changed and (progress.after is not None or progress.keys_done):  # not read from the first key already
             advanced = self._start_over(dump_id, table, number, advanced)
         return advanced, table, len(read.rows)
 
