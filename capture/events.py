@@ -97,6 +97,11 @@ class TableSchema:
     # restart knows which relation the name held (a new OID: the table was dropped and created again,
     # or another renamed in). Not part of the fingerprint nor of equality.
     relation: int | None = field(default=None, compare=False)
+    # A dump's `describe`: the catalog's whole column definitions (MariaDB/MySQL: COLUMN_TYPE, charset,
+    # collation, nullability), so that a dump sees changes the fingerprint does not show (`VARCHAR(10)` to
+    # `VARCHAR(3)`, another charset, an ENUM member added): capture/dump/engine.py `_changed`. None where
+    # the source gives none. Not part of the fingerprint nor of equality.
+    catalog: str | None = field(default=None, compare=False)
 
     @property
     def qualified_name(self) -> str:

@@ -322,6 +322,8 @@ class DumpEngine:
             return summary
         if progress.chunk:
             log.info("dump.table_resumed", dump_id=dump_id, table=name, after_chunk=progress.chunk)
+            if progress.shape is not None and progress.shape != _shape(table):
+                progress = self._start_over(dump_id, table, progress.chunk + 1, progress, "since the run before")
         expected = len(plan.keys) if plan.keys is not None else max(self.source.estimate_rows(table), 1)
         began, rows_at_start = time.monotonic(), progress.rows
         outputs_wait_s = 0.0
@@ -399,6 +401,7 @@ class DumpEngine:
         table's schema (or its key's collation) changed under the SELECT. `resumed_at`: the first
         chunk this run reads of a table an earlier run began (it goes on after that run's saved key)."""
         number = progress.chunk + 1
+        changed = False
         while True:
             low = Watermark(dump_id, table.qualified_name, number, "LOW", str(uuid.uuid4()))
             high = Watermark(dump_id, table.qualified_name, number, "HIGH", str(uuid.uuid4()))
@@ -413,10 +416,11 @@ class DumpEngine:
                             reason=str(exc), action="chunk read again from a new LOW")  # fmt: skip
                 continue
             except Exception:  # a column the SELECT names may have been dropped under it
-                current = self.source.describe(table.schema, table.table)
-                if current.fingerprint == table.fingerprint:
+                current = self._describe_again(dump_id, table, number)
+                if not _changed(table, current):
                     raise
-                table = self._schema_changed(dump_id, table, current, number)
+                progress = _rekeyed(plan, progress, table, current)
+                table, changed = self._schema_changed(dump_id, table, current, number), True
                 continue
             if read.keys is None and not read.last and read.end is None:
                 _check_resumable(table, number, progress.after, read.rows, number == resumed_at)
@@ -458,12 +462,16 @@ class DumpEngine:
             # read with the old columns must not stand at HIGH. The chunk is read again under the
             # same number; its file is replaced and the first HIGH names no chunk any more. So is a
             # chunk read while the key's collation changed (the merge trusts `exact_order`).
-            current = self.source.describe(table.schema, table.table)
-            if current.fingerprint == table.fingerprint and current.exact_key_order == table.exact_key_order:
+            current = self._describe_again(dump_id, table, number)
+            if not _changed(table, current) and current.exact_key_order == table.exact_key_order:
                 break
-            table = self._schema_changed(dump_id, table, current, number)
+            progress = _rekeyed(plan, progress, table, current)
+            table, changed = self._schema_changed(dump_id, table, current, number), True
         self._log_missing_keys(dump_id, table, number, read.missing_keys)
-        return _advanced(progress, number, table, read), table, len(read.rows)
+        advanced = replace(_advanced(progress, number, table, read), shape=_shape(table))
+        if changed and (progress.after is not None or progress.keys_done):  # not read from the first key already
+            advanced = self._start_over(dump_id, table, number, advanced)
+        return advanced, table, len(read.rows)
 
     def _read(self, plan: _Plan, table: TableSchema, progress: TableProgress, size: int) -> _Read:
         """The chunk's SELECT after its LOW: the next `size` keys of a key list, or the next `size`
@@ -564,6 +572,42 @@ class DumpEngine:
         )
         return current
 
+    def _describe_again(self, dump_id: str, table: TableSchema, number: int) -> TableSchema:
+        """The table as the catalog shows it now; a table that went away under the dump (DROP TABLE,
+        RENAME TABLE; TRUNCATE is not one) or lost its key (DROP PRIMARY KEY) stops it, saying so."""
+        try:
+            return self.source.describe(table.schema, table.table)
+        except UnusableTableError as exc:
+            raise DumpInputError(
+                f"{table.qualified_name} lost its key during dump {dump_id}, at chunk {number}: {exc}. The chunks "
+                "written so far stand; dump the table again once it has a key"
+            ) from None
+        except DumpInputError as exc:
+            raise DumpInputError(
+                f"{table.qualified_name} went away during dump {dump_id}, at chunk {number} ({exc}): it was dropped "
+                "or renamed (capture lands that as a truncate of the name, or stops at a rename into another captured "
+                "name: table_renames). The chunks written so far stand; dump the table under the name it has now"
+            ) from None
+
+    @staticmethod
+    def _start_over(
+        dump_id: str, table: TableSchema, number: int, progress: TableProgress, when: str = "during the dump"
+    ) -> TableProgress:
+        """The chunks before this one were read with the old columns. An ALTER may have given their
+        rows new values without a row event (ADD COLUMN ... DEFAULT, RENAME COLUMN, a narrowing MODIFY
+        under capture's `column_rewrites: accept`), which their HIGHs, all before it, cannot carry: the
+        dump reads the table again from its first key (or first requested key), so that every row of
+        it has a chunk read after the change."""
+        log.warning(
+            "dump.started_over",
+            dump_id=dump_id,
+            table=table.qualified_name,
+            chunk=number,
+            reason=f"the table's columns changed {when}: earlier chunks were read before the change",
+            action="the table is read again from its first key",
+        )
+        return replace(progress, after=None, after_source=None, keys_done=0, done=False)
+
     @staticmethod
     def _throttle(settings: DumpSettings, rows: int, elapsed: float) -> None:
         pause = settings.delay_s
@@ -571,6 +615,34 @@ class DumpEngine:
             pause = max(pause, rows / settings.max_rows_per_s - elapsed)
         if pause > 0:
             time.sleep(pause)
+
+
+def _rekeyed(plan: _Plan, progress: TableProgress, table: TableSchema, current: TableSchema) -> TableProgress:
+    """The progress to read the chunk again with, when the table's key changed under the dump
+    (`DROP PRIMARY KEY, ADD PRIMARY KEY (...)`): a key read under the old key
+    means nothing under the new one, so a dump of the whole table reads it again from the first key;
+    a key list or a key range names keys of the old key, and the dump stops, saying so."""
+    if current.key == table.key:
+        return progress
+    if plan.keys is not None or plan.start is not None or plan.stop is not None:
+        raise DumpInputError(
+            f"the key of {table.qualified_name} changed during the dump, from ({', '.join(table.key)}) to "
+            f"({', '.join(current.key)}): the keys or the key range this dump "
+            "was given name rows by the old key; the chunks written so far stand, dump the table again "
+            "(a new dump id) with keys of the new key, or all of it"
+        )
+    return replace(progress, after=None, after_source=None)
+
+
+def _shape(table: TableSchema) -> str:
+    """The table's columns as `_changed` compares them, kept in the progress file for a resumed dump."""
+    return f"{table.fingerprint}/{table.catalog}"
+
+
+def _changed(table: TableSchema, current: TableSchema) -> bool:
+    """Whether the table's columns or key changed: the fingerprint (names, types, key), or the source's
+    whole catalog definitions (`TableSchema.catalog`: a VARCHAR's length, a charset, ENUM members)."""
+    return current.fingerprint != table.fingerprint or current.catalog != table.catalog
 
 
 def _exact_order(table: TableSchema, bounds: tuple[Row | None, ...], rows: pa.StructArray) -> bool:

@@ -25,6 +25,9 @@ class TableProgress:
     # every run of this dump read the whole table (no key list, no --from/--to): only such a dump converges
     # a table listed not converged (landing.unconverged.pending). False in files written before it existed.
     whole: bool = False
+    # the table's columns as the last chunk read them (fingerprint / catalog digest): a resumed dump
+    # that finds them changed reads the table again from its first key (engine `_start_over`)
+    shape: str | None = None
 
 
 def dump_dir(zone: LandingZone, dump_id: str) -> Path:

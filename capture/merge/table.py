@@ -292,14 +292,32 @@ def _truncated_dump(dump: CompletedDump, truncates: list[TruncateMark]) -> bool:
     )
 
 
+def _wider(a: pa.DataType, b: pa.DataType) -> pa.DataType | None:
+    """The type that holds every value of both, where one widens losslessly into the other as
+    Iceberg can promote a column (`_evolve_type`): a wider signed integer (`MODIFY c BIGINT` of an
+    INT), DOUBLE for FLOAT, a DECIMAL with the same scale and more digits; None otherwise."""
+    ints = (pa.int8(), pa.int16(), pa.int32(), pa.int64())
+    if a in ints and b in ints:
+        return max(a, b, key=ints.index)
+    if {a, b} == {pa.float32(), pa.float64()}:
+        return pa.float64()
+    if pa.types.is_decimal(a) and pa.types.is_decimal(b) and a.scale == b.scale:
+        return max(a, b, key=lambda t: t.precision)
+    return None
+
+
 def _unify(row_types: Iterable[tuple[pa.StructType, str]], table: str) -> dict[str, pa.DataType]:
-    """Columns in order of appearance; a column whose type changed is refused with its name."""
+    """Columns in order of appearance; a column whose type changed is refused with its name, unless
+    the change widens it (`_wider`: an ALTER during the run's stretch of the log; the wider type
+    reads both)."""
     columns: dict[str, pa.DataType] = {}
     for row_type, origin in row_types:
         for f in row_type:
             known = columns.get(f.name)
             if known is None:
                 columns[f.name] = f.type
+            elif known != f.type and (wider := _wider(known, f.type)) is not None:
+                columns[f.name] = wider
             elif known != f.type:
                 raise MergeError(
                     f"{table}: column {f.name!r} changed type from {known} to {f.type} ({origin}); the merge "
@@ -712,6 +730,8 @@ class TableMerge:
         self.created: set[str] = set()  # target and changelog this run created (with the run's frontier)
         self.reads_log = True  # the run reads log files (else its event frame is empty by plan)
         self.schemas: dict[str, list[Any]] = {}  # target and changelog: their columns (`_fields`)
+        # files (resolved paths) holding a column in a narrower type than the run's (`_wider`): its own
+        self.narrow: dict[str, tuple[tuple[str, pa.DataType], ...]] = {}
 
     @contextmanager
     def _step(self, name: str) -> Iterator[None]:
@@ -803,10 +823,13 @@ class TableMerge:
             self.rows_in = sum(m.num_rows for m, _ in metas) + sum(c.meta.rows for c in chunks)
             if self.rows_in > WARM_ROWS:
                 ctx.warm.set()
-            columns = _unify(
-                [(s.field("after").type, str(p)) for s, p in schemas] + [(c.row_type, str(c.path)) for c in chunks],
-                self.name,
-            )
+            row_types = [(s.field("after").type, str(p)) for s, p in schemas]
+            row_types += [(c.row_type, str(c.path)) for c in chunks]
+            columns = _unify(row_types, self.name)
+            for row_type, origin in row_types:
+                own = tuple((f.name, f.type) for f in row_type if columns.get(f.name, f.type) != f.type)
+                if own:
+                    self.narrow[str(Path(origin).resolve())] = own
             clash = RESERVED & set(columns)
             if clash:
                 raise MergeError(f"{self.name}: column(s) {sorted(clash)} clash with the merge's bookkeeping columns")
@@ -969,9 +992,7 @@ class TableMerge:
 
         ctx, spark = self.ctx, self.ctx.spark
         with self._step("read"):
-            raw = spark.read.schema(T.StructType([T.StructField("after", row_struct)])).parquet(
-                str(chunk.path.resolve())
-            )
+            raw = self._parquet([str(chunk.path.resolve())], T.StructType([T.StructField("after", row_struct)]))
             row = "_metadata.row_index"
             own = {
                 "_lsn": _sql_literal(chunk.high, "decimal(38,0)"),
@@ -1164,7 +1185,7 @@ class TableMerge:
                 f"CAST(NULL AS {self.ctx.sql_type(f.dataType)}) AS {quote(f.name)}" for f in self._stream_schema()
             )
             return spark.sql(f"SELECT {nulls} LIMIT 0")
-        raw = spark.read.schema(schema).parquet(*[str(p.resolve()) for p in paths])
+        raw = self._parquet([str(p.resolve()) for p in paths], schema)
         raw = raw.where((raw["_lsn"] >= _lsn(start)) & (raw["_lsn"] < _lsn(self.ctx.frontier)))
 
         def rows(image: Any, op: Any, order: int, missing: Any) -> list[Any]:
@@ -1194,6 +1215,38 @@ class TableMerge:
         split = raw.where(moved).select(*rows(before, sf.lit("d"), -1, sf.lit(None)))
         return main.unionByName(split)
 
+    def _parquet(self, paths: list[str], schema: Any) -> Any:
+        """The files read with `schema` (its `before` / `after` structs: the run's columns). Spark 3.5
+        does not widen a Parquet INT32 to bigint (nor FLOAT to double) itself: files landed before an
+        ALTER widened a column (`narrow`) are read with their own type and cast, a read per set of
+        own types, with `_metadata` carried as a column (callers read its file path and row index)."""
+        from pyspark.sql import functions as sf
+        from pyspark.sql import types as T
+
+        spark = self.ctx.spark
+        groups: dict[tuple[tuple[str, pa.DataType], ...], list[str]] = {}
+        for path in paths:
+            groups.setdefault(self.narrow.get(path, ()), []).append(path)
+        if list(groups) in ([], [()]):
+            return spark.read.schema(schema).parquet(*paths)
+        frames = []
+        for own, group in groups.items():
+            types = {name: spark_type(t) for name, t in own}
+
+            def narrowed(f: Any, types: dict[str, Any] = types) -> Any:
+                if not isinstance(f.dataType, T.StructType):
+                    return f
+                inner = [T.StructField(g.name, types.get(g.name, g.dataType), g.nullable) for g in f.dataType.fields]
+                return T.StructField(f.name, T.StructType(inner), f.nullable)
+
+            read = spark.read.schema(T.StructType([narrowed(f) for f in schema.fields])).parquet(*group)
+            frames.append(read.select(*(sf.col(f.name).cast(f.dataType).alias(f.name) for f in schema.fields),
+                                      sf.col("_metadata")))  # fmt: skip
+        union = frames[0]
+        for frame in frames[1:]:
+            union = union.unionByName(frame)
+        return union
+
     def _stream_schema(self) -> Any:
         from pyspark.sql import types as T
 
@@ -1219,7 +1272,7 @@ class TableMerge:
 
         spark = self.ctx.spark
         paths = [str(c.path.resolve()) for c in chunks]
-        raw = spark.read.schema(T.StructType([T.StructField("after", row_struct)])).parquet(*paths)
+        raw = self._parquet(paths, T.StructType([T.StructField("after", row_struct)]))
         values = [*(self.ctx.cast(sf.col("after").getField(c), self.types[c]).alias(c) for c in self.columns)]
         if len(chunks) == 1:  # every row is the one chunk's (a table below the chunk size): its columns as
             # literals, no join with the chunks' bounds (a broadcast, its own job) and no file name per row
@@ -1504,10 +1557,8 @@ class TableMerge:
         first_low = _lsn(dump.first_low)
         key_struct = T.StructType([f for f in row_struct.fields if f.name in keys])
         paths = [str(c.path.resolve()) for c in dump.chunks]
-        returned = (
-            spark.read.schema(T.StructType([T.StructField("after", key_struct)]))
-            .parquet(*paths)
-            .select(*(self.ctx.cast(sf.col("after").getField(k), self.types[k]).alias(k) for k in keys))
+        returned = self._parquet(paths, T.StructType([T.StructField("after", key_struct)])).select(
+            *(self.ctx.cast(sf.col("after").getField(k), self.types[k]).alias(k) for k in keys)
         )
         target = spark.table(self.target).select(*keys, sf.col("_lsn").alias("_tlsn"))
         candidates = target.where(

@@ -220,6 +220,30 @@ class AlterAt:
             self._execute(sql)
 
 
+class StatementAt:
+    """The real chunk source, except that another connection runs a statement at one point of
+    one chunk: `before LOW` (between two chunks), `after LOW` (inside the window, before the
+    SELECT) or `before HIGH` (inside the window, after the SELECT)."""
+
+    def __init__(self, source: Any, execute: Callable[[str], Any], chunk: int, where: str, sql: str) -> None:
+        self._source, self._execute = source, execute
+        self._chunk, self._where, self._sql = chunk, where, sql
+        self.done = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._source, name)
+
+    def _now(self, mark: Any, where: str) -> None:
+        if not self.done and mark.chunk == self._chunk and where == self._where:
+            self.done = True
+            self._execute(self._sql)
+
+    def write_watermark(self, mark: Any, table: Any = None) -> None:
+        self._now(mark, f"before {mark.kind}")
+        self._source.write_watermark(mark, table)
+        self._now(mark, f"after {mark.kind}")
+
+
 def check_schema_change_rereads(
     capture, schema: str, execute: Callable[[str], Any], landed: Callable[[], None], table: Callable[[], dict]
 ) -> None:

@@ -13,6 +13,7 @@ where MariaDB appends the row end to the primary key and to every UNIQUE index.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import pymysql
@@ -113,7 +114,14 @@ def describe(
         raise no_key(source, name, " (without prefixes)")
     by_name = {i["COLUMN_NAME"]: i for i in infos}
     exact = all(exact_order(by_name[k]) for k in key)
-    return TableSchema(schema, table, tuple(columns), key, exact_key_order=exact), builders
+    whole = "\x1f".join(
+        "\x1e".join(
+            str(i[n]) for n in ("COLUMN_NAME", "COLUMN_TYPE", "CHARACTER_SET_NAME", "COLLATION_NAME", "IS_NULLABLE")
+        )
+        for i in infos
+    )
+    catalog = hashlib.sha1(whole.encode()).hexdigest()[:16]
+    return TableSchema(schema, table, tuple(columns), key, exact_key_order=exact, catalog=catalog), builders
 
 
 # Types whose order in MariaDB is the order Spark gives their landed values: numbers (DECIMAL up

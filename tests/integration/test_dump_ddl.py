@@ -1,0 +1,95 @@
+"""DDL during a MariaDB dump that the dump cannot go on through: the table renamed away or left
+without a key, or a key-range dump whose key was replaced. The dump stops with a message that says
+what happened and what to do (not "does not exist" or a driver's formatting error), and the
+landing zone still rebuilds the source. The DDL it goes on through is checked end to end, through
+the merge, in tests/spark/test_merge_ddl_during_dump.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from capture.dump.control import DumpSettings
+from capture.dump.engine import DumpEngine, DumpRequest
+from capture.errors import DumpInputError
+from capture.sources import open_chunk_source
+from tests.integration.dumping import (
+    Died,
+    DiesBeforeHigh,
+    StatementAt,
+    landed_rows,
+    populate_ledger,
+    reconciled_state,
+    table_rows,
+    wait_until_landed,
+)
+
+pytestmark = pytest.mark.integration
+
+
+def _dump(capture, mariadb, database: str, where: str, sql: str, **request) -> None:
+    """The ledger dumped in 20-row chunks, `sql` run at `where` of chunk 3."""
+    source = open_chunk_source("src", capture.config.source("src"))
+    wrapped = StatementAt(source, lambda text: mariadb.execute(text, database=database), 3, where, sql)
+    settings = DumpSettings(chunk_size=20)
+    try:
+        DumpEngine(wrapped, capture.zone).run(DumpRequest(tables=[f"{database}.ledger"], settings=settings, **request))
+    finally:
+        source.close()
+
+
+def test_a_table_renamed_away_during_the_dump_stops_it_saying_so(mariadb, database, make_capture):
+    populate_ledger(mariadb, database, 200)
+    capture = make_capture([f"{database}.ledger"]).start()  # the new name is not captured: a truncate lands
+    capture.wait_running()
+    with pytest.raises(DumpInputError) as info:
+        _dump(capture, mariadb, database, "before LOW", "RENAME TABLE ledger TO ledger_gone")
+    message = str(info.value)
+    assert "went away during dump" in message and "at chunk 3" in message and "renamed" in message
+    wait_until_landed(mariadb, capture)
+    assert reconciled_state(capture, database, "ledger")[0] == {}  # as the source: no table ledger
+
+
+def test_a_key_dropped_during_the_dump_stops_it_saying_so(mariadb, database, make_capture):
+    populate_ledger(mariadb, database, 200)
+    capture = make_capture([f"{database}.*"]).start()
+    capture.wait_running()
+    with pytest.raises(DumpInputError) as info:
+        _dump(capture, mariadb, database, "before HIGH", "ALTER TABLE ledger DROP PRIMARY KEY")
+    assert "lost its key during dump" in str(info.value) and "at chunk 3" in str(info.value)
+
+
+@pytest.mark.parametrize("where", ["before LOW", "before HIGH"])
+def test_a_key_replaced_during_a_key_range_dump_stops_it_and_a_whole_dump_reads_again(
+    mariadb, database, make_capture, where
+):
+    populate_ledger(mariadb, database, 200)
+    capture = make_capture([f"{database}.*"]).start()
+    capture.wait_running()
+    swap = "ALTER TABLE ledger DROP PRIMARY KEY, ADD PRIMARY KEY (id, v)"
+    with pytest.raises(DumpInputError) as info:  # main: "not enough arguments for format string"
+        _dump(capture, mariadb, database, where, swap, key_from=[10], key_to=[150])
+    assert "the key of" in str(info.value) and "changed during the dump, from (id) to (id, v)" in str(info.value)
+    # a whole dump under the other key goes on: read again from the first key, under the new one
+    _dump(capture, mariadb, database, where, "ALTER TABLE ledger DROP PRIMARY KEY, ADD PRIMARY KEY (id)")
+    wait_until_landed(mariadb, capture)
+    assert landed_rows(capture, database, "ledger") == table_rows(mariadb, database, "ledger")
+
+
+def test_a_dump_resumed_after_an_alter_reads_the_table_again(mariadb, database, make_capture):
+    """A dump killed at chunk 4, a narrowing ALTER (accepted by capture) while it was down, the dump
+    resumed by its id: on main it went on after chunk 3, whose rows kept 'row1'..'row60' where the
+    source shows 'row' (the ALTER writes no row events); now it reads the table again from its first key."""
+    populate_ledger(mariadb, database, 200)
+    capture = make_capture([f"{database}.*"], column_rewrites="accept").start()
+    capture.wait_running()
+    request = DumpRequest(dump_id="resumed", tables=[f"{database}.ledger"], settings=DumpSettings(chunk_size=20))
+    source = open_chunk_source("src", capture.config.source("src"))
+    try:
+        with pytest.raises(Died):
+            DumpEngine(DiesBeforeHigh(source, 4), capture.zone).run(request)
+        mariadb.execute("SET SESSION sql_mode = ''", "ALTER TABLE ledger MODIFY note VARCHAR(3)", database=database)
+        DumpEngine(source, capture.zone).run(request)
+    finally:
+        source.close()
+    wait_until_landed(mariadb, capture)
+    assert landed_rows(capture, database, "ledger") == table_rows(mariadb, database, "ledger")
