@@ -169,3 +169,20 @@ def cache_jvm_lookups() -> None:
     package.__getattr__ = keeping(package.__getattr__, (package, klass))
     klass.__getattr__ = keeping(klass.__getattr__, (klass, member))
     view._logtide_cached = True
+
+
+def skip_local_checksums(spark: Any) -> None:
+    """Write no Hadoop `.crc` file beside the files the merge writes to a `file:` warehouse.
+    Hadoop's local file system writes one beside every file and, without its native library
+    (pyspark ships none), sets the permissions of the file and of its `.crc` by starting a `chmod`
+    process each: 34 processes per new table of a run (data, manifests, manifest lists, metadata
+    and version hints of its target and changelog), about a sixth of the CPU such a table costs.
+    Without the `.crc` Iceberg's data, manifest and manifest-list files are written with no
+    `chmod` at all (14 per table remain: metadata files and folders, which Iceberg creates with
+    permissions). Files written before keep their `.crc` and are still checked when read; a
+    deleted or renamed file's `.crc` goes with it (the version hint's too), so none goes stale.
+    The setting belongs to the JVM's cached local file system (the one Iceberg and Spark's tasks
+    use in a local master); another file system (merge.spark_conf `spark.hadoop.fs.file.impl`)
+    ignores it. Hadoop's own raw file system would also do without them, but Iceberg's scans ask
+    a file system for its scheme, which the raw one does not implement."""
+    spark._jvm.org.apache.hadoop.fs.FileSystem.getLocal(spark._jsc.hadoopConfiguration()).setWriteChecksum(False)
