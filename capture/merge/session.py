@@ -176,13 +176,11 @@ def skip_local_checksums(spark: Any) -> None:
     Hadoop's local file system writes one beside every file and, without its native library
     (pyspark ships none), sets the permissions of the file and of its `.crc` by starting a `chmod`
     process each: 34 processes per new table of a run (data, manifests, manifest lists, metadata
-    and version hints of its target and changelog), about a sixth of the CPU such a table costs.
-    Without the `.crc` Iceberg's data, manifest and manifest-list files are written with no
-    `chmod` at all (14 per table remain: metadata files and folders, which Iceberg creates with
-    permissions). Files written before keep their `.crc` and are still checked when read; a
-    deleted or renamed file's `.crc` goes with it (the version hint's too), so none goes stale.
-    The setting belongs to the JVM's cached local file system (the one Iceberg and Spark's tasks
-    use in a local master); another file system (merge.spark_conf `spark.hadoop.fs.file.impl`)
-    ignores it. Hadoop's own raw file system would also do without them, but Iceberg's scans ask
-    a file system for its scheme, which the raw one does not implement."""
+    and version hints of its target and changelog, and their folders), about a sixth of the CPU
+    such a table costs. Without the `.crc` it is 20 (one per file and folder; table.py creates a
+    new table's folders itself, 14). Files written before keep their `.crc` and are still checked
+    when read; a deleted or renamed file's `.crc` goes with it (the version hint's, rewritten at
+    every commit, too), so none goes stale. The setting belongs to the JVM's cached local file
+    system, the one Iceberg and a local master's tasks use. Hadoop's raw file system would write
+    none either, but Iceberg's scans ask a file system for its scheme, which the raw one lacks."""
     spark._jvm.org.apache.hadoop.fs.FileSystem.getLocal(spark._jsc.hadoopConfiguration()).setWriteChecksum(False)
