@@ -183,4 +183,6 @@ def skip_local_checksums(spark: Any) -> None:
     every commit, too), so none goes stale. The setting belongs to the JVM's cached local file
     system, the one Iceberg and a local master's tasks use. Hadoop's raw file system would write
     none either, but Iceberg's scans ask a file system for its scheme, which the raw one lacks."""
-    spark._jvm.org.apache.hadoop.fs.FileSystem.getLocal(spark._jsc.hadoopConfiguration()).setWriteChecksum(False)
+    jvm = spark._jvm  # `get`, not `getLocal`: that one casts to LocalFileSystem, which fs.file.impl may not be
+    local = jvm.org.apache.hadoop.fs.FileSystem.get(jvm.java.net.URI("file:///"), spark._jsc.hadoopConfiguration())
+    local.setWriteChecksum(False)
