@@ -23,7 +23,13 @@ from capture.events import lsn_text
 from capture.landing import LandingZone
 from capture.landing.reader import Watermarks, merge_tables
 from capture.log import get_logger, setup_logging
-from capture.merge.session import build_session, cache_jvm_functions, cache_jvm_lookups, session_conf
+from capture.merge.session import (
+    build_session,
+    cache_jvm_functions,
+    cache_jvm_lookups,
+    session_conf,
+    skip_local_checksums,
+)
 from capture.merge.table import Context, TableMerge, error_line
 
 log = get_logger("logtide.merge")
@@ -61,6 +67,7 @@ def run_merge(
             raise MergeError(f"table {name!r} must be given as database.table")
     cache_jvm_functions()
     cache_jvm_lookups()
+    skip_local_checksums(spark)
     ctx = Context(spark, config, source, zone, frontier, Watermarks(zone, frontier), datetime.now(UTC))
     workers = max(1, min(config.merge.parallel_tables, len(names)))
     log.info("merge.started", source=source, frontier=frontier, tables=len(names), parallel=workers)

@@ -169,3 +169,20 @@ def cache_jvm_lookups() -> None:
     package.__getattr__ = keeping(package.__getattr__, (package, klass))
     klass.__getattr__ = keeping(klass.__getattr__, (klass, member))
     view._logtide_cached = True
+
+
+def skip_local_checksums(spark: Any) -> None:
+    """Write no Hadoop `.crc` file beside the files the merge writes to a `file:` warehouse.
+    Hadoop's local file system writes one beside every file and, without its native library
+    (pyspark ships none), sets the permissions of the file and of its `.crc` by starting a `chmod`
+    process each: 34 processes per new table of a run (data, manifests, manifest lists, metadata
+    and version hints of its target and changelog, and their folders), about a sixth of the CPU
+    such a table costs. Without the `.crc` it is 20 (one per file and folder; table.py creates a
+    new table's folders itself, 14). Files written before keep their `.crc` and are still checked
+    when read; a deleted or renamed file's `.crc` goes with it (the version hint's, rewritten at
+    every commit, too), so none goes stale. The setting belongs to the JVM's cached local file
+    system, the one Iceberg and a local master's tasks use. Hadoop's raw file system would write
+    none either, but Iceberg's scans ask a file system for its scheme, which the raw one lacks."""
+    jvm = spark._jvm  # `get`, not `getLocal`: that one casts to LocalFileSystem, which fs.file.impl may not be
+    local = jvm.org.apache.hadoop.fs.FileSystem.get(jvm.java.net.URI("file:///"), spark._jsc.hadoopConfiguration())
+    local.setWriteChecksum(False)

@@ -73,6 +73,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -431,6 +432,21 @@ def sortable_prefix(keys: list[str], types: dict[str, Any]) -> list[str]:
 
 def table_exists(spark: Any, name: str) -> bool:
     return bool(spark.catalog.tableExists(name))
+
+
+def local_table_folder(config: LogtideConfig, target: Target) -> Path | None:
+    """Where a Hadoop catalog keeps the table in a local warehouse (`<warehouse>/<namespace>/<name>`);
+    None for a JDBC catalog (it chooses) or a warehouse on another file system."""
+    cfg = config.merge
+    if cfg.catalog != "hadoop":
+        return None
+    if cfg.warehouse.startswith("file:"):
+        root = Path(unquote(urlparse(cfg.warehouse).path))
+    elif "://" in cfg.warehouse:
+        return None
+    else:
+        root = Path(cfg.warehouse)
+    return root.resolve() / target.namespace / target.name
 
 
 def _columns_ddl(columns: Iterable[tuple[str, str]]) -> str:
@@ -1154,6 +1170,11 @@ class TableMerge:
         props[FRONTIER] = str(ctx.frontier)
         exists = self.exists
         target, changelog = ctx.target_of(self.schema, self.table), ctx.target_of(self.schema, self.table, True)
+        for name, new in ((self.target, target), (self.changelog, changelog)):
+            folder = None if exists[name] else local_table_folder(ctx.config, new)
+            if folder is not None:  # Hadoop starts a `chmod` for each folder it creates (session.py)
+                for sub in ("metadata", "data"):
+                    (folder / sub).mkdir(parents=True, exist_ok=True)
         clustered = sortable_prefix(self.keys, self.types)
         if ensure_table(spark, target, columns, TARGET_META, props, clustered, exists[self.target]):
             self.created.add(self.target)

@@ -5,6 +5,7 @@ and string keys with quotes, backslashes and non-ASCII text; a table of the olde
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -15,6 +16,7 @@ from capture.dump.reconcile import apply, reconcile_table
 from capture.events import Change, ChangeBatch, Column, Lsn, Op, TableSchema, TransactionEnd
 from capture.landing import Checkpoint, LandingZone
 from capture.landing.log_writer import LogWriter
+from capture.merge import app as merge_app
 from capture.merge import table as merge_table
 from capture.merge.app import run_merge
 from capture.merge.table import key_filter
@@ -335,3 +337,46 @@ def test_a_fresh_one_chunk_table_writes_what_the_general_path_does_and_reruns_af
     run_merge(spark, config("fresh_failed"), "src")
     assert iceberg_state(spark, name) == _reference(landing.zone, "docs")
     assert rows(name + "__changelog") == rows("logtide.fresh_general.db__docs__changelog")
+
+
+def test_merges_write_no_checksum_files_and_a_table_written_with_them_reads_back_whole(
+    spark, catalogs, tmp_path, monkeypatch
+):
+    """A merge writes no Hadoop `.crc` beside its files (session.py `skip_local_checksums`: each one
+    cost a `chmod` process). A table merges wrote with them before keeps merging, and a reader that
+    checks them (Hadoop's local file system, as any default Spark reads the warehouse) reads every
+    file of it back, the version hint rewritten at every commit included: no `.crc` is left stale
+    or without its file, and the target holds the source's rows."""
+    zone = LandingZone(tmp_path / "landing", "src")
+    config = _config(catalogs, tmp_path, "layout_crc")
+    log = Log(zone)
+    c, u, d = Op.CREATE, Op.UPDATE, Op.DELETE
+    rows = [(i, f"v{i}") for i in range(20)]
+    log.transaction(ITEMS, [(c, None, r) for r in rows])
+    jvm = spark._jvm
+    local = jvm.org.apache.hadoop.fs.FileSystem.getLocal(spark._jsc.hadoopConfiguration())
+    with monkeypatch.context() as patch:  # the first merge as merges wrote before: with `.crc` files
+        patch.setattr(merge_app, "skip_local_checksums", lambda _: local.setWriteChecksum(True))
+        run_merge(spark, config, "src")
+    folder = Path(catalogs["hadoop"].warehouse) / "layout_crc"
+    old = set(folder.rglob(".*.crc"))
+    assert any(p.name == ".version-hint.text.crc" for p in old)
+
+    log.transaction(ITEMS, [(u, r, (r[0], "changed")) for r in rows[:5]] + [(d, r, None) for r in rows[5:8]])
+    run_merge(spark, config, "src")
+    log.transaction(ITEMS, [(c, None, (100, "new")), (u, rows[0], (0, "again"))])
+    run_merge(spark, config, "src")
+
+    crcs = set(folder.rglob(".*.crc"))
+    assert crcs <= old  # none new (the old version hint's went with it)
+    assert all((p.parent / p.name[1:].removesuffix(".crc")).exists() for p in crcs)
+    for path in folder.rglob("*"):
+        if path.is_file() and path.suffix != ".crc":  # read through the checking file system
+            stream = local.open(jvm.org.apache.hadoop.fs.Path(str(path)))
+            try:
+                jvm.org.apache.commons.io.IOUtils.toByteArray(stream)
+            finally:
+                stream.close()
+    target = iceberg_state(spark, "logtide.layout_crc.db__items")
+    assert target == _reference(zone, "items")
+    assert target[(0,)]["v"] == "again" and (5,) not in target and target[(100,)]["v"] == "new"
