@@ -25,6 +25,12 @@ class TableProgress:
     # every run of this dump read the whole table (no key list, no --from/--to): only such a dump converges
     # a table listed not converged (landing.unconverged.pending). False in files written before it existed.
     whole: bool = False
+    # the table's schema (TableSchema.fingerprint) the chunks so far were read with: a run resumed after
+    # the table changed reads it again from the start (engine: stale chunks). None in older files.
+    fingerprint: str | None = None
+    # the table's storage generation then (ChunkSource.generation: PostgreSQL's relfilenode, which a
+    # rewrite such as ALTER COLUMN ... TYPE ... USING changes even where the columns read alike)
+    generation: str | None = None
 
 
 def dump_dir(zone: LandingZone, dump_id: str) -> Path:

@@ -57,6 +57,7 @@ from capture.sources.postgres.catalog import (
 from capture.sources.postgres.connection import connect, parse_lsn, query, translate
 from capture.sources.postgres.publication import Publication, SyncResult, unlogged
 from capture.sources.postgres.read_view import PgSnapshot
+from capture.sources.postgres.schema_change import changes
 from capture.sources.postgres.sql import chunk_select, duplicate_select, key_after_select, keys_select, qualified, quote
 from capture.sources.postgres.types import ClampedKeys, ColumnBuilder, array_literal
 from capture.sources.table_keys import check_named_keys, duplicate_key_error
@@ -453,6 +454,27 @@ class PostgresChunkSource:
                 (table.relation, list(table.key)),
             ))  # fmt: skip
         return found
+
+    def value_changes(self, before: TableSchema, after: TableSchema) -> list[str]:
+        """What gave the rows of `before` new values without row events, as capture judges a Relation message
+        (schema_change.changes): columns added with a DEFAULT, renamed, retyped in a way that may change values
+        (not a longer varchar); a column added without one reads NULL in every row, as chunks read before it."""
+        old = {c.name: c.source_type for c in before.columns}
+        new = {c.name: c.source_type for c in after.columns}
+        return changes(self._conn, after.relation, old, new)
+
+    def generation(self, table: TableSchema) -> str | None:
+        """The relfilenodes of the table and of its unique indexes: a rewrite (ALTER COLUMN ... TYPE, with or
+        without USING; ADD COLUMN with a volatile DEFAULT; also TRUNCATE, VACUUM FULL, CLUSTER) gives the
+        table a new one, and no row event says what it did to each row; a key column's new collation
+        rebuilds the key's index alone (the chunks so far were cut in the old order). Read after HIGH, so
+        a rewrite committed before HIGH is seen; a REINDEX counts too (the dump reads the table again)."""
+        rows = self._run(
+            "SELECT pg_relation_filenode(%s) || ':' || coalesce((SELECT string_agg(pg_relation_filenode(i.indexrelid)"
+            "::text, ',' ORDER BY i.indexrelid) FROM pg_index i WHERE i.indrelid = %s AND i.indisunique), '')",
+            (table.relation, table.relation),
+        )
+        return rows[0][0] if rows else None
 
     def key_folds(self, table: TableSchema) -> tuple[str, ...]:
         """Per key column, the folds the database proves on it (capture/sources/key_folds.py): the probes
