@@ -23,10 +23,11 @@ import pytest
 
 from capture.dump.control import DumpSettings
 from capture.dump.engine import DumpEngine, DumpRequest
+from capture.errors import DumpInputError
 from capture.landing.chunks import read_chunk_meta
 from capture.landing.reader import chunk_files
 from capture.sources import open_chunk_source
-from tests.integration.dumping import AlterAt, Died, DiesBeforeHigh
+from tests.integration.dumping import AlterAt, Died, DiesBeforeHigh, open_engine, reconciled_state, run_dump
 from tests.integration.postgres.dumping import (
     Workload,
     assert_target_holds_source,
@@ -201,3 +202,82 @@ def test_a_dump_resumed_after_a_rewrite_reads_the_table_again(postgres, pg_datab
     assert_target_holds_source(capture, postgres, pg_database, "ledger")
     assert summary["tables"][0]["chunks"] == 3 + ROWS // CHUNK + 1
     assert capture.stop() == 0
+
+
+def test_a_primary_key_swapped_during_the_dump_stops_capture(postgres, pg_database, make_pg_capture):
+    """DROP the primary key and ADD another (on `v2`, as unique as `id`): from then on the log names rows by
+    `v2`, the targets and the events before by `id`. On main capture went on, and rows deleted around the
+    swap stayed in the targets (one of 320 through the Spark merge, 3 to 13 in the reconciled stream).
+    Now it stops at the table's next change with the change and the way out."""
+    capture = _capture(postgres, pg_database, make_pg_capture, "table")
+    postgres.execute("ALTER TABLE ledger ADD COLUMN v2 int", "UPDATE ledger SET v2 = id", database=pg_database)
+    postgres.execute("ALTER TABLE ledger ALTER COLUMN v2 SET NOT NULL", database=pg_database)
+    wait_until_landed(postgres, pg_database, capture)  # the table's schema is in the log
+    landed = len(capture.events("public", "ledger"))
+    _dump(
+        capture,
+        postgres,
+        pg_database,
+        (4, "HIGH"),
+        "ALTER TABLE ledger DROP CONSTRAINT ledger_pkey",
+        "ALTER TABLE ledger ADD PRIMARY KEY (v2)",
+    )
+    postgres.execute("DELETE FROM ledger WHERE id = 2", database=pg_database)
+    assert capture.wait_exit() == 2
+    log = capture.log()
+    assert "ColumnRewriteError" in log and "key (id) is now (v2)" in log and "full dump" in log
+    assert len(capture.events("public", "ledger")) == landed
+
+
+def test_a_table_renamed_during_its_dump_onto_a_captured_name_stops_capture(postgres, pg_database, make_pg_capture):
+    """`ledger` (rows only dumped) renamed to `ledger_old`, which capture captures too (`public.*`), right
+    after LOW of chunk 4: the dump fails with the table's name; on main capture then took `ledger_old` for
+    a new table and the 60 rows chunks 1-3 read stayed in the targets of `ledger`, a table the source no
+    longer has. Now it stops (TableRenameError), as for a table whose changes landed; with
+    `table_renames: accept` both names are emptied, and a dump of `ledger_old` converges it."""
+    capture = _capture(postgres, pg_database, make_pg_capture, "table")
+    with pytest.raises(DumpInputError, match=r"public\.ledger"):
+        _dump(capture, postgres, pg_database, (4, "LOW"), "ALTER TABLE ledger RENAME TO ledger_old")
+    postgres.execute("UPDATE ledger_old SET v = -1 WHERE id = 1", database=pg_database)
+    assert capture.wait_exit() == 2
+    log = capture.log()
+    assert "TableRenameError" in log and "public.ledger was renamed to public.ledger_old" in log
+    capture.set_source(table_renames="accept")
+    capture.start()
+    capture.wait_running()
+    wait_until_landed(postgres, pg_database, capture)
+    assert reconciled_state(capture, "public", "ledger")[0] == {}
+    run_dump(capture, "public.ledger_old", chunk_size=CHUNK)
+    change_and_land(postgres, pg_database, capture, "UPDATE ledger_old SET v = 7 WHERE id = 9")
+    assert_target_holds_source(capture, postgres, pg_database, "ledger_old")
+    assert capture.stop() == 0
+
+
+def test_readonly_partitions_published_without_their_parent_are_dumped(postgres, pg_database, make_pg_capture):
+    """Read-only watermarks, partitions published by name (`m1`) or through their schema (`s2.m3`, `TABLES IN
+    SCHEMA`) while their partitioned table `m` is not: their changes land. On main a dump of every captured
+    table skipped both ('is not in publication'), so their targets held only the rows changed since."""
+    postgres.execute(
+        "CREATE SCHEMA s2",
+        "CREATE TABLE m (id int PRIMARY KEY, v int) PARTITION BY RANGE (id)",
+        "CREATE TABLE m1 PARTITION OF m FOR VALUES FROM (0) TO (100)",
+        "CREATE TABLE s2.m3 PARTITION OF m FOR VALUES FROM (100) TO (200)",
+        "INSERT INTO m SELECT i, i FROM generate_series(1, 199) i",
+        "CREATE PUBLICATION logtide_src FOR TABLE m1, TABLES IN SCHEMA s2",
+        database=pg_database,
+    )
+    capture = make_pg_capture(["public.*", "s2.*"], watermarks="readonly").start()
+    capture.wait_running()
+    try:
+        engine, source = open_engine(capture)
+        try:
+            summary = engine.run(DumpRequest(tables=[], settings=DumpSettings(chunk_size=CHUNK)))
+        finally:
+            source.close()
+        assert summary["skipped"] == []
+        change_and_land(postgres, pg_database, capture, "UPDATE m SET v = -v WHERE id % 7 = 0")
+        assert_target_holds_source(capture, postgres, pg_database, "m1")
+        state, _ = reconciled_state(capture, "s2", "m3")
+        assert len(state) == 100 and all(r["v"] == (-k[0] if k[0] % 7 == 0 else k[0]) for k, r in state.items())
+    finally:
+        capture.stop()
