@@ -292,31 +292,14 @@ def _truncated_dump(dump: CompletedDump, truncates: list[TruncateMark]) -> bool:
     )
 
 
-def _wider(a: pa.DataType, b: pa.DataType) -> pa.DataType | None:
-    """The type of `a` and `b` that holds every value of both, where one only widens the other (a column
-    retyped int -> bigint, real -> double precision, numeric(p,s) -> numeric(p2,s) with p2 > p, as the
-    target's type evolves: `_evolve_type`); None otherwise."""
-    for x, y in ((a, b), (b, a)):
-        if pa.types.is_signed_integer(x) and pa.types.is_signed_integer(y) and x.bit_width <= y.bit_width:
-            return y
-        if pa.types.is_float32(x) and pa.types.is_float64(y):
-            return y
-        if pa.types.is_decimal(x) and pa.types.is_decimal(y) and x.scale == y.scale and x.precision <= y.precision:
-            return y
-    return None
-
-
 def _unify(row_types: Iterable[tuple[pa.StructType, str]], table: str) -> dict[str, pa.DataType]:
-    """Columns in order of appearance; a column only widened (`_wider`) takes the wider type (its older
-    files are read as that), another change of type is refused with its name."""
+    """Columns in order of appearance; a column whose type changed is refused with its name."""
     columns: dict[str, pa.DataType] = {}
     for row_type, origin in row_types:
         for f in row_type:
             known = columns.get(f.name)
             if known is None:
                 columns[f.name] = f.type
-            elif known != f.type and (wider := _wider(known, f.type)) is not None:
-                columns[f.name] = wider
             elif known != f.type:
                 raise MergeError(
                     f"{table}: column {f.name!r} changed type from {known} to {f.type} ({origin}); the merge "
