@@ -506,19 +506,15 @@ class DumpEngine:
             # chunk read while the key's collation changed (the merge trusts `exact_order`).
             current = self.source.describe(table.schema, table.table)
             generation = self._generation(current)
-            rewritten = generation != self._generations.get(name)
-            if (
-                current.fingerprint == table.fingerprint
-                and current.exact_key_order == table.exact_key_order
-                and not rewritten
-            ):
+            changed = current.fingerprint != table.fingerprint or current.exact_key_order != table.exact_key_order
+            rewritten = not changed and generation != self._generations.get(name)  # else judged as a change
+            self._generations[name] = generation
+            if not changed and not rewritten:
                 break
-            if current.fingerprint != table.fingerprint or current.exact_key_order != table.exact_key_order:
+            if changed:
                 table, progress = self._schema_changed(dump_id, table, current, number, progress)
-            if rewritten:
-                self._generations[name] = generation
-                if _read_some(progress):  # not restarted yet: the chunks read before are stale
-                    progress = self._restart(dump_id, table, number, progress, "its storage was rewritten")
+            elif _read_some(progress):  # the same columns, rewritten: the chunks read before are stale
+                progress = self._restart(dump_id, table, number, progress, "its columns were rewritten")
         self._log_missing_keys(dump_id, table, number, read.missing_keys)
         return _advanced(progress, number, table, read, self._generations.get(name)), table, len(read.rows)
 
@@ -622,6 +618,7 @@ class DumpEngine:
             columns=list(current.names),
             action="chunk discarded and read again with the new columns",
         )
+        self._generations[current.qualified_name] = self._generation(current)  # judged here, by its columns
         if _read_some(progress):
             judge = getattr(self.source, "value_changes", None)
             stale = stale_changes(table, current, None if judge is None else judge(table, current))

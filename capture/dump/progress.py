@@ -28,8 +28,8 @@ class TableProgress:
     # the table's schema (TableSchema.fingerprint) the chunks so far were read with: a run resumed after
     # the table changed reads it again from the start (engine: stale chunks). None in older files.
     fingerprint: str | None = None
-    # the table's storage generation then (ChunkSource.generation: PostgreSQL's relfilenode, which a
-    # rewrite such as ALTER COLUMN ... TYPE ... USING changes even where the columns read alike)
+    # the table's generation then (ChunkSource.generation: PostgreSQL's pg_attribute xmins, which a rewrite
+    # such as ALTER COLUMN ... TYPE ... USING changes even where the columns read alike)
     generation: str | None = None
 
 

@@ -198,8 +198,8 @@ class ChunkSource(Protocol):
     # value_changes(before, after) -> list[str]: what gave the table's rows new values without row events
     #   between two descriptions (a column added with a DEFAULT, renamed, retyped); without it every column
     #   added or retyped counts, and the dump reads the table again from its start.
-    # generation(table) -> str | None: the table's storage (PostgreSQL: relfilenode), which a rewrite changes
-    #   even where the columns read alike (ALTER COLUMN ... TYPE ... USING): the dump reads it again from its start.
+    # generation(table) -> str | None: what a rewrite of the table's columns changes even where they read alike
+    #   (PostgreSQL: its pg_attribute rows' xmin; ALTER COLUMN ... TYPE ... USING): the dump reads it again.
 
     def read_view(self) -> ReadView | None:
         """What the last chunk read could see, when the log's order alone does not say it

@@ -476,15 +476,16 @@ class PostgresChunkSource:
         return changes(self._conn, after.relation, old, new)
 
     def generation(self, table: TableSchema) -> str | None:
-        """The relfilenodes of the table and of its unique indexes: a rewrite (ALTER COLUMN ... TYPE, with or
-        without USING; ADD COLUMN with a volatile DEFAULT; also TRUNCATE, VACUUM FULL, CLUSTER) gives the
-        table a new one, and no row event says what it did to each row; a key column's new collation
-        rebuilds the key's index alone (the chunks so far were cut in the old order). Read after HIGH, so
-        a rewrite committed before HIGH is seen; a REINDEX counts too (the dump reads the table again)."""
+        """The transaction that last wrote each column's pg_attribute row: ALTER COLUMN ... TYPE rewrites it
+        (with a `USING` that keeps the type name too, which no column type shows), and so does a key column's
+        new collation (the chunks so far were cut in the old order); TRUNCATE, VACUUM FULL and CLUSTER do
+        not (their relfilenode changes, the values do not). The engine compares it only while the columns
+        read alike. Read after HIGH, so a rewrite committed before HIGH is seen; a SET DEFAULT or SET
+        STORAGE counts too (the dump reads the table again, needlessly)."""
         rows = self._run(
-            "SELECT pg_relation_filenode(%s) || ':' || coalesce((SELECT string_agg(pg_relation_filenode(i.indexrelid)"
-            "::text, ',' ORDER BY i.indexrelid) FROM pg_index i WHERE i.indrelid = %s AND i.indisunique), '')",
-            (table.relation, table.relation),
+            "SELECT string_agg(a.attname || ':' || a.xmin::text, ',' ORDER BY a.attnum) FROM pg_attribute a"
+            " WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped",
+            (table.relation,),
         )
         return rows[0][0] if rows else None
 

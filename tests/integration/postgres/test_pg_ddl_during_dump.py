@@ -8,7 +8,7 @@ came only from dumps against its newest chunk (already read with the new columns
 divergence. A `USING` that keeps the type name changed no column at all, so not even that chunk was read
 again. Now the dump reads the table again from its start (`dump.table_restarted`) when the table changes
 that way under it (columns added with a value, retyped, renamed; a new key or key order; its storage
-rewritten: relfilenode), also when a dump killed before the DDL is resumed after it, while a column added
+rewritten: pg_attribute's xmin), also when a dump killed before the DDL is resumed after it, while a column added
 without a DEFAULT, a dropped column or a longer varchar reads on without it. Both watermark modes; the
 DDL between two chunks (right after LOW, before the SELECT) or inside a chunk's window (right before
 HIGH, after the SELECT).
