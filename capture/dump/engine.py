@@ -179,7 +179,9 @@ class _Read:
     clamped_keys: bool = False  # a key landed as another value (ChunkSource.clamped_keys)
 
 
-def _advanced(progress: TableProgress, number: int, table: TableSchema, read: _Read) -> TableProgress:
+def _advanced(
+    progress: TableProgress, number: int, table: TableSchema, read: _Read, generation: str | None
+) -> TableProgress:
     """The table's progress once chunk `number` is written and its HIGH committed."""
     if len(read.rows) and read.keys is None:
         after, after_source = tuple(read.rows.field(k)[-1].as_py() for k in table.key), read.end
@@ -194,7 +196,46 @@ def _advanced(progress: TableProgress, number: int, table: TableSchema, read: _R
         missing_keys=progress.missing_keys + len(read.missing_keys),
         done=read.last,
         whole=progress.whole,
+        shape=_shape(table),
+        generation=generation,
     )
+
+
+def _read_some(progress: TableProgress) -> bool:
+    """Whether chunks of this table were read since its start (or since it was last read again from it)."""
+    return progress.after is not None or progress.keys_done > 0
+
+
+def _restarted(progress: TableProgress) -> TableProgress:
+    """The progress of a table read again from its start (its range's start, its key list's first key):
+    chunk numbers and row counts go on, so no chunk file is replaced by a chunk of other rows."""
+    return TableProgress(chunk=progress.chunk, rows=progress.rows, missing_keys=0, whole=progress.whole)
+
+
+def stale_changes(before: TableSchema, after: TableSchema, values: list[str] | None = None) -> list[str]:
+    """What makes chunks read with `before` stale once the table is `after`: another key, key type or key
+    order (the chunks so far were cut in another order: rows may fall between them), and columns whose
+    values changed without row events (`values`, as the source judges it, ChunkSource.value_changes;
+    None: every column added, renamed or retyped counts). A DDL that gives every row new values writes
+    no row event, so only reading the rows again brings them. Columns only dropped are not: the target
+    keeps them, as it keeps every column it saw."""
+    old = {c.name: c.source_type for c in before.columns}
+    new = {c.name: c.source_type for c in after.columns}
+    found = []
+    if before.key != after.key:
+        found.append(f"key ({', '.join(before.key)}) is now ({', '.join(after.key)})")
+    elif any(old.get(k) != new.get(k) for k in after.key) or before.exact_key_order != after.exact_key_order:
+        found.append(f"key ({', '.join(after.key)}) retyped or ordered another way")
+    if values is None:
+        added = [n for n in new if n not in old]
+        if added:
+            found.append(f"columns {', '.join(added)} added")
+        retyped = [f"{n} {old[n]} -> {t}" for n, t in new.items() if n in old and old[n] != t]
+        if retyped:
+            found.append(f"columns retyped ({', '.join(retyped)})")
+        if not found and before.catalog != after.catalog:  # a length, a charset, ENUM/SET members (MySQL)
+            found.append("column definitions changed")
+    return found + (values or [])
 
 
 @dataclass
@@ -221,6 +262,7 @@ class DumpEngine:
         self.control = control
         self.coordination = coordination
         self._folds: dict[str, tuple[str, ...]] = {}  # by table fingerprint: `ChunkSource.key_folds`
+        self._generations: dict[str, str | None] = {}  # by table: the storage its chunks so far were read from
 
     def plan(self, request: DumpRequest) -> DumpPlan:
         """Resolve and check every table and key before anything is written; with no tables named,
@@ -322,9 +364,12 @@ class DumpEngine:
             return summary
         if progress.chunk:
             log.info("dump.table_resumed", dump_id=dump_id, table=name, after_chunk=progress.chunk)
-            if progress.shape is not None and progress.shape != _shape(table):
-                progress = self._start_over(dump_id, table, progress.chunk + 1, progress, "since the run before")
+            if _read_some(progress) and progress.shape not in (None, _shape(table)):  # altered meanwhile
+                why = "its columns are not the ones its earlier chunks were read with"
+                progress = self._restart(dump_id, table, progress.chunk + 1, progress, why)
         expected = len(plan.keys) if plan.keys is not None else max(self.source.estimate_rows(table), 1)
+        # the storage the chunks so far were read from; a resumed run's as its progress recorded it
+        self._generations[name] = progress.generation if progress.chunk else self._generation(table)
         began, rows_at_start = time.monotonic(), progress.rows
         outputs_wait_s = 0.0
         resumed_at = progress.chunk + 1 if progress.chunk else None
@@ -401,7 +446,7 @@ class DumpEngine:
         table's schema (or its key's collation) changed under the SELECT. `resumed_at`: the first
         chunk this run reads of a table an earlier run began (it goes on after that run's saved key)."""
         number = progress.chunk + 1
-        changed = False
+        name = table.qualified_name
         while True:
             low = Watermark(dump_id, table.qualified_name, number, "LOW", str(uuid.uuid4()))
             high = Watermark(dump_id, table.qualified_name, number, "HIGH", str(uuid.uuid4()))
@@ -419,8 +464,7 @@ class DumpEngine:
                 current = self._describe_again(dump_id, table, number)
                 if not _changed(table, current):
                     raise
-                progress = _rekeyed(plan, progress, table, current)
-                table, changed = self._schema_changed(dump_id, table, current, number), True
+                table, progress = self._schema_changed(plan, dump_id, table, current, number, progress)
                 continue
             if read.keys is None and not read.last and read.end is None:
                 _check_resumable(table, number, progress.after, read.rows, number == resumed_at)
@@ -463,15 +507,18 @@ class DumpEngine:
             # same number; its file is replaced and the first HIGH names no chunk any more. So is a
             # chunk read while the key's collation changed (the merge trusts `exact_order`).
             current = self._describe_again(dump_id, table, number)
-            if not _changed(table, current) and current.exact_key_order == table.exact_key_order:
+            generation = self._generation(current)
+            changed = _changed(table, current) or current.exact_key_order != table.exact_key_order
+            rewritten = not changed and generation != self._generations.get(name)  # else judged as a change
+            self._generations[name] = generation
+            if not changed and not rewritten:
                 break
-            progress = _rekeyed(plan, progress, table, current)
-            table, changed = self._schema_changed(dump_id, table, current, number), True
+            if changed:
+                table, progress = self._schema_changed(plan, dump_id, table, current, number, progress)
+            elif _read_some(progress):  # the same columns, rewritten: the chunks read before are stale
+                progress = self._restart(dump_id, table, number, progress, "its columns were rewritten")
         self._log_missing_keys(dump_id, table, number, read.missing_keys)
-        advanced = replace(_advanced(progress, number, table, read), shape=_shape(table))
-        if changed and (progress.after is not None or progress.keys_done):  # not read from the first key already
-            advanced = self._start_over(dump_id, table, number, advanced)
-        return advanced, table, len(read.rows)
+        return _advanced(progress, number, table, read, self._generations.get(name)), table, len(read.rows)
 
     def _read(self, plan: _Plan, table: TableSchema, progress: TableProgress, size: int) -> _Read:
         """The chunk's SELECT after its LOW: the next `size` keys of a key list, or the next `size`
@@ -560,8 +607,18 @@ class DumpEngine:
         half = len(keys) // 2
         return self._unmatched(table, keys[:half], returned) + self._unmatched(table, keys[half:], returned)
 
-    @staticmethod
-    def _schema_changed(dump_id: str, table: TableSchema, current: TableSchema, number: int) -> TableSchema:
+    def _schema_changed(
+        self,
+        plan: _Plan,
+        dump_id: str,
+        table: TableSchema,
+        current: TableSchema,
+        number: int,
+        progress: TableProgress,
+    ) -> tuple[TableSchema, TableProgress]:
+        """The chunk is read again with the table's new schema; when the change makes the chunks this dump
+        already wrote stale (`stale_changes`), the table is read again from its start."""
+        _refuse_rekeyed(plan, table, current)
         log.info(
             "dump.schema_changed",
             dump_id=dump_id,
@@ -570,7 +627,31 @@ class DumpEngine:
             columns=list(current.names),
             action="chunk discarded and read again with the new columns",
         )
-        return current
+        self._generations[current.qualified_name] = self._generation(current)  # judged here, by its columns
+        if _read_some(progress):
+            judge = getattr(self.source, "value_changes", None)
+            stale = stale_changes(table, current, None if judge is None else judge(table, current))
+            if stale:
+                progress = self._restart(dump_id, current, number, progress, "; ".join(stale))
+        return current, progress
+
+    def _generation(self, table: TableSchema) -> str | None:
+        """The table's storage generation (ChunkSource.generation), None where the source has none."""
+        generation = getattr(self.source, "generation", None)
+        return None if generation is None else generation(table)
+
+    @staticmethod
+    def _restart(dump_id: str, table: TableSchema, number: int, progress: TableProgress, why: str) -> TableProgress:
+        log.warning(
+            "dump.table_restarted",
+            dump_id=dump_id,
+            table=table.qualified_name,
+            chunk=number,
+            reason=f"the table changed during the dump ({why}): PostgreSQL and MySQL log no row for such a change, "
+            "so the rows its earlier chunks read would stand in the targets with their old values",
+            action="the table is read again from its start (chunk numbers go on)",
+        )
+        return _restarted(progress)
 
     def _describe_again(self, dump_id: str, table: TableSchema, number: int) -> TableSchema:
         """The table as the catalog shows it now; a table that went away under the dump (DROP TABLE,
@@ -590,25 +671,6 @@ class DumpEngine:
             ) from None
 
     @staticmethod
-    def _start_over(
-        dump_id: str, table: TableSchema, number: int, progress: TableProgress, when: str = "during the dump"
-    ) -> TableProgress:
-        """The chunks before this one were read with the old columns. An ALTER may have given their
-        rows new values without a row event (ADD COLUMN ... DEFAULT, RENAME COLUMN, a narrowing MODIFY
-        under capture's `column_rewrites: accept`), which their HIGHs, all before it, cannot carry: the
-        dump reads the table again from its first key (or first requested key), so that every row of
-        it has a chunk read after the change."""
-        log.warning(
-            "dump.started_over",
-            dump_id=dump_id,
-            table=table.qualified_name,
-            chunk=number,
-            reason=f"the table's columns changed {when}: earlier chunks were read before the change",
-            action="the table is read again from its first key",
-        )
-        return replace(progress, after=None, after_source=None, keys_done=0, done=False)
-
-    @staticmethod
     def _throttle(settings: DumpSettings, rows: int, elapsed: float) -> None:
         pause = settings.delay_s
         if settings.max_rows_per_s:
@@ -617,13 +679,12 @@ class DumpEngine:
             time.sleep(pause)
 
 
-def _rekeyed(plan: _Plan, progress: TableProgress, table: TableSchema, current: TableSchema) -> TableProgress:
-    """The progress to read the chunk again with, when the table's key changed under the dump
-    (`DROP PRIMARY KEY, ADD PRIMARY KEY (...)`): a key read under the old key
-    means nothing under the new one, so a dump of the whole table reads it again from the first key;
-    a key list or a key range names keys of the old key, and the dump stops, saying so."""
+def _refuse_rekeyed(plan: _Plan, table: TableSchema, current: TableSchema) -> None:
+    """A key list or a key range names rows by the table's key: when the key changed under the dump
+    (`DROP PRIMARY KEY, ADD PRIMARY KEY (...)`) the dump stops, saying so. A dump of the whole table
+    reads it again from its start under the new key (`stale_changes`)."""
     if current.key == table.key:
-        return progress
+        return
     if plan.keys is not None or plan.start is not None or plan.stop is not None:
         raise DumpInputError(
             f"the key of {table.qualified_name} changed during the dump, from ({', '.join(table.key)}) to "
@@ -631,7 +692,6 @@ def _rekeyed(plan: _Plan, progress: TableProgress, table: TableSchema, current: 
             "was given name rows by the old key; the chunks written so far stand, dump the table again "
             "(a new dump id) with keys of the new key, or all of it"
         )
-    return replace(progress, after=None, after_source=None)
 
 
 def _shape(table: TableSchema) -> str:

@@ -25,9 +25,12 @@ class TableProgress:
     # every run of this dump read the whole table (no key list, no --from/--to): only such a dump converges
     # a table listed not converged (landing.unconverged.pending). False in files written before it existed.
     whole: bool = False
-    # the table's columns as the last chunk read them (fingerprint / catalog digest): a resumed dump
-    # that finds them changed reads the table again from its first key (engine `_start_over`)
+    # the table's columns the chunks so far were read with (engine `_shape`: fingerprint and catalog
+    # definitions): a run resumed after the table changed reads it again from its start. None in older files.
     shape: str | None = None
+    # the table's generation then (ChunkSource.generation: PostgreSQL's pg_attribute xmins, which a rewrite
+    # such as ALTER COLUMN ... TYPE ... USING changes even where the columns read alike)
+    generation: str | None = None
 
 
 def dump_dir(zone: LandingZone, dump_id: str) -> Path:

@@ -194,6 +194,13 @@ class ChunkSource(Protocol):
         """Whether the database orders `key` after `other` in `table`'s key order (the key
         columns' types and collations), without reading a row."""
 
+    # Optional (the engine asks with getattr; MySQL/MariaDB have neither):
+    # value_changes(before, after) -> list[str]: what gave the table's rows new values without row events
+    #   between two descriptions (a column added with a DEFAULT, renamed, retyped); without it every column
+    #   added or retyped counts, and the dump reads the table again from its start.
+    # generation(table) -> str | None: what a rewrite of the table's columns changes even where they read alike
+    #   (PostgreSQL: its pg_attribute rows' xmin; ALTER COLUMN ... TYPE ... USING): the dump reads it again.
+
     def read_view(self) -> ReadView | None:
         """What the last chunk read could see, when the log's order alone does not say it
         (PostgreSQL: the snapshot, since visibility can trail the WAL); stored with the chunk

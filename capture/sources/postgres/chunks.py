@@ -57,6 +57,7 @@ from capture.sources.postgres.catalog import (
 from capture.sources.postgres.connection import connect, parse_lsn, query, translate
 from capture.sources.postgres.publication import Publication, SyncResult, unlogged
 from capture.sources.postgres.read_view import PgSnapshot
+from capture.sources.postgres.schema_change import changes
 from capture.sources.postgres.sql import chunk_select, duplicate_select, key_after_select, keys_select, qualified, quote
 from capture.sources.postgres.types import ClampedKeys, ColumnBuilder, array_literal
 from capture.sources.table_keys import check_named_keys, duplicate_key_error
@@ -205,7 +206,7 @@ class PostgresChunkSource:
         published = self._published
         if published is not None and not published.covers(name):
             root = partition_root(self._conn, (table.schema, table.table))
-            if root is not None and published.covers(f"{root[0]}.{root[1]}"):
+            if root is not None and (published.covers(f"{root[0]}.{root[1]}") or self._publishes(table)):
                 if self._run(UNLOGGED_SQL, (table.schema, table.table)):  # no WAL, so no change is decoded
                     raise UnusableTableError(name, *unlogged(table.schema, table.table))
                 return self._check_named_key(table, start, stop)  # published as a partition of a published table
@@ -218,6 +219,18 @@ class PostgresChunkSource:
             )
             raise UnusableTableError(name, reason, fix)
         self._check_named_key(table, start, stop)
+
+    def _publishes(self, table: TableSchema) -> bool:
+        """Whether the publication publishes partition `table` itself (listed by name, or through its schema:
+        `ADD TABLES IN SCHEMA`) while its partitioned table is not published: pg_publication_tables names
+        the partitions whose changes pgoutput sends (publish_via_partition_root off, which capture checks).
+        On main such a partition was skipped as 'not in publication' although its changes land."""
+        return bool(
+            self._run(
+                "SELECT 1 FROM pg_publication_tables WHERE pubname = %s AND schemaname = %s AND tablename = %s",
+                (self._publication.name, table.schema, table.table),
+            )
+        )
 
     def _check_named_key(self, table: TableSchema, start: Row | None, stop: Row | None) -> None:
         name = table.qualified_name
@@ -453,6 +466,28 @@ class PostgresChunkSource:
                 (table.relation, list(table.key)),
             ))  # fmt: skip
         return found
+
+    def value_changes(self, before: TableSchema, after: TableSchema) -> list[str]:
+        """What gave the rows of `before` new values without row events, as capture judges a Relation message
+        (schema_change.changes): columns added with a DEFAULT, renamed, retyped in a way that may change values
+        (not a longer varchar); a column added without one reads NULL in every row, as chunks read before it."""
+        old = {c.name: c.source_type for c in before.columns}
+        new = {c.name: c.source_type for c in after.columns}
+        return changes(self._conn, after.relation, old, new)
+
+    def generation(self, table: TableSchema) -> str | None:
+        """The transaction that last wrote each column's pg_attribute row: ALTER COLUMN ... TYPE rewrites it
+        (with a `USING` that keeps the type name too, which no column type shows), and so does a key column's
+        new collation (the chunks so far were cut in the old order); TRUNCATE, VACUUM FULL and CLUSTER do
+        not (their relfilenode changes, the values do not). The engine compares it only while the columns
+        read alike. Read after HIGH, so a rewrite committed before HIGH is seen; a SET DEFAULT or SET
+        STORAGE counts too (the dump reads the table again, needlessly)."""
+        rows = self._run(
+            "SELECT string_agg(a.attname || ':' || a.xmin::text, ',' ORDER BY a.attnum) FROM pg_attribute a"
+            " WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped",
+            (table.relation,),
+        )
+        return rows[0][0] if rows else None
 
     def key_folds(self, table: TableSchema) -> tuple[str, ...]:
         """Per key column, the folds the database proves on it (capture/sources/key_folds.py): the probes

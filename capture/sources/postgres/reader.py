@@ -269,7 +269,9 @@ class PgOutputReader:
                     if kept is not None and kept != (relation.schema, relation.table):
                         described = self._describe(replace(relation, schema=kept[0], table=kept[1]))
                 if described.captured and not described.watermark:  # stops here on refused DDL
-                    empty = self._relations.check(self.name, self.config, self._catalog, relation.oid, described.schema)
+                    empty = self._relations.check(
+                        self.name, self.config, self._catalog, relation.oid, described.schema, watcher.watched_now()
+                    )
                     if empty and group.open:  # before the new relation's first change (schema_change.py)
                         yield from self._ends(group.truncate([TableSchema(s, t, (), ()) for s, t in empty]))
                     self._uncapture(described.schema, [oid for oid in self._tables if oid != relation.oid])

@@ -121,11 +121,13 @@ ENUM_COLUMNS_SQL = (
 @dataclass
 class Known:
     """A captured name as last landed or accepted: its columns (name -> source type) and relation;
-    `dropped`: a truncate landed for that relation's DROP TABLE (the name holds no relation since)."""
+    `dropped`: a truncate landed for that relation's DROP TABLE (the name holds no relation since);
+    `key`: the key its events named rows by (empty where unknown: a table only dumped)."""
 
     columns: dict[str, str]
     relation: int | None
     dropped: bool = False
+    key: tuple[str, ...] = ()
 
 
 class Relations:
@@ -156,10 +158,10 @@ class Relations:
                     known.dropped = True
                 continue
             columns = {c["name"]: c["source_type"] for c in row["columns"] or ()}
-            self._record(name, columns, row["relation"])
+            self._record(name, columns, row["relation"], tuple(row.get("key") or ()))
 
-    def _record(self, name: Table, columns: dict[str, str], relation: int | None) -> None:
-        self.by_name[name] = Known(columns, relation)
+    def _record(self, name: Table, columns: dict[str, str], relation: int | None, key: tuple[str, ...] = ()) -> None:
+        self.by_name[name] = Known(columns, relation, key=key)
         if relation is not None:
             self.by_oid[relation] = name
 
@@ -212,13 +214,24 @@ class Relations:
         )
         return True
 
-    def check(self, source: str, config: SourceConfig, catalog: Any, oid: int, new: TableSchema) -> list[Table]:
+    def check(
+        self,
+        source: str,
+        config: SourceConfig,
+        catalog: Any,
+        oid: int,
+        new: TableSchema,
+        dumped: dict[int, Table] | None = None,
+    ) -> list[Table]:
         """Judge the Relation message of captured table `new` (relation `oid`): raise ColumnRewriteError
         or TableRenameError (refuse), or warn (accept); return the names to empty (truncates) before
-        the relation's next change."""
+        the relation's next change. `dumped`: relation -> the name of a table whose rows came only from
+        dumps (the watcher's, CatalogWatcher.watched), so one renamed onto this name is found too."""
         name = (new.schema, new.table)
         known = self.known(name)  # rows only dumped so far: what the dump read
         moved_from = self.by_oid.get(oid)
+        if moved_from is None and dumped is not None and dumped.get(oid, name) != name:
+            moved_from = dumped[oid]  # on main its dumped rows stayed under the old name in the targets
         after = {c.name: c.source_type for c in new.columns}
         empty: list[Table] = []
         if moved_from is not None and moved_from != name:  # a captured table renamed onto this name
@@ -228,6 +241,9 @@ class Relations:
             if old is not None and old.relation == oid:  # the old name still stood for it: it is gone
                 empty.append(moved_from)
                 del self.by_name[moved_from]
+            elif old is None:  # only dumped: its dumped rows go, and the name holds no relation since
+                empty.append(moved_from)
+                self.by_name[moved_from] = Known({}, oid, dropped=True)
         elif known is not None and known.relation is not None and (known.relation != oid or known.dropped):
             if not known.dropped:  # else the drop's truncate emptied the name, and nothing of it landed since
                 empty.append(name)  # dropped and created again (or renamed in from a name never seen)
@@ -245,9 +261,11 @@ class Relations:
             )
         elif known is not None:
             found = changes(catalog, oid, known.columns, after)
+            if known.key and new.key and known.key != tuple(new.key):
+                found.insert(0, rekeyed(known.key, tuple(new.key)))
             if found:
                 check_column_rewrite(source, config, name, found)
-        self._record(name, after, oid)
+        self._record(name, after, oid, tuple(new.key))
         return empty
 
 
@@ -267,6 +285,16 @@ def changes(catalog: Any, oid: int, before: dict[str, str], after: dict[str, str
     if retyped:
         found.append(f"columns retyped ({', '.join(retyped)}; a rewrite, USING may change values)")
     return found
+
+
+def rekeyed(old: tuple[str, ...], new: tuple[str, ...]) -> str:
+    """The change a new primary key (replica identity) makes: the log names rows by another key from here."""
+    return (
+        f"key ({', '.join(old)}) is now ({', '.join(new)}) (a primary key dropped and another added: events from "
+        f"here name rows by ({', '.join(new)}), the targets and the events before by ({', '.join(old)}), so "
+        "rows deleted around the change can stay in the targets; for this one, dropping the targets and "
+        "running a full dump is the sure way)"
+    )
 
 
 def check_column_rewrite(source: str, config: SourceConfig, name: Table, found: list[str]) -> None:

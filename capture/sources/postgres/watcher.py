@@ -126,6 +126,13 @@ class CatalogWatcher:
                 standing.setdefault(oid, name)
         return standing
 
+    def watched_now(self) -> dict[int, Table]:
+        """`watched`, with the dumps written since the last round looked through first: a Relation message
+        may come right after a dump's chunks, before the next round (schema_change.Relations.check)."""
+        if self.landed is not None:
+            self._look_through_dumps()
+        return self.watched()
+
     def _look_through_dumps(self) -> None:
         """The relation the newest chunk of each table only dumped read: of a new list of dumped tables,
         the names not looked at yet and those whose relation was dropped (dumped again since?); and
