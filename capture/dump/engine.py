@@ -507,15 +507,12 @@ class DumpEngine:
             # same number; its file is replaced and the first HIGH names no chunk any more. So is a
             # chunk read while the key's collation changed (the merge trusts `exact_order`).
             current = self._describe_again(dump_id, table, number)
-            generation = self._generation(current)
-            changed = _changed(table, current) or current.exact_key_order != table.exact_key_order
-            rewritten = not changed and generation != self._generations.get(name)  # else judged as a change
-            self._generations[name] = generation
-            if not changed and not rewritten:
-                break
-            if changed:
+            if _changed(table, current) or current.exact_key_order != table.exact_key_order:
                 table, progress = self._schema_changed(plan, dump_id, table, current, number, progress)
-            elif _read_some(progress):  # the same columns, rewritten: the chunks read before are stale
+                continue
+            if not self._rewritten(current):
+                break
+            if _read_some(progress):  # the same columns, rewritten: the chunks read before are stale
                 progress = self._restart(dump_id, table, number, progress, "its columns were rewritten")
         self._log_missing_keys(dump_id, table, number, read.missing_keys)
         return _advanced(progress, number, table, read, self._generations.get(name)), table, len(read.rows)
@@ -627,13 +624,26 @@ class DumpEngine:
             columns=list(current.names),
             action="chunk discarded and read again with the new columns",
         )
-        self._generations[current.qualified_name] = self._generation(current)  # judged here, by its columns
+        rewritten = self._rewritten(current)  # a USING on a column that also changed shows only here
         if _read_some(progress):
             judge = getattr(self.source, "value_changes", None)
             stale = stale_changes(table, current, None if judge is None else judge(table, current))
+            stale += ["columns rewritten"] if rewritten and not stale else []
             if stale:
                 progress = self._restart(dump_id, current, number, progress, "; ".join(stale))
         return current, progress
+
+    def _rewritten(self, current: TableSchema) -> bool:
+        """Whether a column the chunks so far were read with was written again since (its generation token
+        changed; ChunkSource.generation), and note the table's generation now. Columns added or dropped
+        are judged by `stale_changes`; a source without generations never says so."""
+        name = current.qualified_name
+        before, after = self._generations.get(name), self._generation(current)
+        self._generations[name] = after
+        if before is None or after is None:
+            return before != after  # a resumed dump whose progress has none: read again, to be safe
+        old, new = json.loads(before), json.loads(after)
+        return any(old[column] != token for column, token in new.items() if column in old)
 
     def _generation(self, table: TableSchema) -> str | None:
         """The table's storage generation (ChunkSource.generation), None where the source has none."""
@@ -681,14 +691,19 @@ class DumpEngine:
 
 def _refuse_rekeyed(plan: _Plan, table: TableSchema, current: TableSchema) -> None:
     """A key list or a key range names rows by the table's key: when the key changed under the dump
-    (`DROP PRIMARY KEY, ADD PRIMARY KEY (...)`) the dump stops, saying so. A dump of the whole table
-    reads it again from its start under the new key (`stale_changes`)."""
-    if current.key == table.key:
+    (`DROP PRIMARY KEY, ADD PRIMARY KEY (...)`, a key column retyped or ordered another way) the dump
+    stops, saying so. A dump of the whole table reads it again from its start (`stale_changes`)."""
+
+    def key(schema: TableSchema) -> list[str]:
+        types = {c.name: c.source_type for c in schema.columns}
+        return [f"{name} {types.get(name)}" for name in schema.key] + [f"exact order {schema.exact_key_order}"]
+
+    if key(current) == key(table):
         return
     if plan.keys is not None or plan.start is not None or plan.stop is not None:
         raise DumpInputError(
-            f"the key of {table.qualified_name} changed during the dump, from ({', '.join(table.key)}) to "
-            f"({', '.join(current.key)}): the keys or the key range this dump "
+            f"the key of {table.qualified_name} changed during the dump, from ({', '.join(key(table))}) to "
+            f"({', '.join(key(current))}): the keys or the key range this dump "
             "was given name rows by the old key; the chunks written so far stand, dump the table again "
             "(a new dump id) with keys of the new key, or all of it"
         )

@@ -198,8 +198,9 @@ class ChunkSource(Protocol):
     # value_changes(before, after) -> list[str]: what gave the table's rows new values without row events
     #   between two descriptions (a column added with a DEFAULT, renamed, retyped); without it every column
     #   added or retyped counts, and the dump reads the table again from its start.
-    # generation(table) -> str | None: what a rewrite of the table's columns changes even where they read alike
-    #   (PostgreSQL: its pg_attribute rows' xmin; ALTER COLUMN ... TYPE ... USING): the dump reads it again.
+    # generation(table) -> str | None: a JSON object of column name -> a token that a rewrite of the column
+    #   changes even where it reads alike (PostgreSQL: its pg_attribute row's xmin; ALTER COLUMN ... TYPE ...
+    #   USING): a column both generations hold whose token changed makes the dump read the table again.
 
     def read_view(self) -> ReadView | None:
         """What the last chunk read could see, when the log's order alone does not say it

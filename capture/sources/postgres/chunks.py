@@ -479,11 +479,12 @@ class PostgresChunkSource:
         """The transaction that last wrote each column's pg_attribute row: ALTER COLUMN ... TYPE rewrites it
         (with a `USING` that keeps the type name too, which no column type shows), and so does a key column's
         new collation (the chunks so far were cut in the old order); TRUNCATE, VACUUM FULL and CLUSTER do
-        not (their relfilenode changes, the values do not). The engine compares it only while the columns
-        read alike. Read after HIGH, so a rewrite committed before HIGH is seen; a SET DEFAULT or SET
-        STORAGE counts too (the dump reads the table again, needlessly)."""
+        not (their relfilenode changes, the values do not). A JSON object of column name -> xmin: the engine
+        compares the columns both generations hold, also where other columns changed in the same DDL. Read
+        after HIGH, so a rewrite committed before HIGH is seen; a longer varchar, a SET DEFAULT or SET
+        STORAGE counts too (the dump reads the table again, needlessly: no catalog tells them from a USING)."""
         rows = self._run(
-            "SELECT string_agg(a.attname || ':' || a.xmin::text, ',' ORDER BY a.attnum) FROM pg_attribute a"
+            "SELECT json_object_agg(a.attname, a.xmin::text ORDER BY a.attnum)::text FROM pg_attribute a"
             " WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped",
             (table.relation,),
         )
