@@ -694,16 +694,20 @@ def _refuse_rekeyed(plan: _Plan, table: TableSchema, current: TableSchema) -> No
     (`DROP PRIMARY KEY, ADD PRIMARY KEY (...)`, a key column retyped or ordered another way) the dump
     stops, saying so. A dump of the whole table reads it again from its start (`stale_changes`)."""
 
-    def key(schema: TableSchema) -> list[str]:
+    def typed(schema: TableSchema) -> str:
         types = {c.name: c.source_type for c in schema.columns}
-        return [f"{name} {types.get(name)}" for name in schema.key] + [f"exact order {schema.exact_key_order}"]
+        return ", ".join(f"{name} {types.get(name)}" for name in schema.key)
 
-    if key(current) == key(table):
+    if current.key != table.key:
+        what = f"from ({', '.join(table.key)}) to ({', '.join(current.key)})"
+    elif typed(current) != typed(table) or current.exact_key_order != table.exact_key_order:
+        order = "" if current.exact_key_order == table.exact_key_order else ", ordered another way"
+        what = f"from ({typed(table)}) to ({typed(current)}{order})"
+    else:
         return
     if plan.keys is not None or plan.start is not None or plan.stop is not None:
         raise DumpInputError(
-            f"the key of {table.qualified_name} changed during the dump, from ({', '.join(key(table))}) to "
-            f"({', '.join(key(current))}): the keys or the key range this dump "
+            f"the key of {table.qualified_name} changed during the dump, {what}: the keys or the key range this dump "
             "was given name rows by the old key; the chunks written so far stand, dump the table again "
             "(a new dump id) with keys of the new key, or all of it"
         )
