@@ -1453,6 +1453,19 @@ class TableMerge:
         spark, keys = self.ctx.spark, self.keys
         key_struct = T.StructType([T.StructField(k, self.types[k]) for k in keys])
         relevant = [c for c in chunks if c.high >= a_target]
+        rekeyed = [c for c in relevant if list(c.meta.key) != keys]
+        if rekeyed:
+            log.info(
+                "merge.repair_skipped",
+                table=self.name,
+                chunks=len(rekeyed),
+                dumps=",".join(sorted({c.meta.dump_id for c in rekeyed})),
+                reason=f"these chunks were read under another key than ({', '.join(keys)}): their bounds and "
+                "keys name rows by it, and say nothing of which target keys lie in their ranges",
+                action="their rows are merged, no key is deleted for them; a full dump read again under the new "
+                "key (the dump does so when the key changes under it) repairs with its own chunks",
+            )
+            relevant = [c for c in relevant if c not in rekeyed]
         covered = {d.dump_id for d in completed}
         inexact = [c for c in relevant if c.meta.keys is None and not c.meta.exact_order]
         if any(c.meta.dump_id not in covered for c in inexact):
