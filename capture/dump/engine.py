@@ -721,7 +721,7 @@ def _shape(table: TableSchema) -> str:
 def _changed(table: TableSchema, current: TableSchema) -> bool:
     """Whether the table's columns or key changed: the fingerprint (names, types, key), or the source's
     whole catalog definitions (`TableSchema.catalog`: a VARCHAR's length, a charset, ENUM members)."""
-    return current.fingerprint != table.fingerprint or current.catalog != table.catalog
+    return _shape(current) != _shape(table)
 
 
 def _exact_order(table: TableSchema, bounds: tuple[Row | None, ...], rows: pa.StructArray) -> bool:
