@@ -82,6 +82,13 @@ TABLES_SQL = (
     "  WHERE i.indrelid = c.oid AND i.indisunique AND i.indisvalid AND i.indimmediate AND i.indpred IS NULL"
     "  AND i.indexprs IS NULL GROUP BY i.indisprimary, i.indexrelid HAVING bool_and(a.attnotnull)"
     " ORDER BY i.indisprimary DESC, i.indexrelid LIMIT 1) END,"
+    # a partitioned table's leaf partitions: whether the publication lists them by name, whether they are
+    # logged (PostgreSQL lists no UNLOGGED table): `Publication._list_partitions`
+    " CASE WHEN c.relkind = 'p' THEN ARRAY(SELECT json_build_array(pn.nspname, pc.relname,"
+    "  EXISTS (SELECT FROM pg_publication_rel r JOIN pg_publication p ON p.oid = r.prpubid"
+    "  WHERE r.prrelid = pt.relid AND p.pubname = %s), pc.relpersistence = 'p')::text"
+    "  FROM pg_partition_tree(c.oid) pt JOIN pg_class pc ON pc.oid = pt.relid"
+    "  JOIN pg_namespace pn ON pn.oid = pc.relnamespace WHERE pt.isleaf) ELSE '{}' END,"
     " IN_SCHEMA"  # whether the publication holds the table's schema: IN_SCHEMA_SQL (tables_sql)
     " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
     " WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition"
@@ -99,7 +106,7 @@ SCHEMA_PUBLICATIONS = 150000  # server_version_num of the first release with the
 
 def tables_sql(version: int) -> str:
     """TABLES_SQL for a server of `version` (server_version_num); its parameters: the publication's
-    name, twice from PostgreSQL 15 on."""
+    name, twice (three times from PostgreSQL 15 on)."""
     return TABLES_SQL.replace("IN_SCHEMA", IN_SCHEMA_SQL if version >= SCHEMA_PUBLICATIONS else "false", 1)
 
 
@@ -116,6 +123,7 @@ class TableIdentity:
     identity_columns: tuple[str, ...] = ()  # REPLICA IDENTITY USING INDEX: the index's columns
     key: tuple[str, ...] = ()  # with USING INDEX: the table's key (catalog.dump_key)
     in_schema: bool = False  # its schema is in the publication (TABLES IN SCHEMA): published, not `listed`
+    leaves: tuple[str, ...] = ()  # `partitions` as JSON [schema, table, listed by name, logged]
 
     @property
     def in_publication(self) -> bool:
@@ -249,9 +257,11 @@ class Publication:
     def identities(self, conn: Any) -> list[TableIdentity]:
         """Every base table of the database with its replica identity and publication listing."""
         version = conn.server_version
-        args = (self.name, self.name) if version >= SCHEMA_PUBLICATIONS else (self.name,)
+        args = (self.name,) * (3 if version >= SCHEMA_PUBLICATIONS else 2)
         return [
-            TableIdentity(*row[:6], tuple(row[6]), bool(row[7]), tuple(row[8] or ()), tuple(row[9] or ()), row[10])
+            TableIdentity(
+                *row[:6], tuple(row[6]), bool(row[7]), tuple(row[8] or ()), tuple(row[9] or ()), row[11], tuple(row[10])
+            )
             for row in query(conn, tables_sql(version), args)
         ]
 
@@ -456,6 +466,7 @@ class Publication:
         for t in wanted:  # also one its schema publishes (TABLES IN SCHEMA): it stays published without it
             if t.listed or self._alter(conn, "ADD", t) or t.in_schema:
                 published.add(t.name)
+        self._list_partitions(conn, tables, published)
         for t in tables:
             if (
                 t.listed
@@ -495,8 +506,38 @@ class Publication:
                     fix=f"{t.fix()}; or publish only the captured tables (capture may keep running): {replace}",
                 )
 
+    def _partitions_by_name(self, t: TableIdentity) -> list[TableIdentity]:
+        """The leaf partitions of partitioned table `t` that `include` names themselves: they stay captured
+        when detached, so the publication lists them by name too (`_list_partitions`)."""
+        return [
+            TableIdentity(schema, table, "d", True, True, listed)
+            for schema, table, listed, logged in map(json.loads, t.leaves)
+            if logged and self.config.captures(schema, table)
+        ]
+
+    def _list_partitions(self, conn: Any, tables: list[TableIdentity], published: set[str]) -> None:
+        """List by name, besides their published partitioned table, the partitions captured by their own
+        name; take out the other partitions listed. Why: pgoutput decides whether a change is published
+        with the catalog as of that change. A partition published through its partitioned table only is
+        in no publication from its DETACH on until a sync adds it by name, so its changes in between
+        were not in the log (its target missed them; the sync that added it listed it not converged).
+        Listed by name it stays published through the DETACH. Listing a partition changes nothing else:
+        PostgreSQL publishes its changes once, under its own name, either way."""
+        for t in tables:
+            if not t.partitions:
+                continue
+            keep = self._partitions_by_name(t) if t.name in published else []
+            for p in keep:
+                if not p.listed:
+                    self._alter(conn, "ADD", p, partition_of=t.name)
+            names = {p.name for p in keep}
+            for schema, table, listed, _logged in map(json.loads, t.leaves):
+                if listed and f"{schema}.{table}" not in names:
+                    self._alter(conn, "DROP", TableIdentity(schema, table, "d", True, True, True), partition_of=t.name)
+
     def _create(self, conn: Any, tables: list[TableIdentity]) -> str | None:
         statement = sql.SQL("CREATE PUBLICATION {}").format(sql.Identifier(self.name))
+        tables = tables + [p for t in tables for p in self._partitions_by_name(t)]  # `_list_partitions`
         if tables:
             statement += sql.SQL(" FOR TABLE ") + _table_list(tables)
         try:
@@ -509,9 +550,11 @@ class Publication:
         log.info("publication.created", source=self.source, publication=self.name, tables=_names(tables))
         return None
 
-    def _alter(self, conn: Any, action: str, t: TableIdentity) -> bool:
+    def _alter(self, conn: Any, action: str, t: TableIdentity, partition_of: str | None = None) -> bool:
         """ADD or DROP one table (one at a time: a table the user may not change stops nothing
-        else); False when it could not."""
+        else); False when it could not. A partition of `partition_of` (published, or not, with it:
+        `_list_partitions`) is listed or unlisted without a word of rows missing: its changes were in
+        the log through its partitioned table."""
         statement = sql.SQL("ALTER PUBLICATION {} {} TABLE {}").format(
             sql.Identifier(self.name), sql.SQL(action), sql.Identifier(t.schema, t.table)
         )
@@ -530,7 +573,15 @@ class Publication:
             log.info("publication.retry_later", source=self.source, table=t.name, error=str(exc).strip())
             self.unsettled = True
             return False
-        if action == "ADD":  # a new table, or one left out until now: what it held is in no log
+        if partition_of is not None:
+            log.info(
+                "publication.partition_listed" if action == "ADD" else "publication.partition_unlisted",
+                source=self.source,
+                publication=self.name,
+                table=t.name,
+                partitioned_table=partition_of,
+            )
+        elif action == "ADD":  # a new table, or one left out until now: what it held is in no log
             reason, dump = (
                 "its rows written before now are not in the log",
                 f"logtide dump --source {self.source} --table {t.name}",

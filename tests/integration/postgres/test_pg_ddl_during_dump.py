@@ -307,3 +307,47 @@ def test_readonly_partitions_published_without_their_parent_are_dumped(postgres,
         assert len(state) == 100 and all(r["v"] == (-k[0] if k[0] % 7 == 0 else k[0]) for k, r in state.items())
     finally:
         capture.stop()
+
+
+COLLATIONS = (  # a case-insensitive ICU collation; ICU's numeric order ('k2' < 'k10'), another non-byte order
+    "CREATE COLLATION ci (provider = icu, locale = 'und-u-ks-level2', deterministic = false)",
+    "CREATE COLLATION numeric (provider = icu, locale = 'und-u-kn-true')",
+)
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "where"),
+    [('"C"', "ci", "LOW"), ("ci", '"C"', "HIGH"), ('"en-x-icu"', "numeric", "LOW"), ("numeric", "ci", "HIGH")],
+    ids=["c_to_ci", "ci_to_c", "icu_to_numeric", "numeric_to_ci"],
+)
+def test_a_key_column_given_another_collation_during_the_dump_converges(
+    postgres, pg_database, make_pg_capture, caplog, before, after, where
+):
+    """`ALTER COLUMN id TYPE text COLLATE ...` at chunk 4: the key orders another way, so the chunks after
+    it (`id > last key` in the new order) would skip keys and read others twice. Between "C" and an ICU
+    collation the key's exact order changes; between two ICU collations only the column's pg_attribute
+    row is written again (its xmin): either way the table is read again from its start, and its target
+    equals it, also with writes made at the DDL. Checked to fail with the xmin check switched off
+    (icu_to_numeric: the target lacked keys)."""
+    keys = "(CASE WHEN i % 3 = 0 THEN 'K' ELSE 'k' END) || i"  # distinct under the case-insensitive one
+    postgres.execute(
+        *COLLATIONS,
+        f"CREATE TABLE ledger (id text COLLATE {before} PRIMARY KEY, v int)",
+        f"INSERT INTO ledger SELECT {keys}, i FROM generate_series(1, {ROWS}) i",
+        database=pg_database,
+    )
+    capture = make_pg_capture().start()
+    capture.wait_running()
+    ddl = (
+        f"ALTER TABLE ledger ALTER COLUMN id TYPE text COLLATE {after}",
+        "UPDATE ledger SET v = -v WHERE v % 9 = 0",
+        "DELETE FROM ledger WHERE v % 11 = 0",
+        "INSERT INTO ledger VALUES ('k1000', 1000), ('K999', 999)",
+    )
+    with caplog.at_level(logging.INFO):
+        _dump(capture, postgres, pg_database, (4, where), *ddl)
+    change_and_land(postgres, pg_database, capture, "UPDATE ledger SET v = 7 WHERE id = 'k7'")
+    assert capture.process.poll() is None, capture.log()
+    assert_target_holds_source(capture, postgres, pg_database, "ledger")
+    assert "dump.table_restarted" in caplog.text
+    assert capture.stop() == 0
