@@ -51,8 +51,8 @@ from capture.landing.files import fsync_dir, segment_name, write_parquet_atomic
 from capture.landing.log_writer import ENVELOPE
 from capture.landing.zone import table_folder
 from capture.merge.app import run_merge
+from capture.merge.iceberg import applied_frontier
 from capture.merge.session import build_session, session_conf
-from capture.merge.table import applied_frontier
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE = "bench"

@@ -424,7 +424,7 @@ def naive_utc(value: Any) -> Any:
 def check_iceberg(server: MariaDB) -> bool:
     """Per table: the source's rows against the Iceberg target's, value for value. True when all are equal."""
     from capture.merge.session import build_session, session_conf
-    from capture.merge.table import quote
+    from capture.merge.spark_types import quote
 
     config = load_config(ROOT / CONFIG, require_env=False)
     os.environ["TZ"] = "UTC"  # Spark hands timestamps to Python in the process's time zone

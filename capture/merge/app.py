@@ -23,6 +23,7 @@ from capture.events import lsn_text
 from capture.landing import LandingZone
 from capture.landing.reader import Watermarks, merge_tables
 from capture.log import get_logger, setup_logging
+from capture.merge.failures import error_line
 from capture.merge.session import (
     build_session,
     cache_jvm_functions,
@@ -30,7 +31,7 @@ from capture.merge.session import (
     session_conf,
     skip_local_checksums,
 )
-from capture.merge.table import Context, TableMerge, error_line
+from capture.merge.table import Context, TableMerge
 
 log = get_logger("logtide.merge")
 

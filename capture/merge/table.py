@@ -1,7 +1,8 @@
 """The Spark merge of one table: DBLog's reconciliation of chunks with the log, applied to Apache
-Iceberg (`TableMerge`), with what it needs: Arrow-to-Spark types, the landing zone as the driver
-sees it, Iceberg helpers and the MERGE's key filter. capture/merge/app.py runs it for a source
-(`run_merge`, `main`); capture/merge/session.py builds the Spark session.
+Iceberg (`TableMerge`). What it needs lives beside it: the run's chunks (plan.py, no Spark), Iceberg
+(iceberg.py), Arrow-to-Spark types and the merge's own values (spark_types.py) and the MERGE's key
+filter (pruning.py). capture/merge/app.py runs it for a source (`run_merge`, `main`);
+capture/merge/session.py builds the Spark session.
 
     logtide --config F merge --source S [--table db.t ...]        (runs spark-submit for you)
     spark-submit --jars <var/jars/*.jar> capture/merge/__main__.py --config F --source S [--table db.t ...]
@@ -62,18 +63,16 @@ the dump recorded that it is the database's (README, "Merge": keys and their ord
 from __future__ import annotations
 
 import json
-import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -83,24 +82,51 @@ from capture.dump.key_changes import Unknown
 from capture.errors import LogtideError, MergeError
 from capture.events import lsn_text
 from capture.landing import LandingZone
-from capture.landing.chunks import ChunkMeta
+from capture.landing.files import Segment
 from capture.landing.keys import encode_key
 from capture.landing.reader import (
-    LandedChunk,
     TruncateMark,
     Watermarks,
-    closed_chunks,
-    dump_chunks,
     landed_truncates,
     table_segments,
     truncated_by,
 )
 from capture.log import get_logger
+from capture.merge.failures import error_line
+from capture.merge.iceberg import (
+    CHANGELOG_META,
+    RESERVED,
+    TARGET_META,
+    applied_frontier,
+    commit_with,
+    ensure_table,
+    iceberg_table,
+    is_empty,
+    local_table_folder,
+    recorded,
+    sortable_prefix,
+    spark_file_path,
+    table_exists,
+)
 from capture.merge.key_changes import KeyChanges, created_lsns, misses_columns
-from capture.merge.target import FRONTIER, UNKNOWN_SAMPLE, UNKNOWN_VALUES, Target, frontier_value, target_of
+from capture.merge.plan import Chunk, CompletedDump, chunks_since, completed_dumps, truncated_dump, unify_columns
+from capture.merge.pruning import key_filter
+from capture.merge.spark_types import (
+    all_of,
+    lsn_column,
+    quote,
+    row_constant,
+    spark_fold,
+    spark_type,
+    spark_value,
+    sql_literal,
+    target_type,
+    values_frame,
+    widen_xid,
+)
+from capture.merge.target import FRONTIER, UNKNOWN_SAMPLE, UNKNOWN_VALUES, Target, target_of
 from capture.merge.target import namespace as target_namespace
-from capture.merge.target import recorded as target_recorded
-from capture.sources.key_folds import LOWER, UPPER, fold
+from capture.sources.key_folds import fold
 from capture.sources.postgres.read_view import PgSnapshot
 from capture.sources.table_keys import no_key
 
@@ -109,26 +135,6 @@ log = get_logger("logtide.merge")
 # values key changes left out that nothing held (written NULL): the newest SAMPLE_SIZE of them in
 # UNKNOWN_SAMPLE (capture/merge/target.py)
 SAMPLE_SIZE = 10
-# bookkeeping columns of the targets and the changelog (source columns may not use these names)
-TARGET_META = (("_lsn", "decimal(38,0)"), ("_applied_at", "timestamp"))
-CHANGELOG_META = (
-    ("_lsn", "decimal(38,0)"),  # the event's LSN; chunk rows and repairs: their HIGH watermark's
-    ("_order", "bigint"),  # 0 log event (-1: the delete half of a key change), 1 + position: chunk row
-    ("_op", "string"),  # c u d from the log, r a chunk row, d a repair delete
-    ("_source", "string"),  # log | chunk | repair | truncate
-    ("_txid", "string"),
-    ("_commit_ts", "timestamp"),  # the transaction's; chunk rows and repairs: their HIGH watermark's
-    ("_dump_id", "string"),
-    ("_chunk", "int"),
-    ("_missing", "array<string>"),  # columns the event does not carry (PostgreSQL TOAST): keep the stored value
-    ("_applied_at", "timestamp"),
-)
-RESERVED = {name for name, _ in TARGET_META + CHANGELOG_META}
-# Target layout: rows range-distributed by key before a write (`WRITE ORDERED BY`), files of at
-# most this size, so that each file holds a narrow key range and a MERGE can skip the files its
-# keys miss (`key_filter`). Tables created before carry no `logtide.layout`: `ensure_table` adds it.
-LAYOUT = "2"
-TARGET_FILE_SIZE = 16 * 1024 * 1024
 # what `_chunk_rows` adds to each chunk row, by the file it came from
 CHUNK_COLUMNS = [("_file", "string"), ("_cid", "int"), ("_low", "decimal(38,0)"), ("_high", "decimal(38,0)")]
 CHUNK_COLUMNS += [("_high_ts", "timestamp"), ("_dump_id", "string"), ("_chunk", "int")]
@@ -140,525 +146,6 @@ WARM_ROWS = 250_000
 # A PostgreSQL run with at most this many log events broadcasts the keys its chunks' snapshots could
 # not see (instead of shuffling every chunk row to compare them)
 BROADCAST_EVENTS = 1_000_000
-# `key_filter`: up to this many distinct keys, bounded by at most this many ranges
-PRUNE_MAX_KEYS = 100_000
-PRUNE_RANGES = 32
-
-
-def quote(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
-
-
-# -- Arrow (landing zone) types -> Spark types ---------------------------------------------------
-
-
-def spark_type(arrow_type: pa.DataType) -> Any:
-    """The Spark type Spark's Parquet reader gives a column of this Arrow type."""
-    from pyspark.sql import types as T
-
-    t = arrow_type
-    simple = [
-        (pa.types.is_boolean, T.BooleanType),
-        (pa.types.is_int8, T.ByteType),
-        (pa.types.is_int16, T.ShortType),
-        (pa.types.is_int32, T.IntegerType),
-        (pa.types.is_int64, T.LongType),
-        (pa.types.is_float32, T.FloatType),
-        (pa.types.is_float64, T.DoubleType),
-        (pa.types.is_string, T.StringType),
-        (pa.types.is_large_string, T.StringType),
-        (pa.types.is_binary, T.BinaryType),
-        (pa.types.is_large_binary, T.BinaryType),
-        (pa.types.is_fixed_size_binary, T.BinaryType),
-        (pa.types.is_date32, T.DateType),
-        (pa.types.is_duration, T.LongType),  # TIME: microseconds (Iceberg has no interval type)
-        (pa.types.is_time64, T.LongType),  # PostgreSQL time: microseconds since midnight (Spark 3.5 has no TIME)
-    ]
-    for test, spark in simple:
-        if test(t):
-            return spark()
-    if pa.types.is_decimal(t):
-        return T.DecimalType(t.precision, t.scale)
-    if pa.types.is_timestamp(t):
-        return T.TimestampNTZType() if t.tz is None else T.TimestampType()
-    if pa.types.is_struct(t):
-        return T.StructType([T.StructField(f.name, spark_type(f.type), True) for f in t])
-    if pa.types.is_list(t):  # PostgreSQL arrays
-        return T.ArrayType(spark_type(t.value_type), True)
-    raise MergeError(f"Arrow type {t} is not supported by the merge")
-
-
-def target_type(arrow_type: pa.DataType) -> Any:
-    """The Iceberg column type: Spark's, with TINYINT/SMALLINT widened to int (Iceberg has neither)."""
-    from pyspark.sql import types as T
-
-    if pa.types.is_list(arrow_type):
-        return T.ArrayType(target_type(arrow_type.value_type), True)
-    spark = spark_type(arrow_type)
-    return T.IntegerType() if isinstance(spark, (T.ByteType, T.ShortType)) else spark
-
-
-def spark_value(value: Any, spark: Any) -> Any:
-    """A key value from chunk metadata as the Python value Spark expects for its column type."""
-    from pyspark.sql import types as T
-
-    if value is None:
-        return None
-    if isinstance(spark, T.ArrayType) and isinstance(value, (list, tuple)):  # PostgreSQL array keys
-        return [spark_value(v, spark.elementType) for v in value]
-    if isinstance(value, timedelta):
-        return value // timedelta(microseconds=1)
-    if isinstance(spark, T.DecimalType) and not isinstance(value, Decimal):
-        return Decimal(value)
-    if isinstance(spark, T.TimestampType) and isinstance(value, datetime) and value.tzinfo is None:
-        return value.replace(tzinfo=UTC)
-    return value
-
-
-# -- the landing zone, as the driver sees it ---------------------------------------------------
-
-
-@dataclass
-class Chunk:
-    id: int
-    path: Path
-    meta: ChunkMeta
-    low: int
-    high: int
-    high_ts: datetime | None
-    row_type: pa.StructType
-
-
-def _chunks(zone: LandingZone, marks: Watermarks, schema: str, table: str, since: int) -> tuple[list[Chunk], int]:
-    """Chunks whose HIGH (a watermark row, or a read-only chunk's HIGH file) is at or after `since`;
-    and how many HIGHs were stale (redone chunks)."""
-    found, stale = closed_chunks(zone, marks, schema, table, since)
-    return [_chunk(i, c) for i, c in enumerate(found)], len(stale)
-
-
-def _chunk(i: int, c: LandedChunk, row_type: pa.StructType | None = None) -> Chunk:
-    return Chunk(i, c.path, c.meta, c.low, c.high, c.high_ts, row_type or c.row_type)
-
-
-@dataclass
-class CompletedDump:
-    """A full dump of the table (one key range, no start or stop, chunks 1..N) whose last chunk
-    the run merges, with every chunk's LOW and HIGH: together its chunks covered the whole key
-    space in the database's own order, whatever the collation (`_completed_dump_repairs`)."""
-
-    dump_id: str
-    chunks: list[Chunk]
-
-    @property
-    def first_low(self) -> int:
-        return min(c.low for c in self.chunks)
-
-    @property
-    def last(self) -> Chunk:
-        return max(self.chunks, key=lambda c: c.high)
-
-
-def _completed_dumps(
-    zone: LandingZone, marks: Watermarks, schema: str, table: str, run: list[Chunk]
-) -> list[CompletedDump]:
-    """The full dumps whose last chunk is among the run's chunks and that need the completed-dump
-    repair: some chunk's order is not exact (exact ones are repaired range by range). A dump
-    whose chunk files or watermarks are not all there (a chunk redone after the frontier) is left out."""
-    found = []
-    for final in run:
-        meta = final.meta
-        if not meta.last or meta.keys is not None or meta.start is not None or meta.stop is not None:
-            continue
-        dump = dump_chunks(zone, marks, meta.dump_id, schema, table)
-        if dump is None:
-            continue
-        metas = [c.meta for c in dump]
-        if [m.chunk for m in metas] != list(range(1, meta.chunk + 1)) or metas[-1].high_id != meta.high_id:
-            continue
-        if all(m.exact_order for m in metas) or metas[0].after is not None:
-            continue
-        if any(m.keys is not None or m.start is not None or m.stop is not None for m in metas):
-            continue
-        found.append(CompletedDump(meta.dump_id, [_chunk(i, c, final.row_type) for i, c in enumerate(dump)]))
-    return found
-
-
-def _truncated_dump(dump: CompletedDump, truncates: list[TruncateMark]) -> bool:
-    """A completed dump a truncate cut through (between its first LOW and last HIGH, or hidden from
-    a chunk's snapshot): its repair is not needed (every row before the truncate goes, every row
-    after it has its events) and not sound (its chunks no longer cover the table)."""
-    first, last = dump.first_low, dump.last.high
-    return any(first <= t.lsn <= last for t in truncates) or any(
-        truncated_by(truncates, c.low, c.high, c.meta.read_view) for c in dump.chunks
-    )
-
-
-def _wider(a: pa.DataType, b: pa.DataType) -> pa.DataType | None:
-    """The type that holds every value of both, where one widens losslessly into the other as
-    Iceberg can promote a column (`_evolve_type`): a wider signed integer (`MODIFY c BIGINT` of an
-    INT), DOUBLE for FLOAT, a DECIMAL with the same scale and more digits; None otherwise."""
-    ints = (pa.int8(), pa.int16(), pa.int32(), pa.int64())
-    if a in ints and b in ints:
-        return max(a, b, key=ints.index)
-    if {a, b} == {pa.float32(), pa.float64()}:
-        return pa.float64()
-    if pa.types.is_decimal(a) and pa.types.is_decimal(b) and a.scale == b.scale:
-        return max(a, b, key=lambda t: t.precision)
-    return None
-
-
-def _unify(row_types: Iterable[tuple[pa.StructType, str]], table: str) -> dict[str, pa.DataType]:
-    """Columns in order of appearance; a column whose type changed is refused with its name, unless
-    the change widens it (`_wider`: an ALTER during the run's stretch of the log; the wider type
-    reads both)."""
-    columns: dict[str, pa.DataType] = {}
-    for row_type, origin in row_types:
-        for f in row_type:
-            known = columns.get(f.name)
-            if known is None:
-                columns[f.name] = f.type
-            elif known != f.type and (wider := _wider(known, f.type)) is not None:
-                columns[f.name] = wider
-            elif known != f.type:
-                raise MergeError(
-                    f"{table}: column {f.name!r} changed type from {known} to {f.type} ({origin}); the merge "
-                    "cannot change a column's type in place: drop the target tables and run a full dump"
-                )
-    return columns
-
-
-# -- Iceberg -----------------------------------------------------------------------------------
-
-
-class _Call:
-    """A py4j callback (java.util.concurrent.Callable) running a Python function on the JVM's behalf."""
-
-    def __init__(self, function: Callable[[], None]) -> None:
-        self.function = function
-        self.error: BaseException | None = None
-
-    def call(self) -> None:
-        try:
-            self.function()
-        except BaseException as exc:
-            self.error = exc
-            raise
-        return None
-
-    class Java:
-        implements = ["java.util.concurrent.Callable"]  # noqa: RUF012 - py4j's protocol
-
-
-def commit_with(spark: Any, properties: dict[str, str], function: Callable[[], None]) -> None:
-    """Run `function` (one Iceberg write) so that its commit's snapshot summary carries `properties`."""
-    from py4j.protocol import Py4JJavaError
-
-    jvm = spark._jvm
-    props = jvm.java.util.HashMap()
-    for key, value in properties.items():
-        props.put(key, value)
-    callback = _Call(function)
-    try:
-        jvm.org.apache.iceberg.spark.CommitMetadata.withCommitProperties(
-            props, callback, jvm.java.lang.RuntimeException().getClass()
-        )
-    except Py4JJavaError:
-        if callback.error is not None:
-            raise callback.error from None
-        raise
-
-
-def _spark_fold(column: Any, folds: str) -> Any:
-    """A key column as the database's comparison folds it (capture/sources/key_folds.py `fold`, in
-    Spark): trailing spaces dropped ('pad'), ASCII letters in lower case ('case')."""
-    from pyspark.sql import functions as sf
-
-    if "pad" in folds:
-        column = sf.rtrim(column)
-    if "case" in folds:
-        column = sf.translate(column, UPPER, LOWER)
-    return column
-
-
-def spark_file_path(spark: Any, path: str) -> str:
-    """How Spark spells a local file in `_metadata.file_path`, without its scheme (`_chunk_rows`)."""
-    jvm = spark._jvm
-    return str(jvm.org.apache.spark.paths.SparkPath.fromPath(jvm.org.apache.hadoop.fs.Path(path)).urlEncoded())
-
-
-def _iceberg_table(spark: Any, name: str) -> Any:
-    return spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, name)
-
-
-def recorded(spark: Any, name: str, key: str) -> str | None:
-    """`key` as the target contract reads it (capture/merge/target.py `recorded`), from Iceberg's
-    Java table: the current ancestry's snapshot summaries, then the table property."""
-    table = _iceberg_table(spark, name)
-    table.refresh()
-
-    def ancestry() -> Iterator[Any]:
-        snapshot = table.currentSnapshot()
-        while snapshot is not None:
-            yield snapshot.summary()
-            parent = snapshot.parentId()
-            snapshot = table.snapshot(parent) if parent is not None else None
-
-    return target_recorded(ancestry(), table.properties() if table.currentSnapshot() is not None else None, key)
-
-
-def applied_frontier(spark: Any, name: str) -> int:
-    """`logtide.frontier` the target or changelog holds (0 for a table no merge wrote)."""
-    return frontier_value(recorded(spark, name, FRONTIER))
-
-
-def is_empty(spark: Any, name: str) -> bool:
-    snapshot = _iceberg_table(spark, name).currentSnapshot()
-    return snapshot is None or snapshot.summary().get("total-records") == "0"
-
-
-def sortable_prefix(keys: list[str], types: dict[str, Any]) -> list[str]:
-    """The key columns a target's write order can name: those before the first one Iceberg cannot
-    sort by (a list: PostgreSQL array keys; Iceberg sorts by primitive fields only). Empty: the
-    target is written unordered and its MERGE reads it whole (`key_filter` has no literal either)."""
-    from pyspark.sql import types as T
-
-    prefix = []
-    for key in keys:
-        if isinstance(types[key], (T.ArrayType, T.MapType, T.StructType)):
-            break
-        prefix.append(key)
-    return prefix
-
-
-def table_exists(spark: Any, name: str) -> bool:
-    return bool(spark.catalog.tableExists(name))
-
-
-def local_table_folder(config: LogtideConfig, target: Target) -> Path | None:
-    """Where a Hadoop catalog keeps the table in a local warehouse (`<warehouse>/<namespace>/<name>`);
-    None for a JDBC catalog (it chooses) or a warehouse on another file system."""
-    cfg = config.merge
-    if cfg.catalog != "hadoop":
-        return None
-    if cfg.warehouse.startswith("file:"):
-        root = Path(unquote(urlparse(cfg.warehouse).path))
-    elif "://" in cfg.warehouse:
-        return None
-    else:
-        root = Path(cfg.warehouse)
-    return root.resolve() / target.namespace / target.name
-
-
-def _columns_ddl(columns: Iterable[tuple[str, str]]) -> str:
-    return ", ".join(f"{quote(c)} {t}" for c, t in columns)
-
-
-def _create_table(spark: Any, target: Target, ddl: str, props: dict[str, str], clustered_by: list[str] | None) -> bool:
-    """Create the table in ONE metadata write, through Iceberg's catalog: its schema, properties
-    and (`clustered_by`) the write order with range distribution, what `CREATE TABLE ...
-    TBLPROPERTIES` and `ALTER TABLE ... WRITE ORDERED BY` write in two (Spark's CREATE TABLE has no
-    write order). False when the table exists already."""
-    from py4j.protocol import Py4JJavaError
-
-    jvm = spark._jvm
-    iceberg = jvm.org.apache.iceberg
-    catalog = spark._jsparkSession.sessionState().catalogManager().catalog(target.catalog).icebergCatalog()
-    schema = iceberg.spark.SparkSchemaUtil.convert(jvm.org.apache.spark.sql.types.StructType.fromDDL(ddl))
-    properties = jvm.java.util.HashMap()
-    for key, value in props.items():
-        properties.put(key, value)
-    levels = spark.sparkContext._gateway.new_array(jvm.java.lang.String, 1)  # Namespace.of(String...)
-    levels[0] = target.namespace
-    builder = catalog.buildTable(
-        iceberg.catalog.TableIdentifier.of(iceberg.catalog.Namespace.of(levels), target.name), schema
-    )
-    if clustered_by:
-        order = iceberg.SortOrder.builderFor(schema)
-        for column in clustered_by:
-            order = order.asc(column)  # as WRITE ORDERED BY: ascending, nulls first
-        builder = builder.withSortOrder(order.build())
-        properties.put("write.distribution-mode", "range")
-    try:
-        builder.withProperties(properties).create()
-    except Py4JJavaError as exc:
-        if "AlreadyExistsException" in str(exc.java_exception.getClass().getName()):
-            return False
-        raise
-    return True
-
-
-def ensure_table(
-    spark: Any,
-    target: Target,
-    columns: list[tuple[str, Any]],
-    meta: tuple[tuple[str, str], ...],
-    properties: dict[str, str],
-    clustered_by: list[str] | None = None,
-    exists: bool | None = None,
-) -> bool:
-    """Create the table, or add the columns it lacks (Iceberg schema evolution); True when this
-    call created it. `clustered_by` (targets: the key): rows range-distributed by it before every
-    write and files of at most TARGET_FILE_SIZE, so that files hold narrow key ranges a MERGE can
-    skip; a table created before without that layout gets it for its future writes. `exists`:
-    whether the table exists, when the caller knows (None: ask the catalog). Without it
-    (changelogs) rows are written as computed: every run appends its own LSN range, and readers
-    order by `_lsn`. `properties` of a new table may include `logtide.frontier`: it counts only
-    once a snapshot exists (target.py `recorded`), and every snapshot the merge writes carries its
-    own frontier."""
-    name = target.spark
-    clustered = clustered_by is not None
-    layout = {"write.target-file-size-bytes": str(TARGET_FILE_SIZE), "logtide.layout": LAYOUT} if clustered else {}
-    ordered = f"WRITE ORDERED BY {', '.join(quote(c) for c in clustered_by or ())}"
-    if not (table_exists(spark, name) if exists is None else exists):
-        props = {
-            "format-version": "2",
-            "write.delete.mode": "merge-on-read",
-            "write.update.mode": "merge-on-read",
-            "write.merge.mode": "merge-on-read",
-            "write.metadata.delete-after-commit.enabled": "true",
-            "write.metadata.previous-versions-max": "50",
-            **layout,
-            **properties,
-        }
-        ddl = _columns_ddl([(c, t.simpleString()) for c, t in columns] + list(meta))
-        if _create_table(spark, target, ddl, props, clustered_by):
-            log.info("merge.table_created", table=name, columns=len(columns))
-            return True
-    if clustered_by and _iceberg_table(spark, name).properties().get("logtide.layout") != LAYOUT:
-        # metadata only: files written from now on are range-clustered; older ones keep their key
-        # spread until rewritten (README, Merge: rewrite_data_files with strategy => 'sort')
-        spark.sql(f"ALTER TABLE {name} {ordered}")
-        tblprops = ", ".join(f"'{k}' = '{v}'" for k, v in layout.items())
-        spark.sql(f"ALTER TABLE {name} SET TBLPROPERTIES ({tblprops})")
-        log.info("merge.layout_upgraded", table=name, layout=LAYOUT)
-    existing = {f.name.lower(): f.dataType for f in spark.table(name).schema.fields}
-    for c, t in columns:
-        have = existing.get(c.lower())
-        if have is not None and have != t:
-            _evolve_type(spark, name, c, have, t)
-    missing = [(c, t.simpleString()) for c, t in columns if c.lower() not in existing]
-    missing += [(c, t) for c, t in meta if c.lower() not in existing]
-    if missing:
-        spark.sql(f"ALTER TABLE {name} ADD COLUMNS ({_columns_ddl(missing)})")
-        log.info("merge.columns_added", table=name, columns=",".join(c for c, _ in missing))
-    return False
-
-
-def _evolve_type(spark: Any, name: str, column: str, have: Any, want: Any) -> None:
-    from pyspark.sql import types as T
-
-    widen = (isinstance(have, T.IntegerType) and isinstance(want, T.LongType)) or (
-        isinstance(have, T.FloatType) and isinstance(want, T.DoubleType)
-    )
-    if isinstance(have, T.DecimalType) and isinstance(want, T.DecimalType):
-        widen = want.scale == have.scale and want.precision > have.precision
-    narrower = (isinstance(have, T.LongType) and isinstance(want, T.IntegerType)) or (
-        isinstance(have, T.DoubleType) and isinstance(want, T.FloatType)
-    )
-    if isinstance(have, T.DecimalType) and isinstance(want, T.DecimalType):
-        narrower = want.scale == have.scale and want.precision < have.precision
-    if widen:
-        spark.sql(f"ALTER TABLE {name} ALTER COLUMN {quote(column)} TYPE {want.simpleString()}")
-        log.info("merge.column_widened", table=name, column=column, type=want.simpleString())
-    elif not narrower:
-        raise MergeError(
-            f"{name}: column {column!r} is {have.simpleString()} in the target but {want.simpleString()} in the "
-            "landing zone; Iceberg cannot make that change: drop the target tables and run a full dump"
-        )
-
-
-# -- the MERGE's key filter ---------------------------------------------------------------------
-
-
-def _literal_source(column: str, spark_type: Any) -> Any | None:
-    """How a key value is collected for `_literal`: integers as they are, binary as hex, any other
-    scalar as the hex of Spark's own text for it (cast back exactly in the same session); None:
-    a type the filter does not handle (the MERGE then reads the whole table)."""
-    from pyspark.sql import functions as sf
-    from pyspark.sql import types as T
-
-    col = sf.col(quote(column))
-    if isinstance(spark_type, (T.ByteType, T.ShortType, T.IntegerType, T.LongType)):
-        return col
-    if isinstance(spark_type, T.BinaryType):
-        return sf.hex(col)
-    scalar = (T.StringType, T.DecimalType, T.DateType, T.TimestampType, T.TimestampNTZType, T.BooleanType)
-    if isinstance(spark_type, scalar):  # not FLOAT/DOUBLE keys: NaN and -0.0 compare unlike other values
-        return sf.hex(col.cast("string"))
-    return None
-
-
-def _literal(value: Any, spark_type: Any) -> str:
-    """SQL for one collected key value. Only digits and hex digits reach the statement's text
-    (no quoting to get wrong); constant folding turns it back into a literal Iceberg can use."""
-    from pyspark.sql import types as T
-
-    if isinstance(value, int) and not isinstance(value, bool):
-        return str(value)
-    text = str(value)
-    if any(ch not in "0123456789ABCDEF" for ch in text):  # '' is the empty string's (or binary's) hex
-        raise MergeError(f"unexpected key text {text[:40]!r} for the MERGE's key filter")
-    if isinstance(spark_type, T.BinaryType):
-        return f"X'{text}'"
-    if isinstance(spark_type, T.StringType):
-        return f"CAST(X'{text}' AS STRING)"
-    return f"CAST(CAST(X'{text}' AS STRING) AS {spark_type.simpleString().upper()})"
-
-
-def _cuts(values: list[Any], numeric: bool, ranges: int) -> list[tuple[int, int]]:
-    """Split sorted values into at most `ranges` runs [i, j]: at the largest gaps for numbers (the
-    changes of a run cluster: new keys at the end, updates of recent rows), else by count."""
-    n = len(values)
-    if n <= ranges:
-        return [(i, i) for i in range(n)]
-    if numeric:
-        gaps = sorted(range(1, n), key=lambda i: values[i] - values[i - 1], reverse=True)[: ranges - 1]
-        starts = [0, *sorted(gaps)]
-    else:
-        starts = [i * n // ranges for i in range(ranges)]
-    return [(s, e - 1) for s, e in zip(starts, [*starts[1:], n], strict=True)]
-
-
-def key_filter(source: Any, keys: list[str], types: dict[str, Any], alias: str = "t") -> str | None:
-    """A predicate on the target's first key column that every row the MERGE can match satisfies
-    (so adding it to the ON clause changes nothing the MERGE does, only what it reads): up to
-    PRUNE_RANGES ranges around the run's keys. Iceberg gets it as a scan filter and skips the
-    data files (and Parquet row groups) whose min/max lie outside every range. None when the run
-    has more than PRUNE_MAX_KEYS distinct first-key values or a key type without a literal."""
-    from pyspark.sql import functions as sf
-    from pyspark.sql import types as T
-
-    first, spark_type = keys[0], types[keys[0]]
-    text = _literal_source(first, spark_type)
-    if text is None:
-        return None
-    numeric = isinstance(spark_type, (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.DecimalType))
-    rows = (
-        source.select(text.alias("_text"), sf.col(quote(first)).alias("_value"))
-        .distinct()
-        .orderBy("_value")
-        .limit(PRUNE_MAX_KEYS + 1)
-        # values only where `_cuts` measures gaps: Python turns a timestamp into local time, where
-        # 9999-12-31 23:59 UTC may be past year 9999 (and 0001-01-01 before year 1)
-        .select("_text", *(["_value"] if numeric else []))
-        .collect()
-    )
-    if len(rows) > PRUNE_MAX_KEYS:
-        return None
-    column = f"{alias}.{quote(first)}"
-    # a key part that landed as NULL (a value the landing zone cannot hold: PostgreSQL's numeric
-    # NaN) matches the target's NULL (`<=>` in the MERGE): sorted first by the ORDER BY
-    spans = [f"{column} IS NULL"] if rows and rows[0]["_text"] is None else []
-    rows = rows[len(spans) :]
-    if not rows:
-        return spans[0] if spans else "false"
-    for i, j in _cuts([r["_value"] if numeric else None for r in rows], numeric, PRUNE_RANGES):
-        lo, hi = _literal(rows[i]["_text"], spark_type), _literal(rows[j]["_text"], spark_type)
-        spans.append(f"{column} = {lo}" if i == j else f"({column} >= {lo} AND {column} <= {hi})")
-    return "(" + " OR ".join(spans) + ")"
-
-
-# -- one table ---------------------------------------------------------------------------------
 
 
 @dataclass
@@ -729,6 +216,37 @@ class Context:
         return target_of(self.config.merge, self.source, schema, table, changelog)
 
 
+@dataclass
+class RunPlan:
+    """What one table's run reads, decided on the driver before Spark reads a row (`_plan`): the
+    frontiers its tables hold (A is the smaller), its chunks and completed dumps, the log files
+    from `start` (back to every chunk's LOW) with their schemas and event count, the row type."""
+
+    a: int
+    a_target: int
+    a_changelog: int
+    chunks: list[Chunk]
+    completed: list[CompletedDump]
+    stale: int
+    start: int
+    log_files: list[Segment]
+    schemas: list[tuple[pa.Schema, Path]]
+    events: int
+    row_struct: Any
+
+
+@dataclass
+class Frames:
+    """The run's Spark frames after the read: its events, the stream so far, and with chunks their
+    rows, the events' keys by LSN (the windows) and the events hidden from their snapshots."""
+
+    events: Any
+    stream: Any
+    chunk_rows: Any | None = None
+    window: Any | None = None
+    hidden: Any | None = None
+
+
 class TableMerge:
     def __init__(self, ctx: Context, schema: str, table: str) -> None:
         self.ctx, self.schema, self.table = ctx, schema, table
@@ -746,7 +264,7 @@ class TableMerge:
         self.created: set[str] = set()  # target and changelog this run created (with the run's frontier)
         self.reads_log = True  # the run reads log files (else its event frame is empty by plan)
         self.schemas: dict[str, list[Any]] = {}  # target and changelog: their columns (`_fields`)
-        # files (resolved paths) holding a column in a narrower type than the run's (`_wider`): its own
+        # files (resolved paths) holding a column in a narrower type than the run's (`wider`): its own
         self.narrow: dict[str, tuple[tuple[str, pa.DataType], ...]] = {}
 
     @contextmanager
@@ -794,181 +312,231 @@ class TableMerge:
             )
 
     def _run(self) -> None:
-        from pyspark import StorageLevel
-        from pyspark.sql import functions as sf
-
-        ctx, spark, F = self.ctx, self.ctx.spark, self.ctx.frontier
         with self._step("plan"):
-            self.exists = {name: table_exists(spark, name) for name in (self.target, self.changelog)}
-            a_target = applied_frontier(spark, self.target) if self.exists[self.target] else 0
-            a_changelog = applied_frontier(spark, self.changelog) if self.exists[self.changelog] else 0
-            a = min(a_target, a_changelog)
-            self.report.update(  # LSNs as text: the report crosses into XCom and JSON readers
-                applied_before=lsn_text(a_target), changelog_applied_before=lsn_text(a_changelog), frontier=lsn_text(F)
-            )
-            if a >= F:
-                self._refuse_foreign_target(max(a_target, a_changelog))
-                self.report["skipped"] = "up to date"
-                return
-            with ctx.marks_lock:  # the watermark index loads lazily, for every table of the run
-                chunks, stale = _chunks(ctx.zone, ctx.marks, self.schema, self.table, a)
-                completed = _completed_dumps(ctx.zone, ctx.marks, self.schema, self.table, chunks)
-            truncates = landed_truncates(ctx.zone, F, tables={(self.schema, self.table)})
-            self.truncates = [t for t in truncates if t.lsn >= a]  # the run's own: rows in the stream
-            if truncates:  # step 4a: chunks a truncate emptied are no part of the run
-                emptied = [c for c in chunks if truncated_by(truncates, c.low, c.high, c.meta.read_view)]
-                chunks = [c for c in chunks if c not in emptied]
-                completed = [d for d in completed if not _truncated_dump(d, truncates)]
-                self.report["chunks_truncated"] = len(emptied)
-            read = chunks + [c for d in completed for c in d.chunks]  # the log is read back to every LOW
-            start = min([a, *(c.low for c in read), *(c.meta.read_view.lookback for c in read if c.meta.read_view)])
-            log_files = table_segments(ctx.zone, self.schema, self.table, F, since=start)
-            if self.truncates and not log_files:  # only a truncate: the newest file gives the columns
-                log_files = table_segments(ctx.zone, self.schema, self.table, F)[-1:]
-            if self.truncates and not log_files and not chunks:
-                self._truncate_target(a_target, a_changelog, F)
-                return
-            if not chunks and not self.truncates and not any(s[1] >= a for s in log_files):
-                self.report["skipped"] = "nothing new"
-                return
-            metas = [(pq.read_metadata(p), p) for _, _, p in log_files]
-            self.reads_log = bool(log_files)
-            schemas = [(m.schema.to_arrow_schema(), p) for m, p in metas]
-            self.has_missing = misses_columns(schemas, start, F)
-            # rows the run reads at most: sizes its first load's write and its broadcasts
-            self.rows_in = sum(m.num_rows for m, _ in metas) + sum(c.meta.rows for c in chunks)
-            if self.rows_in > WARM_ROWS:
-                ctx.warm.set()
-            row_types = [(s.field("after").type, str(p)) for s, p in schemas]
-            row_types += [(c.row_type, str(c.path)) for c in chunks]
-            columns = _unify(row_types, self.name)
-            for row_type, origin in row_types:
-                own = tuple((f.name, f.type) for f in row_type if columns.get(f.name, f.type) != f.type)
-                if own:
-                    self.narrow[str(Path(origin).resolve())] = own
-            clash = RESERVED & set(columns)
-            if clash:
-                raise MergeError(f"{self.name}: column(s) {sorted(clash)} clash with the merge's bookkeeping columns")
-            keys = self._key(schemas, chunks, columns)
-            self.columns, self.keys = list(columns), keys
-            self.types = {c: target_type(t) for c, t in columns.items()}
-            row_struct = spark_type(pa.struct([pa.field(c, t) for c, t in columns.items()]))
+            plan = self._plan()
+        if plan is None:
+            return
         with self._step("tables"):
             self._ensure_tables()
         log.info(
             "merge.table_started",
             table=self.name,
-            applied=a,
-            frontier=F,
-            log_files=len(log_files),
-            chunks=len(chunks),
-            stale_highs=stale,
+            applied=plan.a,
+            frontier=self.ctx.frontier,
+            log_files=len(plan.log_files),
+            chunks=len(plan.chunks),
+            stale_highs=plan.stale,
         )
-
-        props = {FRONTIER: str(F), "logtide.source": ctx.source, "logtide.table": self.name}
-        if self._fresh_chunk(chunks, a_changelog, a_target):
-            self._load_fresh_chunk(chunks[0], row_struct, props, stale)
-            log.info(
-                "merge.table_finished",
-                **{k: v for k, v in self.report.items() if k not in ("target", "changelog", "step_seconds")},
-            )
-            return
-        cached = []
-        try:
-            with self._step("read"):
-                events = self._log_events([p for _, _, p in log_files], row_struct, start)
-                stream = events.where(events["_lsn"] >= _lsn(a)).drop("_xid")
-                chunk_rows = hidden = None
-                if chunks:
-                    chunk_rows = self._chunk_rows(chunks, row_struct)
-                    window = events.select(*keys, "_lsn")
-                    survivors = chunk_rows.join(
-                        window,
-                        [chunk_rows[k].eqNullSafe(window[k]) for k in keys]  # NULL: a key part landed as NULL
-                        + [window["_lsn"] > chunk_rows["_low"], window["_lsn"] < chunk_rows["_high"]],
-                        "left_anti",
+        props = {FRONTIER: str(self.ctx.frontier), "logtide.source": self.ctx.source, "logtide.table": self.name}
+        if self._fresh_chunk(plan.chunks, plan.a_changelog, plan.a_target):
+            self._load_fresh_chunk(plan.chunks[0], plan.row_struct, props, plan.stale)
+        else:
+            cached: list[Any] = []
+            try:
+                with self._step("read"):
+                    frames = self._read(plan)
+                self._add_repairs(plan, frames, cached)
+                self._complete_key_changes(plan, frames, cached)
+                if self.truncates:
+                    frames.stream = frames.stream.unionByName(
+                        self._truncate_rows(self.truncates), allowMissingColumns=True
                     )
-                    hidden = self._hidden(chunks, events)
-                    if hidden is not None:  # at most a few events per chunk: not worth shuffling the chunks for
-                        hidden_keys = hidden.select("_cid", *keys)
-                        if sum(m.num_rows for m, _ in metas) <= BROADCAST_EVENTS:
-                            hidden_keys = sf.broadcast(hidden_keys)
-                        survivors = survivors.join(
-                            hidden_keys,
-                            [survivors["_cid"] == hidden_keys["_cid"]]
-                            + [survivors[k].eqNullSafe(hidden_keys[k]) for k in keys],
-                            "left_anti",
-                        )
-                    stream = stream.unionByName(self._chunk_stream(survivors))
-                    if self.has_missing:
-                        stream = stream.unionByName(self._bases(chunk_rows, events, hidden))
-            if chunks and a_target < F and self.target not in self.created and not is_empty(spark, self.target):
-                with self._step("repair"):
-                    chunk_keys = chunk_rows.select(*keys, "_cid", "_row").persist(StorageLevel.MEMORY_AND_DISK)
-                    cached.append(chunk_keys)
-                    found = [
-                        self._repairs(chunks, chunk_keys, window, hidden, completed, a_target),
-                        *(self._completed_dump_repairs(d, events, row_struct, a_target) for d in completed),
-                    ]
-                    if any(f is not None for f in found):
-                        stream = stream.unionByName(self._repair_deletes([f for f in found if f is not None]))
-            moved = created_lsns(schemas, a, F) if self.has_missing else []
-            if moved:
-                with self._step("key_changes"):
-                    stream = stream.persist(StorageLevel.MEMORY_AND_DISK)  # collected from, then appended
-                    cached.append(stream)
-                    completion = KeyChanges(spark, self.target, keys, self.types)
-                    stream, filled, unknown = completion.complete(stream, events, moved, chunk_rows, hidden)
-                    self._report_unknown(filled, [u for u in unknown if u.lsn >= a_target])
-            if self.truncates:
-                stream = stream.unionByName(self._truncate_rows(self.truncates), allowMissingColumns=True)
-            # The changelog is the stream, materialized once: the MERGE reads its rows back
-            # (all of [A, F), also those a run killed before its MERGE had appended already).
-            counts = None
-            if a_changelog < F:
-                with self._step("changelog"):
-                    written = self._append_changelog(stream.where(stream["_lsn"] >= _lsn(a_changelog)), props)
-                log.info("merge.changelog_committed", table=self.name, frontier=F)
-                if a_changelog == a:  # this run appended all of [A, F): its counts are the stream's
-                    counts = written
-            with self._step("stream"):
-                appended = spark.table(self.changelog)
-                appended = appended.where((appended["_lsn"] >= _lsn(a)) & (appended["_lsn"] < _lsn(F)))
-                if counts is None:  # a killed run appended part of it: count what the changelog holds
-                    counts = {r["_source"]: r["count"] for r in appended.groupBy("_source").count().collect()}
-            chunk_survivors = counts.get("chunk", 0)
-            self.report.update(
-                log_events=counts.get("log", 0),
-                chunks=len(chunks),
-                stale_highs=stale,
-                chunk_rows=sum(c.meta.rows for c in chunks),
-                dropped_by_window=sum(c.meta.rows for c in chunks) - chunk_survivors,
-                repair_deletes=counts.get("repair", 0),
-            )
-            self.report["truncates"] = len(self.truncates)
-            if a_target < F:
-                with self._step("merge"):
-                    merged = appended.where(appended["_lsn"] >= _lsn(a_target))
-                    last = self._delete_truncated(a_target)
-                    if last is not None:  # what the MERGE applies: the events after the last truncate
-                        merged = merged.where(merged["_lsn"] > _lsn(last))
-                    self._merge(merged, {**props, **self.unknown_record})
-            with self._step("properties"):  # the fallback of applied_frontier, after the commits
-                for name, applied in ((self.changelog, a_changelog), (self.target, a_target)):
-                    if applied < F and name not in self.created:  # a table created by this run holds F
-                        spark.sql(f"ALTER TABLE {name} SET TBLPROPERTIES ('{FRONTIER}' = '{F}')")
-                if self.unknown_record and a_target < F:
-                    update = _iceberg_table(spark, self.target).updateProperties()
-                    for key, value in self.unknown_record.items():
-                        update = update.set(key, value)
-                    update.commit()
-        finally:
-            for frame in cached:
-                frame.unpersist()
+                self._apply(plan, frames.stream, props)
+            finally:
+                for frame in cached:
+                    frame.unpersist()
         log.info(
             "merge.table_finished",
             **{k: v for k, v in self.report.items() if k not in ("target", "changelog", "step_seconds")},
         )
+
+    def _plan(self) -> RunPlan | None:
+        """Steps 1 and 2 on the driver: the frontiers the tables hold, the chunks and log files of the
+        run and the table's columns over them. None when there is nothing to do (reported why), or
+        when the run only truncates the target (done here)."""
+        ctx, spark, F = self.ctx, self.ctx.spark, self.ctx.frontier
+        self.exists = {name: table_exists(spark, name) for name in (self.target, self.changelog)}
+        a_target = applied_frontier(spark, self.target) if self.exists[self.target] else 0
+        a_changelog = applied_frontier(spark, self.changelog) if self.exists[self.changelog] else 0
+        a = min(a_target, a_changelog)
+        self.report.update(  # LSNs as text: the report crosses into XCom and JSON readers
+            applied_before=lsn_text(a_target), changelog_applied_before=lsn_text(a_changelog), frontier=lsn_text(F)
+        )
+        if a >= F:
+            self._refuse_foreign_target(max(a_target, a_changelog))
+            self.report["skipped"] = "up to date"
+            return None
+        with ctx.marks_lock:  # the watermark index loads lazily, for every table of the run
+            chunks, stale = chunks_since(ctx.zone, ctx.marks, self.schema, self.table, a)
+            completed = completed_dumps(ctx.zone, ctx.marks, self.schema, self.table, chunks)
+        truncates = landed_truncates(ctx.zone, F, tables={(self.schema, self.table)})
+        self.truncates = [t for t in truncates if t.lsn >= a]  # the run's own: rows in the stream
+        if truncates:  # step 4a: chunks a truncate emptied are no part of the run
+            emptied = [c for c in chunks if truncated_by(truncates, c.low, c.high, c.meta.read_view)]
+            chunks = [c for c in chunks if c not in emptied]
+            completed = [d for d in completed if not truncated_dump(d, truncates)]
+            self.report["chunks_truncated"] = len(emptied)
+        read = chunks + [c for d in completed for c in d.chunks]  # the log is read back to every LOW
+        start = min([a, *(c.low for c in read), *(c.meta.read_view.lookback for c in read if c.meta.read_view)])
+        log_files = table_segments(ctx.zone, self.schema, self.table, F, since=start)
+        if self.truncates and not log_files:  # only a truncate: the newest file gives the columns
+            log_files = table_segments(ctx.zone, self.schema, self.table, F)[-1:]
+        if self.truncates and not log_files and not chunks:
+            self._truncate_target(a_target, a_changelog, F)
+            return None
+        if not chunks and not self.truncates and not any(s[1] >= a for s in log_files):
+            self.report["skipped"] = "nothing new"
+            return None
+        metas = [(pq.read_metadata(p), p) for _, _, p in log_files]
+        self.reads_log = bool(log_files)
+        schemas = [(m.schema.to_arrow_schema(), p) for m, p in metas]
+        self.has_missing = misses_columns(schemas, start, F)
+        # rows the run reads at most: sizes its first load's write and its broadcasts
+        self.rows_in = sum(m.num_rows for m, _ in metas) + sum(c.meta.rows for c in chunks)
+        if self.rows_in > WARM_ROWS:
+            ctx.warm.set()
+        row_struct = self._columns(schemas, chunks)
+        events = sum(m.num_rows for m, _ in metas)
+        return RunPlan(
+            a, a_target, a_changelog, chunks, completed, stale, start, log_files, schemas, events, row_struct
+        )
+
+    def _columns(self, schemas: list[tuple[pa.Schema, str]], chunks: list[Chunk]) -> Any:
+        """The table's columns over the run's files (`unify_columns`), its key, and the Spark row type
+        every file is read as; files of a narrower type than the run's are remembered (`narrow`)."""
+        row_types = [(s.field("after").type, str(p)) for s, p in schemas]
+        row_types += [(c.row_type, str(c.path)) for c in chunks]
+        columns = unify_columns(row_types, self.name)
+        for row_type, origin in row_types:
+            own = tuple((f.name, f.type) for f in row_type if columns.get(f.name, f.type) != f.type)
+            if own:
+                self.narrow[str(Path(origin).resolve())] = own
+        clash = RESERVED & set(columns)
+        if clash:
+            raise MergeError(f"{self.name}: column(s) {sorted(clash)} clash with the merge's bookkeeping columns")
+        self.keys = self._key(schemas, chunks, columns)
+        self.columns = list(columns)
+        self.types = {c: target_type(t) for c, t in columns.items()}
+        return spark_type(pa.struct([pa.field(c, t) for c, t in columns.items()]))
+
+    def _read(self, plan: RunPlan) -> Frames:
+        """Steps 2 and 3: the log events from the plan's start, and the chunk rows that survive their
+        window (no event of their key between LOW and HIGH, none hidden from their snapshot), placed
+        at HIGH; the stream is the events from the applied frontier on and those survivors."""
+        from pyspark.sql import functions as sf
+
+        keys = self.keys
+        events = self._log_events([p for _, _, p in plan.log_files], plan.row_struct, plan.start)
+        frames = Frames(events, events.where(events["_lsn"] >= lsn_column(plan.a)).drop("_xid"))
+        if not plan.chunks:
+            return frames
+        chunk_rows = frames.chunk_rows = self._chunk_rows(plan.chunks, plan.row_struct)
+        window = frames.window = events.select(*keys, "_lsn")
+        survivors = chunk_rows.join(
+            window,
+            [chunk_rows[k].eqNullSafe(window[k]) for k in keys]  # NULL: a key part landed as NULL
+            + [window["_lsn"] > chunk_rows["_low"], window["_lsn"] < chunk_rows["_high"]],
+            "left_anti",
+        )
+        hidden = frames.hidden = self._hidden(plan.chunks, events)
+        if hidden is not None:  # at most a few events per chunk: not worth shuffling the chunks for
+            hidden_keys = hidden.select("_cid", *keys)
+            if plan.events <= BROADCAST_EVENTS:
+                hidden_keys = sf.broadcast(hidden_keys)
+            survivors = survivors.join(
+                hidden_keys,
+                [survivors["_cid"] == hidden_keys["_cid"]] + [survivors[k].eqNullSafe(hidden_keys[k]) for k in keys],
+                "left_anti",
+            )
+        frames.stream = frames.stream.unionByName(self._chunk_stream(survivors))
+        if self.has_missing:
+            frames.stream = frames.stream.unionByName(self._bases(chunk_rows, events, hidden))
+        return frames
+
+    def _add_repairs(self, plan: RunPlan, frames: Frames, cached: list[Any]) -> None:
+        """Step 4: the repair deletes of the run's chunks and completed dumps join the stream (only
+        into a target that held rows before the run)."""
+        from pyspark import StorageLevel
+
+        if not plan.chunks or plan.a_target >= self.ctx.frontier or self.target in self.created:
+            return
+        if is_empty(self.ctx.spark, self.target):
+            return
+        with self._step("repair"):
+            chunk_keys = frames.chunk_rows.select(*self.keys, "_cid", "_row")
+            chunk_keys = chunk_keys.persist(StorageLevel.MEMORY_AND_DISK)
+            cached.append(chunk_keys)
+            found = [
+                self._repairs(plan.chunks, chunk_keys, frames.window, frames.hidden, plan.completed, plan.a_target),
+                *(
+                    self._completed_dump_repairs(d, frames.events, plan.row_struct, plan.a_target)
+                    for d in plan.completed
+                ),
+            ]
+            if any(f is not None for f in found):
+                frames.stream = frames.stream.unionByName(self._repair_deletes([f for f in found if f is not None]))
+
+    def _complete_key_changes(self, plan: RunPlan, frames: Frames, cached: list[Any]) -> None:
+        """PostgreSQL: a key change's create that left TOASTed columns out gets them from the old key's
+        state (capture/merge/key_changes.py)."""
+        from pyspark import StorageLevel
+
+        moved = created_lsns(plan.schemas, plan.a, self.ctx.frontier) if self.has_missing else []
+        if not moved:
+            return
+        with self._step("key_changes"):
+            frames.stream = frames.stream.persist(StorageLevel.MEMORY_AND_DISK)  # collected from, then appended
+            cached.append(frames.stream)
+            completion = KeyChanges(self.ctx.spark, self.target, self.keys, self.types)
+            frames.stream, filled, unknown = completion.complete(
+                frames.stream, frames.events, moved, frames.chunk_rows, frames.hidden
+            )
+            self._report_unknown(filled, [u for u in unknown if u.lsn >= plan.a_target])
+
+    def _apply(self, plan: RunPlan, stream: Any, props: dict[str, str]) -> None:
+        """Steps 5 and 6: the stream appended to the changelog (the part the changelog lacks), read
+        back for all of [A, F) and MERGEd into the target; then the frontier as a table property."""
+        spark, F, a = self.ctx.spark, self.ctx.frontier, plan.a
+        # The changelog is the stream, materialized once: the MERGE reads its rows back
+        # (all of [A, F), also those a run killed before its MERGE had appended already).
+        counts = None
+        if plan.a_changelog < F:
+            with self._step("changelog"):
+                written = self._append_changelog(stream.where(stream["_lsn"] >= lsn_column(plan.a_changelog)), props)
+            log.info("merge.changelog_committed", table=self.name, frontier=F)
+            if plan.a_changelog == a:  # this run appended all of [A, F): its counts are the stream's
+                counts = written
+        with self._step("stream"):
+            appended = spark.table(self.changelog)
+            appended = appended.where((appended["_lsn"] >= lsn_column(a)) & (appended["_lsn"] < lsn_column(F)))
+            if counts is None:  # a killed run appended part of it: count what the changelog holds
+                counts = {r["_source"]: r["count"] for r in appended.groupBy("_source").count().collect()}
+        chunk_rows = sum(c.meta.rows for c in plan.chunks)
+        self.report.update(
+            log_events=counts.get("log", 0),
+            chunks=len(plan.chunks),
+            stale_highs=plan.stale,
+            chunk_rows=chunk_rows,
+            dropped_by_window=chunk_rows - counts.get("chunk", 0),
+            repair_deletes=counts.get("repair", 0),
+        )
+        self.report["truncates"] = len(self.truncates)
+        if plan.a_target < F:
+            with self._step("merge"):
+                merged = appended.where(appended["_lsn"] >= lsn_column(plan.a_target))
+                last = self._delete_truncated(plan.a_target)
+                if last is not None:  # what the MERGE applies: the events after the last truncate
+                    merged = merged.where(merged["_lsn"] > lsn_column(last))
+                self._merge(merged, {**props, **self.unknown_record})
+        with self._step("properties"):  # the fallback of applied_frontier, after the commits
+            for name, applied in ((self.changelog, plan.a_changelog), (self.target, plan.a_target)):
+                if applied < F and name not in self.created:  # a table created by this run holds F
+                    spark.sql(f"ALTER TABLE {name} SET TBLPROPERTIES ('{FRONTIER}' = '{F}')")
+            if self.unknown_record and plan.a_target < F:
+                update = iceberg_table(spark, self.target).updateProperties()
+                for key, value in self.unknown_record.items():
+                    update = update.set(key, value)
+                update.commit()
 
     def _fresh_chunk(self, chunks: list[Chunk], a_changelog: int, a_target: int) -> bool:
         """Whether the run is one chunk into a target and changelog it created: no log event, no
@@ -1011,14 +579,14 @@ class TableMerge:
             raw = self._parquet([str(chunk.path.resolve())], T.StructType([T.StructField("after", row_struct)]))
             row = "_metadata.row_index"
             own = {
-                "_lsn": _sql_literal(chunk.high, "decimal(38,0)"),
+                "_lsn": sql_literal(chunk.high, "decimal(38,0)"),
                 "_order": f"CAST({row} + 1 AS BIGINT)",
                 "_op": "'r'",
                 "_source": "'chunk'",
-                "_commit_ts": _row_constant(chunk.high_ts, "timestamp", row),
-                "_dump_id": _sql_literal(chunk.meta.dump_id, "string"),
-                "_chunk": _sql_literal(chunk.meta.chunk, "int"),
-                "_applied_at": _sql_literal(ctx.applied_at, "timestamp"),
+                "_commit_ts": row_constant(chunk.high_ts, "timestamp", row),
+                "_dump_id": sql_literal(chunk.meta.dump_id, "string"),
+                "_chunk": sql_literal(chunk.meta.chunk, "int"),
+                "_applied_at": sql_literal(ctx.applied_at, "timestamp"),
             }
             columns = {c.lower(): c for c in self.columns}
 
@@ -1053,7 +621,7 @@ class TableMerge:
             self._report_snapshot()
 
     def _report_snapshot(self) -> None:
-        summary = _iceberg_table(self.ctx.spark, self.target).currentSnapshot().summary()
+        summary = iceberg_table(self.ctx.spark, self.target).currentSnapshot().summary()
         for name in ("added-records", "deleted-records", "added-position-deletes", "total-records"):
             value = summary.get(name)
             self.report[name.replace("-", "_")] = int(value) if value is not None else 0
@@ -1064,7 +632,7 @@ class TableMerge:
         from pyspark.sql import functions as sf
 
         rows = [(t.lsn, t.txid, t.commit_ts) for t in truncates]
-        frame = _values(
+        frame = values_frame(
             self.ctx.spark, [("_lsn", "decimal(38,0)"), ("_txid", "string"), ("_commit_ts", "timestamp")], rows
         )
         return frame.select(
@@ -1087,7 +655,7 @@ class TableMerge:
         if not pending:
             return None
         last = max(pending)
-        if _iceberg_table(self.ctx.spark, self.target).currentSnapshot() is None:
+        if iceberg_table(self.ctx.spark, self.target).currentSnapshot() is None:
             return last  # no rows to delete; and no snapshot without a frontier beside a created table's property
         sql = f"DELETE FROM {self.target} WHERE _lsn < CAST({last} AS DECIMAL(38,0))"
         commit_with(self.ctx.spark, props or {}, lambda: self.ctx.spark.sql(sql))
@@ -1207,7 +775,7 @@ class TableMerge:
             )
             return spark.sql(f"SELECT {nulls} LIMIT 0")
         raw = self._parquet([str(p.resolve()) for p in paths], schema)
-        raw = raw.where((raw["_lsn"] >= _lsn(start)) & (raw["_lsn"] < _lsn(self.ctx.frontier)))
+        raw = raw.where((raw["_lsn"] >= lsn_column(start)) & (raw["_lsn"] < lsn_column(self.ctx.frontier)))
 
         def rows(image: Any, op: Any, order: int, missing: Any) -> list[Any]:
             return [
@@ -1232,7 +800,7 @@ class TableMerge:
         missing = sf.when(after.isNotNull(), sf.col("_missing")) if self.has_missing else sf.lit(None)
         main = raw.select(*rows(image, sf.col("_op"), 0, missing))
         same_key = [before.getField(k).eqNullSafe(after.getField(k)) for k in keys]
-        moved = before.isNotNull() & after.isNotNull() & ~_all(same_key)
+        moved = before.isNotNull() & after.isNotNull() & ~all_of(same_key)
         split = raw.where(moved).select(*rows(before, sf.lit("d"), -1, sf.lit(None)))
         return main.unionByName(split)
 
@@ -1300,7 +868,7 @@ class TableMerge:
             c = chunks[0]
             own = (c.id, c.low, c.high, c.high_ts, c.meta.dump_id, c.meta.chunk)
             return raw.select(*values, sf.col("_metadata.row_index").alias("_row")).selectExpr(
-                "*", *(f"{_row_constant(v, t)} AS {quote(n)}" for v, (n, t) in zip(own, CHUNK_COLUMNS[1:], strict=True))
+                "*", *(f"{row_constant(v, t)} AS {quote(n)}" for v, (n, t) in zip(own, CHUNK_COLUMNS[1:], strict=True))
             )
         raw = raw.select(
             *values, sf.col("_metadata.file_path").alias("_file"), sf.col("_metadata.row_index").alias("_row")
@@ -1321,7 +889,7 @@ class TableMerge:
                 self.ctx.file_scheme = uri[: len(uri) - len(known)]
         if self.ctx.file_scheme is not None:
             spelled = {p: self.ctx.file_scheme + path for p, path in spelled.items()}
-        meta = _values(
+        meta = values_frame(
             spark,
             CHUNK_COLUMNS,
             [
@@ -1353,16 +921,16 @@ class TableMerge:
             return None
         keys, spark = self.keys, self.ctx.spark
         columns = [("_cid", "int"), ("_low", "decimal(38,0)"), ("_before_low", "decimal(38,0)"), ("_xmax", "bigint")]
-        frame = sf.broadcast(_values(spark, [*columns, ("_xip", "array<bigint>")], views))
+        frame = sf.broadcast(values_frame(spark, [*columns, ("_xip", "array<bigint>")], views))
         xids = events.where(sf.col("_xid").isNotNull()).select(*keys, "_lsn", "_order", "_op", "_missing", "_xid")
-        widened = _widen(sf.col("_xid"), sf.col("_xmax"))
+        widened = widen_xid(sf.col("_xid"), sf.col("_xmax"))
         recent = xids.join(frame, (xids["_lsn"] >= frame["_before_low"]) & (xids["_lsn"] < frame["_low"])).where(
             (widened >= sf.col("_xmax")) | sf.array_contains(sf.col("_xip"), widened)
         )
         running = frame.select("_cid", "_low", "_xmax", sf.explode("_xip").alias("_full"))
         running = running.withColumn("_x32", sf.col("_full").bitwiseAND(sf.lit(0xFFFFFFFF)))
         in_xip = xids.join(running, (xids["_xid"] == running["_x32"]) & (xids["_lsn"] < running["_low"])).where(
-            _widen(sf.col("_x32"), sf.col("_xmax")) == sf.col("_full")
+            widen_xid(sf.col("_x32"), sf.col("_xmax")) == sf.col("_full")
         )
         picked = ["_cid", *keys, "_lsn", "_order", "_op", "_missing"]
         return recent.select(*picked).unionByName(in_xip.select(*picked)).distinct()
@@ -1551,7 +1119,7 @@ class TableMerge:
             left = orphans.select(
                 *keys,
                 "_tlsn",
-                *(_spark_fold(sf.col(k), f).alias(n) for k, f, n in zip(keys, folds, folded, strict=True)),
+                *(spark_fold(sf.col(k), f).alias(n) for k, f, n in zip(keys, folds, folded, strict=True)),
             )
             listed = (
                 left.join(sf.broadcast(asked_df), folded)
@@ -1588,7 +1156,7 @@ class TableMerge:
         if last.high < a_target:
             return None
         spark, keys = self.ctx.spark, self.keys
-        first_low = _lsn(dump.first_low)
+        first_low = lsn_column(dump.first_low)
         key_struct = T.StructType([f for f in row_struct.fields if f.name in keys])
         paths = [str(c.path.resolve()) for c in dump.chunks]
         returned = self._parquet(paths, T.StructType([T.StructField("after", key_struct)])).select(
@@ -1596,16 +1164,16 @@ class TableMerge:
         )
         target = spark.table(self.target).select(*keys, sf.col("_lsn").alias("_tlsn"))
         candidates = target.where(
-            _all([sf.col(k).isNotNull() for k in keys]) & (sf.col("_tlsn").isNull() | (sf.col("_tlsn") < first_low))
+            all_of([sf.col(k).isNotNull() for k in keys]) & (sf.col("_tlsn").isNull() | (sf.col("_tlsn") < first_low))
         ).join(returned, keys, "left_anti")
-        touched = events.where((events["_lsn"] >= first_low) & (events["_lsn"] <= _lsn(last.high))).select(*keys)
+        touched = events.where((events["_lsn"] >= first_low) & (events["_lsn"] <= lsn_column(last.high))).select(*keys)
         candidates = candidates.join(touched, keys, "left_anti")
         hidden = self._hidden(dump.chunks, events)
         if hidden is not None:
             candidates = candidates.join(hidden.select(*keys), keys, "left_anti")
         return candidates.select(
             *keys,
-            _lsn(last.high).alias("_high"),
+            lsn_column(last.high).alias("_high"),
             sf.lit(last.high_ts).cast("timestamp").alias("_high_ts"),
             sf.lit(dump.dump_id).alias("_dump_id"),
             sf.lit(last.meta.chunk).alias("_chunk"),
@@ -1748,103 +1316,3 @@ class TableMerge:
                 spark.catalog.dropTempView(view)
                 source.unpersist()
         self._report_snapshot()
-
-
-def error_line(exc: BaseException) -> str:
-    """An exception as one line: its type and the first line of its message; for Spark's (a Java
-    exception, through py4j), those of its root cause, where Spark says what went wrong."""
-    name, text = _spark_root_cause(exc) or (type(exc).__name__, str(exc))
-    first = next((line.strip() for line in text.splitlines() if line.strip()), "").rstrip(":")
-    return f"{name}: {first}" if first else name
-
-
-def _spark_root_cause(exc: BaseException) -> tuple[str, str] | None:
-    """(type, message) of the innermost cause of a Spark error; None for any other exception."""
-    if "pyspark" not in sys.modules:  # Spark's exceptions exist only once pyspark is imported
-        return None
-    from py4j.protocol import Py4JJavaError
-    from pyspark.errors.exceptions.captured import CapturedException
-
-    if isinstance(exc, CapturedException):
-        root = exc
-        while root.cause is not None:
-            root = root.cause
-        return type(root).__name__, root.desc or ""
-    if isinstance(exc, Py4JJavaError):
-        cause = exc.java_exception
-        while cause.getCause() is not None:
-            cause = cause.getCause()
-        return str(cause.getClass().getSimpleName()), str(cause.getMessage() or "")
-    return None
-
-
-def _widen(xid: Any, near: Any) -> Any:
-    """A 32-bit xid as the 64-bit xid (epoch | xid) closest to `near` (read_view.py `widen`)."""
-    from pyspark.sql import functions as sf
-
-    full = sf.shiftleft(sf.shiftright(near, 32), 32).bitwiseOR(xid)
-    return (
-        sf.when(full > near + (1 << 31), full - (1 << 32))
-        .when(full < near - (1 << 31), full + (1 << 32))
-        .otherwise(full)
-    )
-
-
-def _values(spark: Any, columns: list[tuple[str, str]], rows: list[tuple[Any, ...]]) -> Any:
-    """A small frame of the merge's own values (at least one row) as an inline table: a plan
-    without a job (`createDataFrame` passes rows through Python worker processes when they are
-    read: a worker daemon started to broadcast 50 rows, seconds in a cold merge). Only digits
-    and hex digits reach the SQL: integers, LSNs, aware datetimes (as microseconds), text (as
-    UTF-8 hex), lists of integers, None."""
-
-    body = ", ".join(
-        "(" + ", ".join(_sql_literal(v, t) for v, (_, t) in zip(r, columns, strict=True)) + ")" for r in rows
-    )
-    return spark.sql(f"SELECT * FROM VALUES {body} AS t({', '.join(quote(n) for n, _ in columns)})")
-
-
-def _sql_literal(value: Any, sql_type: str) -> str:
-    """One value of the merge's own as SQL of type `sql_type` (see `_values`)."""
-    if value is None:
-        return f"CAST(NULL AS {sql_type})"
-    if isinstance(value, str):
-        return f"CAST(X'{value.encode().hex()}' AS STRING)"
-    if isinstance(value, datetime):  # the log's commit times: UTC
-        aware = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
-        return f"timestamp_micros({(aware - _EPOCH) // timedelta(microseconds=1)})"
-    if isinstance(value, list):
-        return f"CAST(array({', '.join(str(int(v)) for v in value)}) AS {sql_type})"
-    if isinstance(value, (int, Decimal)) and not isinstance(value, bool):
-        return f"CAST({int(value)} AS {sql_type})"
-    raise MergeError(f"the merge cannot write {type(value).__name__} into an inline table")
-
-
-def _row_constant(value: Any, sql_type: str, row: str = "_row") -> str:
-    """A value of the merge's own as SQL for every row of a frame with a `_row` column (a chunk's
-    bounds, see `_chunk_rows`), spelled so that the generated code does not hold it. Spark writes
-    a timestamp constant into its generated Java source as a number, so two tables
-    whose chunks differ only in their HIGH's commit time would compile their own classes (Janino,
-    then the JIT: about 0.1 CPU-s per table of a run); decimals and strings are references,
-    the same code for any value. A timestamp is therefore the decimal microseconds plus
-    `_row * 0` (a column: not folded back into a constant)."""
-    if isinstance(value, datetime):
-        aware = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
-        micros = (aware - _EPOCH) // timedelta(microseconds=1)
-        return f"timestamp_micros(CAST(CAST({micros} AS DECIMAL(20,0)) + {row} * 0 AS BIGINT))"
-    return _sql_literal(value, sql_type)
-
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def _lsn(value: int) -> Any:
-    from pyspark.sql import functions as sf
-
-    return sf.lit(Decimal(value)).cast("decimal(38,0)")
-
-
-def _all(conditions: list[Any]) -> Any:
-    result = conditions[0]
-    for condition in conditions[1:]:
-        result = result & condition
-    return result

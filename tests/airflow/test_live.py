@@ -68,7 +68,7 @@ class Live:
         return module.Workload(self.servers[source], DATABASE, table, 100_000, seed)
 
     def targets_equal_sources(self, sources: tuple[str, ...] = ("maria", "pg")) -> None:
-        from capture.merge.table import quote
+        from capture.merge.spark_types import quote
 
         with iceberg(self.config) as spark:
             for source in sources:
@@ -623,7 +623,7 @@ def test_many_dump_runs_triggered_at_once_all_succeed(live: Live):
     print(f"\n{MANY_TABLES} dump runs triggered at load {load:.1f}: all success in {dumped_s:.0f} s, "
           f"merged in {time.monotonic() - began:.0f} s; load now {os.getloadavg()[0]:.1f}")  # fmt: skip
     assert airflow.exited() == {}, airflow.logs()
-    from capture.merge.table import quote
+    from capture.merge.spark_types import quote
 
     with iceberg(live.config) as spark:
         for t in tables:

@@ -45,7 +45,7 @@ def with_merge(capture, tmp_path: Path, **merge: Any) -> LogtideConfig:
 
 
 def target_state(spark: Any, config: LogtideConfig, database: str, table: str) -> dict:
-    from capture.merge.table import quote
+    from capture.merge.spark_types import quote
 
     name = ".".join(quote(p) for p in (config.merge.catalog_name, "src", f"{database}__{table}"))
     rows = [r.asDict() for r in spark.table(name).drop("_lsn", "_applied_at").collect()]

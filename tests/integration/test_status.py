@@ -272,7 +272,7 @@ def test_postgres_lag_is_the_slots_unconfirmed_wal(postgres, request):
 def test_applied_frontier_is_read_from_iceberg_metadata(mariadb, database, start_capture, request, kind):
     session, with_merge = request.getfixturevalue("spark"), request.getfixturevalue("merge_config")
     from capture.merge.app import run_merge
-    from capture.merge.table import applied_frontier
+    from capture.merge.iceberg import applied_frontier
 
     capture = start_capture(
         "CREATE TABLE kv (k INT PRIMARY KEY, v INT)",

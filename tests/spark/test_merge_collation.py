@@ -17,11 +17,10 @@ import pytest
 from capture.dump.control import DumpSettings
 from capture.dump.engine import DumpRequest
 from capture.landing.chunks import read_chunk_meta
-from capture.landing.reader import chunk_files
+from capture.landing.reader import Watermarks, chunk_files
 from capture.landing.zone import table_folder
 from capture.merge import table as merge_table
 from capture.merge.app import run_merge
-from capture.merge.table import Watermarks
 from tests.integration.dumping import run_dump, wait_until_landed
 from tests.integration.postgres import dumping as pg
 from tests.integration.postgres.conftest import make_pg_capture, pg_database  # noqa: F401 - fixtures

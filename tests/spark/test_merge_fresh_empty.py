@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from capture.merge import iceberg
 from capture.merge import table as merge_table
 from capture.merge.app import run_merge
 from tests.spark.landing import Landing
@@ -31,8 +32,8 @@ def test_a_fresh_table_of_one_empty_chunk_merges_as_the_general_path_does(spark,
     assert not general["failed"], general
     for suffix in ("", "__changelog"):
         assert spark.table(f"logtide.fresh_empty.db__docs{suffix}").count() == 0
-        assert merge_table.applied_frontier(spark, f"logtide.fresh_empty.db__docs{suffix}") == (
-            merge_table.applied_frontier(spark, f"logtide.fresh_empty_general.db__docs{suffix}")
+        assert iceberg.applied_frontier(spark, f"logtide.fresh_empty.db__docs{suffix}") == (
+            iceberg.applied_frontier(spark, f"logtide.fresh_empty_general.db__docs{suffix}")
         )
     # a second run has nothing to do
     again = run_merge(spark, landing.config, "src")

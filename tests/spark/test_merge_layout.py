@@ -17,9 +17,11 @@ from capture.events import Change, ChangeBatch, Column, Lsn, Op, TableSchema, Tr
 from capture.landing import Checkpoint, LandingZone
 from capture.landing.log_writer import LogWriter
 from capture.merge import app as merge_app
+from capture.merge import iceberg, pruning
 from capture.merge import table as merge_table
 from capture.merge.app import run_merge
-from capture.merge.table import key_filter
+from capture.merge.plan import chunks_since
+from capture.merge.pruning import key_filter
 from tests.spark.landing import Landing
 from tests.spark.merging import iceberg_state
 
@@ -112,10 +114,8 @@ def test_a_merge_of_recent_keys_reads_only_the_files_that_can_hold_them(spark, c
         log.transaction(ITEMS, [(c, None, (i, "v0")) for i in range(block * 1000, block * 1000 + 1000)])
         run_merge(spark, config, "src")
     name = "logtide.layout_files.db__items"
-    properties = merge_table._iceberg_table(spark, name).properties()
-    assert (
-        properties.get("write.distribution-mode") == "range" and properties.get("logtide.layout") == merge_table.LAYOUT
-    )
+    properties = iceberg.iceberg_table(spark, name).properties()
+    assert properties.get("write.distribution-mode") == "range" and properties.get("logtide.layout") == iceberg.LAYOUT
 
     keys = [3990, 3995, 2999]
     source = spark.createDataFrame([(k,) for k in keys], "id bigint")
@@ -126,7 +126,7 @@ def test_a_merge_of_recent_keys_reads_only_the_files_that_can_hold_them(spark, c
     assert read == 2 and skipped >= 2  # the files of keys 3000..3999 and 2000..2999
     assert _data_files(spark.table(name)) == (read + skipped, 0)
 
-    monkeypatch.setattr(merge_table, "PRUNE_MAX_KEYS", 2)  # more keys than that: no filter, same result
+    monkeypatch.setattr(pruning, "PRUNE_MAX_KEYS", 2)  # more keys than that: no filter, same result
     log.transaction(ITEMS, [(u, (k, "v0"), (k, "v1")) for k in keys])
     report = run_merge(spark, config, "src")["tables"][0]
     assert report["key_filter"] is False
@@ -149,10 +149,8 @@ def test_a_table_of_the_older_layout_gets_the_new_one_and_keeps_merging(spark, c
     run_merge(spark, config, "src")
     log.transaction(ITEMS, [(Op.UPDATE, (3, "a"), (3, "b")), (Op.DELETE, (4, "a"), None)])
     run_merge(spark, config, "src")
-    properties = merge_table._iceberg_table(spark, name).properties()
-    assert (
-        properties.get("logtide.layout") == merge_table.LAYOUT and properties.get("write.distribution-mode") == "range"
-    )
+    properties = iceberg.iceberg_table(spark, name).properties()
+    assert properties.get("logtide.layout") == iceberg.LAYOUT and properties.get("write.distribution-mode") == "range"
     assert iceberg_state(spark, name) == _reference(zone, "items")
 
 
@@ -186,7 +184,7 @@ def test_the_key_filter_keeps_every_key_of_every_type_it_handles(spark):
 
 def _metadata_versions(spark, name: str) -> int:
     """Metadata files the table has been written as (its current one and the ones before it)."""
-    table = merge_table._iceberg_table(spark, name)
+    table = iceberg.iceberg_table(spark, name)
     table.refresh()
     return table.operations().current().previousFiles().size() + 1
 
@@ -207,7 +205,7 @@ def test_a_first_load_writes_each_table_twice_and_a_failed_one_reruns_to_the_sam
     with monkeypatch.context() as patch:  # the changelog commits, the target is created and never written
         patch.setattr(merge_table.TableMerge, "_merge", failing)
         assert run_merge(spark, config, "src")["failed"]
-    assert merge_table.applied_frontier(spark, name) == 0 < merge_table.applied_frontier(spark, changelog)
+    assert iceberg.applied_frontier(spark, name) == 0 < iceberg.applied_frontier(spark, changelog)
     log.transaction(TAGS, [(u, ("k1", 1, "a"), ("k1", 1, "b")), (d, ("k2", 2, "a"), None)])
     run_merge(spark, config, "src")
     assert iceberg_state(spark, name, key=("name", "n")) == _reference(zone, "tags")
@@ -218,7 +216,7 @@ def test_a_first_load_writes_each_table_twice_and_a_failed_one_reruns_to_the_sam
     target, frontier = "logtide.layout_fresh.db__tags", int(report["frontier"])
     # created with its layout, then written: two metadata files each (no ALTER, no property update)
     assert _metadata_versions(spark, target) == 2 and _metadata_versions(spark, target + "__changelog") == 2
-    table = merge_table._iceberg_table(spark, target)
+    table = iceberg.iceberg_table(spark, target)
     order = [
         (str(f.direction()), str(f.nullOrder()), table.schema().findColumnName(f.sourceId()))
         for f in table.sortOrder().fields()
@@ -263,7 +261,7 @@ def test_a_table_of_one_chunk_loads_sorted_by_key_in_two_single_stage_jobs(spark
 def test_a_table_of_one_chunk_keeps_its_high_commit_time_in_the_changelog(spark, catalogs, tmp_path):
     """A one-chunk table's rows reach the changelog at its HIGH watermark: that LSN and the commit
     time of HIGH's transaction, to the microsecond (a column expression in the write, not a
-    constant of the generated code: `_row_constant`)."""
+    constant of the generated code: `row_constant`)."""
     from capture.landing.reader import Watermarks
 
     landing = Landing(tmp_path, catalogs, "one_chunk_ts")
@@ -271,7 +269,7 @@ def test_a_table_of_one_chunk_keeps_its_high_commit_time_in_the_changelog(spark,
     landing.chunk([(i, f"t{i}", "x") for i in (2, 1, 3)])
     landing.mark(120, "HIGH", "high-1")
     frontier = landing.zone.checkpoint().frontier.encode()
-    (chunk,), _ = merge_table._chunks(landing.zone, Watermarks(landing.zone, frontier), "db", "docs", 0)
+    (chunk,), _ = chunks_since(landing.zone, Watermarks(landing.zone, frontier), "db", "docs", 0)
     assert chunk.high_ts is not None
     run_merge(spark, landing.config, "src")
 
@@ -333,7 +331,7 @@ def test_a_fresh_one_chunk_table_writes_what_the_general_path_does_and_reruns_af
         patch.setattr(merge_table, "commit_with", failing)
         assert run_merge(spark, config("fresh_failed"), "src")["failed"]
     name = "logtide.fresh_failed.db__docs"
-    assert merge_table.applied_frontier(spark, name) == 0 < merge_table.applied_frontier(spark, name + "__changelog")
+    assert iceberg.applied_frontier(spark, name) == 0 < iceberg.applied_frontier(spark, name + "__changelog")
     run_merge(spark, config("fresh_failed"), "src")
     assert iceberg_state(spark, name) == _reference(landing.zone, "docs")
     assert rows(name + "__changelog") == rows("logtide.fresh_general.db__docs__changelog")
