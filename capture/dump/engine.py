@@ -362,14 +362,14 @@ class DumpEngine:
             log.info("dump.table_already_complete", dump_id=dump_id, table=name, chunks=progress.chunk)
             record.table(name, chunks=progress.chunk, rows=progress.rows, percent=100.0, eta_s=0.0, done=True)
             return summary
+        # the table's generation now, which the chunks of this run are read from (a resumed run first compares
+        # it with its progress file's: `_changed_while_stopped`)
+        self._generations[name] = self._generation(table)
         if progress.chunk:
             log.info("dump.table_resumed", dump_id=dump_id, table=name, after_chunk=progress.chunk)
-            if _read_some(progress) and progress.shape not in (None, _shape(table)):  # altered meanwhile
-                why = "its columns are not the ones its earlier chunks were read with"
-                progress = self._restart(dump_id, table, progress.chunk + 1, progress, why)
+            if _read_some(progress) and (why := self._changed_while_stopped(progress, table)):
+                progress = self._restart(dump_id, table, progress.chunk + 1, progress, why, resumed=True)
         expected = len(plan.keys) if plan.keys is not None else max(self.source.estimate_rows(table), 1)
-        # the storage the chunks so far were read from; a resumed run's as its progress recorded it
-        self._generations[name] = progress.generation if progress.chunk else self._generation(table)
         began, rows_at_start = time.monotonic(), progress.rows
         outputs_wait_s = 0.0
         resumed_at = progress.chunk + 1 if progress.chunk else None
@@ -633,17 +633,32 @@ class DumpEngine:
                 progress = self._restart(dump_id, current, number, progress, "; ".join(stale))
         return current, progress
 
+    def _changed_while_stopped(self, progress: TableProgress, table: TableSchema) -> str | None:
+        """Why the chunks an earlier run of this dump read may be stale now, None if they are not: the table's
+        shape is not the one its progress file recorded, or its columns were rewritten (the generation), or
+        the file, written by an older version, lacks what tells (no shape, no generation or one in an
+        earlier format: the table may have changed while the dump was stopped, and no row event says so)."""
+        unknown = "the dump cannot tell whether the table changed while the dump was stopped"
+        if progress.shape is None:
+            return f"its progress file records no shape (written by an older version): {unknown}"
+        if progress.shape != _shape(table):
+            return "the table changed while the dump was stopped: its columns are not the ones its earlier chunks read"
+        now = self._generations[table.qualified_name]
+        if now is None:  # a source without generations
+            return None
+        if _tokens(progress.generation) is None:
+            return f"its progress file records no generation, or one in an older format (an older version): {unknown}"
+        if _rewritten(progress.generation, now):
+            return "the table changed while the dump was stopped: columns its earlier chunks read were rewritten"
+        return None
+
     def _rewritten(self, current: TableSchema) -> bool:
-        """Whether a column the chunks so far were read with was written again since (its generation token
-        changed; ChunkSource.generation), and note the table's generation now. Columns added or dropped
-        are judged by `stale_changes`; a source without generations never says so."""
+        """Whether a column the chunks so far were read with was written again since (`_rewritten`), and note
+        the table's generation now."""
         name = current.qualified_name
         before, after = self._generations.get(name), self._generation(current)
         self._generations[name] = after
-        if before is None or after is None:
-            return before != after  # a resumed dump whose progress has none: read again, to be safe
-        old, new = json.loads(before), json.loads(after)
-        return any(old[column] != token for column, token in new.items() if column in old)
+        return _rewritten(before, after)
 
     def _generation(self, table: TableSchema) -> str | None:
         """The table's storage generation (ChunkSource.generation), None where the source has none."""
@@ -651,14 +666,18 @@ class DumpEngine:
         return None if generation is None else generation(table)
 
     @staticmethod
-    def _restart(dump_id: str, table: TableSchema, number: int, progress: TableProgress, why: str) -> TableProgress:
+    def _restart(
+        dump_id: str, table: TableSchema, number: int, progress: TableProgress, why: str, resumed: bool = False
+    ) -> TableProgress:
+        """`resumed`: `why` is the whole reason (`_changed_while_stopped`), not a change seen during this run."""
+        what = why if resumed else f"the table changed during the dump ({why})"
         log.warning(
             "dump.table_restarted",
             dump_id=dump_id,
             table=table.qualified_name,
             chunk=number,
-            reason=f"the table changed during the dump ({why}): PostgreSQL and MySQL log no row for such a change, "
-            "so the rows its earlier chunks read would stand in the targets with their old values",
+            reason=f"{what}: PostgreSQL and MySQL log no row for a change that gives rows new values, "
+            "so the rows its earlier chunks read could stand in the targets with their old values",
             action="the table is read again from its start (chunk numbers go on)",
         )
         return _restarted(progress)
@@ -711,6 +730,28 @@ def _refuse_rekeyed(plan: _Plan, table: TableSchema, current: TableSchema) -> No
             "was given name rows by the old key; the chunks written so far stand, dump the table again "
             "(a new dump id) with keys of the new key, or all of it"
         )
+
+
+def _tokens(generation: str | None) -> dict[str, str] | None:
+    """A generation's token per column (ChunkSource.generation: a JSON object); None where there is none or
+    it is in an earlier format (a progress file of an older version: relfilenodes, `name:xmin,...`)."""
+    try:
+        tokens = json.loads(generation) if generation is not None else None
+    except ValueError:
+        return None
+    return tokens if isinstance(tokens, dict) else None
+
+
+def _rewritten(before: str | None, after: str | None) -> bool:
+    """Whether a column both generations hold was written again between them. Columns added or dropped
+    are judged by `stale_changes`; a source without generations (both None) never says so, and one that
+    cannot be read (None beside one, an earlier format) says so, to be safe."""
+    if before is None and after is None:
+        return False
+    old, new = _tokens(before), _tokens(after)
+    if old is None or new is None:
+        return True
+    return any(old[column] != token for column, token in new.items() if column in old)
 
 
 def _shape(table: TableSchema) -> str:
