@@ -212,6 +212,29 @@ def _restarted(progress: TableProgress) -> TableProgress:
     return TableProgress(chunk=progress.chunk, rows=progress.rows, missing_keys=0, whole=progress.whole)
 
 
+@dataclass(frozen=True)
+class KeySignature:
+    """The key the chunks are cut by, as far as a change of it makes the chunks so far useless for the
+    rest of the dump: its columns, their source types and whether the database orders it exactly as the
+    merge does. Another signature means rows may fall between the chunks read before and after (a key
+    retyped int -> text orders '100' before '20'), and key lists and ranges name rows of the old one.
+    `stale_changes` (a whole dump reads the table again) and `_refuse_rekeyed` (a key list or range
+    stops) compare it; the other columns' changes are `stale_changes`' alone."""
+
+    columns: tuple[str, ...]
+    types: tuple[str | None, ...]
+    exact_order: bool
+
+    @classmethod
+    def of(cls, table: TableSchema) -> KeySignature:
+        types = {c.name: c.source_type for c in table.columns}
+        return cls(tuple(table.key), tuple(types.get(k) for k in table.key), table.exact_key_order)
+
+    def typed(self) -> str:
+        """`id integer, v text`: the columns with their types, for messages."""
+        return ", ".join(f"{name} {type_}" for name, type_ in zip(self.columns, self.types, strict=True))
+
+
 def stale_changes(before: TableSchema, after: TableSchema, values: list[str] | None = None) -> list[str]:
     """What makes chunks read with `before` stale once the table is `after`: another key, key type or key
     order (the chunks so far were cut in another order: rows may fall between them), and columns whose
@@ -222,9 +245,10 @@ def stale_changes(before: TableSchema, after: TableSchema, values: list[str] | N
     old = {c.name: c.source_type for c in before.columns}
     new = {c.name: c.source_type for c in after.columns}
     found = []
-    if before.key != after.key:
+    was, now = KeySignature.of(before), KeySignature.of(after)
+    if was.columns != now.columns:
         found.append(f"key ({', '.join(before.key)}) is now ({', '.join(after.key)})")
-    elif any(old.get(k) != new.get(k) for k in after.key) or before.exact_key_order != after.exact_key_order:
+    elif was != now:
         found.append(f"key ({', '.join(after.key)}) retyped or ordered another way")
     if values is None:
         added = [n for n in new if n not in old]
@@ -507,7 +531,7 @@ class DumpEngine:
             # same number; its file is replaced and the first HIGH names no chunk any more. So is a
             # chunk read while the key's collation changed (the merge trusts `exact_order`).
             current = self._describe_again(dump_id, table, number)
-            if _changed(table, current) or current.exact_key_order != table.exact_key_order:
+            if _changed(table, current) or KeySignature.of(current) != KeySignature.of(table):
                 table, progress = self._schema_changed(plan, dump_id, table, current, number, progress)
                 continue
             if not self._rewritten(current):
@@ -713,15 +737,12 @@ def _refuse_rekeyed(plan: _Plan, table: TableSchema, current: TableSchema) -> No
     (`DROP PRIMARY KEY, ADD PRIMARY KEY (...)`, a key column retyped or ordered another way) the dump
     stops, saying so. A dump of the whole table reads it again from its start (`stale_changes`)."""
 
-    def typed(schema: TableSchema) -> str:
-        types = {c.name: c.source_type for c in schema.columns}
-        return ", ".join(f"{name} {types.get(name)}" for name in schema.key)
-
-    if current.key != table.key:
+    was, now = KeySignature.of(table), KeySignature.of(current)
+    if was.columns != now.columns:
         what = f"from ({', '.join(table.key)}) to ({', '.join(current.key)})"
-    elif typed(current) != typed(table) or current.exact_key_order != table.exact_key_order:
-        order = "" if current.exact_key_order == table.exact_key_order else ", ordered another way"
-        what = f"from ({typed(table)}) to ({typed(current)}{order})"
+    elif was != now:
+        order = "" if was.exact_order == now.exact_order else ", ordered another way"
+        what = f"from ({was.typed()}) to ({now.typed()}{order})"
     else:
         return
     if plan.keys is not None or plan.start is not None or plan.stop is not None:
