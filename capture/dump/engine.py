@@ -212,6 +212,29 @@ def _restarted(progress: TableProgress) -> TableProgress:
     return TableProgress(chunk=progress.chunk, rows=progress.rows, missing_keys=0, whole=progress.whole)
 
 
+@dataclass(frozen=True)
+class KeySignature:
+    """The key the chunks are cut by, as far as a change of it makes the chunks so far useless for the
+    rest of the dump: its columns, their source types and whether the database orders it exactly as the
+    merge does. Another signature means rows may fall between the chunks read before and after (a key
+    retyped int -> text orders '100' before '20'), and key lists and ranges name rows of the old one.
+    `stale_changes` (a whole dump reads the table again) and `_refuse_rekeyed` (a key list or range
+    stops) compare it; the other columns' changes are `stale_changes`' alone."""
+
+    columns: tuple[str, ...]
+    types: tuple[str | None, ...]
+    exact_order: bool
+
+    @classmethod
+    def of(cls, table: TableSchema) -> KeySignature:
+        types = {c.name: c.source_type for c in table.columns}
+        return cls(tuple(table.key), tuple(types.get(k) for k in table.key), table.exact_key_order)
+
+    def typed(self) -> str:
+        """`id integer, v text`: the columns with their types, for messages."""
+        return ", ".join(f"{name} {type_}" for name, type_ in zip(self.columns, self.types, strict=True))
+
+
 def stale_changes(before: TableSchema, after: TableSchema, values: list[str] | None = None) -> list[str]:
     """What makes chunks read with `before` stale once the table is `after`: another key, key type or key
     order (the chunks so far were cut in another order: rows may fall between them), and columns whose
@@ -222,9 +245,10 @@ def stale_changes(before: TableSchema, after: TableSchema, values: list[str] | N
     old = {c.name: c.source_type for c in before.columns}
     new = {c.name: c.source_type for c in after.columns}
     found = []
-    if before.key != after.key:
+    was, now = KeySignature.of(before), KeySignature.of(after)
+    if was.columns != now.columns:
         found.append(f"key ({', '.join(before.key)}) is now ({', '.join(after.key)})")
-    elif any(old.get(k) != new.get(k) for k in after.key) or before.exact_key_order != after.exact_key_order:
+    elif was != now:
         found.append(f"key ({', '.join(after.key)}) retyped or ordered another way")
     if values is None:
         added = [n for n in new if n not in old]
@@ -362,14 +386,14 @@ class DumpEngine:
             log.info("dump.table_already_complete", dump_id=dump_id, table=name, chunks=progress.chunk)
             record.table(name, chunks=progress.chunk, rows=progress.rows, percent=100.0, eta_s=0.0, done=True)
             return summary
+        # the table's generation now, which the chunks of this run are read from (a resumed run first compares
+        # it with its progress file's: `_changed_while_stopped`)
+        self._generations[name] = self._generation(table)
         if progress.chunk:
             log.info("dump.table_resumed", dump_id=dump_id, table=name, after_chunk=progress.chunk)
-            if _read_some(progress) and progress.shape not in (None, _shape(table)):  # altered meanwhile
-                why = "its columns are not the ones its earlier chunks were read with"
-                progress = self._restart(dump_id, table, progress.chunk + 1, progress, why)
+            if _read_some(progress) and (why := self._changed_while_stopped(progress, table)):
+                progress = self._restart(dump_id, table, progress.chunk + 1, progress, why, resumed=True)
         expected = len(plan.keys) if plan.keys is not None else max(self.source.estimate_rows(table), 1)
-        # the storage the chunks so far were read from; a resumed run's as its progress recorded it
-        self._generations[name] = progress.generation if progress.chunk else self._generation(table)
         began, rows_at_start = time.monotonic(), progress.rows
         outputs_wait_s = 0.0
         resumed_at = progress.chunk + 1 if progress.chunk else None
@@ -507,7 +531,7 @@ class DumpEngine:
             # same number; its file is replaced and the first HIGH names no chunk any more. So is a
             # chunk read while the key's collation changed (the merge trusts `exact_order`).
             current = self._describe_again(dump_id, table, number)
-            if _changed(table, current) or current.exact_key_order != table.exact_key_order:
+            if _changed(table, current) or KeySignature.of(current) != KeySignature.of(table):
                 table, progress = self._schema_changed(plan, dump_id, table, current, number, progress)
                 continue
             if not self._rewritten(current):
@@ -633,17 +657,32 @@ class DumpEngine:
                 progress = self._restart(dump_id, current, number, progress, "; ".join(stale))
         return current, progress
 
+    def _changed_while_stopped(self, progress: TableProgress, table: TableSchema) -> str | None:
+        """Why the chunks an earlier run of this dump read may be stale now, None if they are not: the table's
+        shape is not the one its progress file recorded, or its columns were rewritten (the generation), or
+        the file, written by an older version, lacks what tells (no shape, no generation or one in an
+        earlier format: the table may have changed while the dump was stopped, and no row event says so)."""
+        unknown = "the dump cannot tell whether the table changed while the dump was stopped"
+        if progress.shape is None:
+            return f"its progress file records no shape (written by an older version): {unknown}"
+        if progress.shape != _shape(table):
+            return "the table changed while the dump was stopped: its columns are not the ones its earlier chunks read"
+        now = self._generations[table.qualified_name]
+        if now is None:  # a source without generations
+            return None
+        if _tokens(progress.generation) is None:
+            return f"its progress file records no generation, or one in an older format (an older version): {unknown}"
+        if _rewritten(progress.generation, now):
+            return "the table changed while the dump was stopped: columns its earlier chunks read were rewritten"
+        return None
+
     def _rewritten(self, current: TableSchema) -> bool:
-        """Whether a column the chunks so far were read with was written again since (its generation token
-        changed; ChunkSource.generation), and note the table's generation now. Columns added or dropped
-        are judged by `stale_changes`; a source without generations never says so."""
+        """Whether a column the chunks so far were read with was written again since (`_rewritten`), and note
+        the table's generation now."""
         name = current.qualified_name
         before, after = self._generations.get(name), self._generation(current)
         self._generations[name] = after
-        if before is None or after is None:
-            return before != after  # a resumed dump whose progress has none: read again, to be safe
-        old, new = json.loads(before), json.loads(after)
-        return any(old[column] != token for column, token in new.items() if column in old)
+        return _rewritten(before, after)
 
     def _generation(self, table: TableSchema) -> str | None:
         """The table's storage generation (ChunkSource.generation), None where the source has none."""
@@ -651,14 +690,18 @@ class DumpEngine:
         return None if generation is None else generation(table)
 
     @staticmethod
-    def _restart(dump_id: str, table: TableSchema, number: int, progress: TableProgress, why: str) -> TableProgress:
+    def _restart(
+        dump_id: str, table: TableSchema, number: int, progress: TableProgress, why: str, resumed: bool = False
+    ) -> TableProgress:
+        """`resumed`: `why` is the whole reason (`_changed_while_stopped`), not a change seen during this run."""
+        what = why if resumed else f"the table changed during the dump ({why})"
         log.warning(
             "dump.table_restarted",
             dump_id=dump_id,
             table=table.qualified_name,
             chunk=number,
-            reason=f"the table changed during the dump ({why}): PostgreSQL and MySQL log no row for such a change, "
-            "so the rows its earlier chunks read would stand in the targets with their old values",
+            reason=f"{what}: PostgreSQL and MySQL log no row for a change that gives rows new values, "
+            "so the rows its earlier chunks read could stand in the targets with their old values",
             action="the table is read again from its start (chunk numbers go on)",
         )
         return _restarted(progress)
@@ -694,15 +737,12 @@ def _refuse_rekeyed(plan: _Plan, table: TableSchema, current: TableSchema) -> No
     (`DROP PRIMARY KEY, ADD PRIMARY KEY (...)`, a key column retyped or ordered another way) the dump
     stops, saying so. A dump of the whole table reads it again from its start (`stale_changes`)."""
 
-    def typed(schema: TableSchema) -> str:
-        types = {c.name: c.source_type for c in schema.columns}
-        return ", ".join(f"{name} {types.get(name)}" for name in schema.key)
-
-    if current.key != table.key:
+    was, now = KeySignature.of(table), KeySignature.of(current)
+    if was.columns != now.columns:
         what = f"from ({', '.join(table.key)}) to ({', '.join(current.key)})"
-    elif typed(current) != typed(table) or current.exact_key_order != table.exact_key_order:
-        order = "" if current.exact_key_order == table.exact_key_order else ", ordered another way"
-        what = f"from ({typed(table)}) to ({typed(current)}{order})"
+    elif was != now:
+        order = "" if was.exact_order == now.exact_order else ", ordered another way"
+        what = f"from ({was.typed()}) to ({now.typed()}{order})"
     else:
         return
     if plan.keys is not None or plan.start is not None or plan.stop is not None:
@@ -711,6 +751,28 @@ def _refuse_rekeyed(plan: _Plan, table: TableSchema, current: TableSchema) -> No
             "was given name rows by the old key; the chunks written so far stand, dump the table again "
             "(a new dump id) with keys of the new key, or all of it"
         )
+
+
+def _tokens(generation: str | None) -> dict[str, str] | None:
+    """A generation's token per column (ChunkSource.generation: a JSON object); None where there is none or
+    it is in an earlier format (a progress file of an older version: relfilenodes, `name:xmin,...`)."""
+    try:
+        tokens = json.loads(generation) if generation is not None else None
+    except ValueError:
+        return None
+    return tokens if isinstance(tokens, dict) else None
+
+
+def _rewritten(before: str | None, after: str | None) -> bool:
+    """Whether a column both generations hold was written again between them. Columns added or dropped
+    are judged by `stale_changes`; a source without generations (both None) never says so, and one that
+    cannot be read (None beside one, an earlier format) says so, to be safe."""
+    if before is None and after is None:
+        return False
+    old, new = _tokens(before), _tokens(after)
+    if old is None or new is None:
+        return True
+    return any(old[column] != token for column, token in new.items() if column in old)
 
 
 def _shape(table: TableSchema) -> str:

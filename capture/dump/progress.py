@@ -26,10 +26,12 @@ class TableProgress:
     # a table listed not converged (landing.unconverged.pending). False in files written before it existed.
     whole: bool = False
     # the table's columns the chunks so far were read with (engine `_shape`: fingerprint and catalog
-    # definitions): a run resumed after the table changed reads it again from its start. None in older files.
+    # definitions): a run resumed after the table changed reads it again from its start. None in older files,
+    # which cannot tell: read again from its start too (engine `_changed_while_stopped`).
     shape: str | None = None
     # the table's generation then (ChunkSource.generation: PostgreSQL's pg_attribute xmins, which a rewrite
-    # such as ALTER COLUMN ... TYPE ... USING changes even where the columns read alike)
+    # such as ALTER COLUMN ... TYPE ... USING changes even where the columns read alike). None, or an earlier
+    # format, in older PostgreSQL files: read again from its start too.
     generation: str | None = None
 
 

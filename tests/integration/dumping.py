@@ -3,6 +3,7 @@ stream reproduces the source table."""
 
 from __future__ import annotations
 
+import json
 import random
 import threading
 import time
@@ -17,6 +18,7 @@ from capture.dump.control import DumpSettings
 from capture.dump.engine import DumpEngine, DumpRequest
 from capture.dump.progress import dump_dir
 from capture.dump.reconcile import apply, reconcile_table
+from capture.dump.record import RECORD
 from capture.errors import DumpInputError
 from capture.landing.chunks import read_chunk_meta
 from capture.landing.reader import chunk_files
@@ -297,6 +299,17 @@ class DiesBeforeHigh:
         if mark.kind == "LOW":
             self.lows[mark.chunk] = mark.id
         self._source.write_watermark(mark, table)
+
+
+def edit_progress(zone, dump_id: str, edit: Callable[[dict], None]) -> None:
+    """Rewrite every progress file of a stopped dump with `edit`: the file an older version would have
+    written (a field it did not know yet removed, a value in its format)."""
+    files = [p for p in sorted(dump_dir(zone, dump_id).glob("*.json")) if p.name != RECORD]
+    assert files, f"dump {dump_id} wrote no progress file"
+    for path in files:
+        data = json.loads(path.read_text())
+        edit(data)
+        path.write_text(json.dumps(data))
 
 
 def populate_ledger(mariadb, database: str, rows: int) -> None:

@@ -37,7 +37,15 @@ COLLATION_SQL = (
     "  coalesce(to_jsonb(o) ->> 'colllocale', to_jsonb(o) ->> 'colliculocale'))"
     "  FROM pg_collation o WHERE o.oid = a.attcollation) END"
 )
-# relation, columns and key candidates in ONE round trip (a dump re-reads them after every chunk)
+# The transaction that last wrote each column's pg_attribute row, as a JSON object of name -> xmin (a dump's
+# `generation`, chunks.py), for the relation `{relation}` names; generated columns included, which the
+# describe's columns leave out (the generation is what it was when it was a query of its own).
+GENERATION_SQL = (
+    "SELECT json_object_agg(a.attname, a.xmin::text ORDER BY a.attnum)::text FROM pg_attribute a"
+    " WHERE a.attrelid = {relation} AND a.attnum > 0 AND NOT a.attisdropped"
+)
+# relation, columns, key candidates and the columns' generation in ONE round trip (a dump re-reads them after
+# every chunk)
 DESCRIBE_SQL = (
     "SELECT c.oid,"
     " (SELECT json_agg(json_build_array(a.attname, a.atttypid, a.atttypmod, format_type(a.atttypid, a.atttypmod),"
@@ -51,7 +59,8 @@ DESCRIBE_SQL = (
     "  JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum"
     "  WHERE i.indrelid = c.oid AND i.indisunique AND i.indisvalid AND i.indpred IS NULL AND i.indexprs IS NULL"
     "  GROUP BY i.indisprimary, i.indexrelid, i.indimmediate) k),"
-    " getdatabaseencoding()"
+    " getdatabaseencoding(),"
+    f" ({GENERATION_SQL.format(relation='c.oid')})"
     " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
     " WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p')"
 )
@@ -167,7 +176,7 @@ def described(
     (`types.select_as_text`); DumpInputError if it does not exist, UnusableTableError if no key."""
     if not rows:
         raise table_not_found(schema, table)
-    oid, attributes, candidates, encoding = rows[0]
+    oid, attributes, candidates, encoding, _generation = rows[0]
     columns, builders, as_text, exact = [], [], [], {}
     for name, type_oid, typmod, source_type, _not_null, collation in attributes or ():
         info = types.info(type_oid, typmod)
@@ -217,7 +226,7 @@ def table_keys(conn: Any, schema: str, table: str) -> TableKeys | None:
     rows = query(conn, DESCRIBE_SQL, (schema, table))
     if not rows:
         return None
-    _oid, attributes, candidates, _encoding = rows[0]
+    _oid, attributes, candidates, _encoding, _generation = rows[0]
     return TableKeys({a[0]: bool(a[4]) for a in attributes or ()}, own_key(candidates))
 
 

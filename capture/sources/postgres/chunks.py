@@ -21,7 +21,8 @@ transaction the snapshot did not see is found by its xid alone). `setup` refuses
 and creates nothing; the publication is the administrator's (publication.py `_check`).
 
 Round trips per chunk: LOW (WAL position and upsert in one statement), BEGIN + snapshot, the
-COPY, COMMIT, HIGH + the catalog re-check the engine asks for next (one `describe` query).
+COPY, COMMIT, HIGH + the catalog re-check the engine asks for next (one `describe` query, which also
+reads the columns' `generation` the engine asks for after it).
 
 The HIGH transaction first takes the ACCESS SHARE lock any SELECT takes on the chunk's table
 (`SELECT ... LIMIT 0`; writers are not blocked by it): an ALTER TABLE holds its lock until it is
@@ -48,6 +49,7 @@ from capture.sources.base import WATERMARK_SCHEMA, WATERMARK_TABLE, Watermark, c
 from capture.sources.key_folds import probe
 from capture.sources.postgres.catalog import (
     DESCRIBE_SQL,
+    GENERATION_SQL,
     TypeCatalog,
     described,
     leaf_tables,
@@ -95,6 +97,7 @@ WATERMARK_LOW_UPSERT = (
     " RETURNING (SELECT lsn FROM position)"
 )
 _CSV_PARSE = pacsv.ParseOptions(newlines_in_values=True, ignore_empty_lines=False)
+_UNREAD: Any = object()  # `generation`: no describe since the last watermark read it
 
 
 class PostgresChunkSource:
@@ -108,6 +111,8 @@ class PostgresChunkSource:
         self._types = TypeCatalog(self._conn)
         # (schema, table) -> DESCRIBE_SQL's rows, read in the round trip that committed the last chunk
         self._after_chunk: dict[tuple[str, str], list[tuple[Any, ...]]] = {}
+        # (schema, table) -> the generation read with the last describe() since the last watermark (`generation`)
+        self._described_generation: dict[tuple[str, str], str | None] = {}
         self.last_snapshot: str | None = None  # pg_current_snapshot() of the last chunk read
         self._publication = Publication(name, config)
         self._published: SyncResult | None = None  # the last sync: which captured tables the log covers
@@ -257,6 +262,7 @@ class PostgresChunkSource:
             raise table_not_found(schema, table, f"{spelled[0][0]}.{spelled[0][1]}" if len(spelled) == 1 else None)
         named = self.config.named_key(schema, table)
         table_schema, builders, as_text = described(self._types, schema, table, rows, self.name, named)
+        self._described_generation[(schema, table)] = rows[0][4]
         self._builders[table_schema.fingerprint] = (builders, as_text)
         return table_schema
 
@@ -270,6 +276,7 @@ class PostgresChunkSource:
     def write_watermark(self, mark: Watermark, table: TableSchema | None = None) -> None:
         args = (f"{mark.dump_id}/{mark.table}", mark.dump_id, mark.table, mark.chunk, mark.kind, mark.id)
         self._after_chunk.clear()  # only the describe() right after a HIGH may use it
+        self._described_generation.clear()  # nor a generation read before this watermark
         if self.readonly:
             self._readonly_watermark(mark, table)
             return
@@ -482,12 +489,13 @@ class PostgresChunkSource:
         not (their relfilenode changes, the values do not). A JSON object of column name -> xmin: the engine
         compares the columns both generations hold, also where other columns changed in the same DDL. Read
         after HIGH, so a rewrite committed before HIGH is seen; a longer varchar, a SET DEFAULT or SET
-        STORAGE counts too (the dump reads the table again, needlessly: no catalog tells them from a USING)."""
-        rows = self._run(
-            "SELECT json_object_agg(a.attname, a.xmin::text ORDER BY a.attnum)::text FROM pg_attribute a"
-            " WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped",
-            (table.relation,),
-        )
+        STORAGE counts too (the dump reads the table again, needlessly: no catalog tells them from a USING).
+        The engine asks right after it described the table: the describe's round trip read it (after HIGH,
+        HIGH's own), so no query runs here then; otherwise one does."""
+        read = self._described_generation.pop((table.schema, table.table), _UNREAD)
+        if read is not _UNREAD:
+            return read
+        rows = self._run(GENERATION_SQL.format(relation="%s"), (table.relation,))
         return rows[0][0] if rows else None
 
     def key_folds(self, table: TableSchema) -> tuple[str, ...]:
