@@ -40,6 +40,7 @@ import time
 import uuid
 from dataclasses import dataclass, replace
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -270,6 +271,17 @@ class DumpPlan:
     skipped: list[UnusableTableError]
 
 
+@dataclass(frozen=True)
+class _ChunkReport:
+    """What one chunk took, for `DumpEngine._report_chunk`."""
+
+    rows: int
+    window_ms: float  # LOW to HIGH and the checks after it
+    rows_per_s: float  # the table's rate in this run so far
+    elapsed_s: float
+    outputs_wait_s: float
+
+
 class DumpEngine:
     """`coordination`: with `kind: zookeeper` the table claims are ZooKeeper nodes as well as the
     landing zone's lock files (None: lock files only)."""
@@ -407,44 +419,12 @@ class DumpEngine:
                 outputs_wait_s += wait_for_outputs(
                     self.zone, dump_id, name, progress.chunk, settings.chunk_size, partial(record.waiting, name)
                 )
-            elapsed = time.monotonic() - began
+            summary.chunks, summary.rows = progress.chunk, progress.rows
+            summary.seconds, summary.missing_keys = time.monotonic() - began, progress.missing_keys
+            rate = (progress.rows - rows_at_start) / summary.seconds if summary.seconds else 0.0
             window_ms = (time.monotonic() - chunk_began) * 1000
-            summary.chunks, summary.rows, summary.seconds = progress.chunk, progress.rows, elapsed
-            summary.missing_keys = progress.missing_keys
-            rate = (progress.rows - rows_at_start) / elapsed if elapsed else 0.0
-            percent, eta = _progress(progress.keys_done if plan.keys is not None else progress.rows, expected,
-                                     progress.done, elapsed)  # fmt: skip
-            line = {
-                "chunk": progress.chunk,
-                "of_about": None if percent is None else max(progress.chunk, -(-expected // settings.chunk_size)),
-                "rows_per_s": round(rate, 1),
-                "percent": percent,
-                "eta_s": eta,
-            }
-            log.info(
-                "dump.chunk",
-                dump_id=dump_id,
-                table=name,
-                chunk=line["chunk"],
-                of_about=line["of_about"],
-                rows=rows_read,
-                window_ms=round(window_ms, 1),
-                rows_per_s=line["rows_per_s"],
-                percent=line["percent"],
-                eta_s=line["eta_s"],
-            )
-            record.table(
-                name,
-                chunks=line["chunk"],
-                of_about=line["of_about"],
-                rows=progress.rows,
-                percent=line["percent"],
-                rows_per_s=line["rows_per_s"],
-                eta_s=line["eta_s"],
-                done=progress.done,
-                outputs_wait_s=round(outputs_wait_s, 1),
-                waiting_for_outputs=None,
-            )
+            report = _ChunkReport(rows_read, window_ms, rate, summary.seconds, outputs_wait_s)
+            self._report_chunk(dump_id, plan, name, progress, settings.chunk_size, expected, report, record)
             self._throttle(settings, rows_read, time.monotonic() - chunk_began)
         log.info(
             "dump.table_finished",
@@ -456,6 +436,48 @@ class DumpEngine:
             seconds=round(summary.seconds, 3),
         )
         return summary
+
+    def _report_chunk(
+        self,
+        dump_id: str,
+        plan: _Plan,
+        name: str,
+        progress: TableProgress,
+        chunk_size: int,
+        expected: int,
+        report: _ChunkReport,
+        record: DumpRecord,
+    ) -> None:
+        """A chunk done, for the user: the `dump.chunk` log line and the dump's record (what
+        `logtide dump status` and the Airflow task show), with percent and ETA."""
+        done = progress.keys_done if plan.keys is not None else progress.rows
+        percent, eta = _progress(done, expected, progress.done, report.elapsed_s)
+        of_about = None if percent is None else max(progress.chunk, -(-expected // chunk_size))
+        rows_per_s = round(report.rows_per_s, 1)
+        log.info(
+            "dump.chunk",
+            dump_id=dump_id,
+            table=name,
+            chunk=progress.chunk,
+            of_about=of_about,
+            rows=report.rows,
+            window_ms=round(report.window_ms, 1),
+            rows_per_s=rows_per_s,
+            percent=percent,
+            eta_s=eta,
+        )
+        record.table(
+            name,
+            chunks=progress.chunk,
+            of_about=of_about,
+            rows=progress.rows,
+            percent=percent,
+            rows_per_s=rows_per_s,
+            eta_s=eta,
+            done=progress.done,
+            outputs_wait_s=round(report.outputs_wait_s, 1),
+            waiting_for_outputs=None,
+        )
 
     def _chunk(
         self,
@@ -492,40 +514,12 @@ class DumpEngine:
                 continue
             if read.keys is None and not read.last and read.end is None:
                 _check_resumable(table, number, progress.after, read.rows, number == resumed_at)
-            meta = ChunkMeta(
-                dump_id=dump_id,
-                table=table.qualified_name,
-                chunk=number,
-                low_id=low.id,
-                high_id=high.id,
-                key=table.key,
-                after=progress.after,
-                start=read.start,
-                stop=plan.stop,
-                last=read.last,
-                keys=None if read.keys is None else tuple(read.keys),
-                rows=len(read.rows),
-                read_view=read.view,
-                exact_order=_exact_order(table, (progress.after, read.start, plan.stop), read.rows),
-                low_lsn=low_lsn,
-                clamped_keys=read.clamped_keys,
-                key_folds=None if read.keys is None else self._key_folds(table),
-            )
+            meta = self._chunk_meta(dump_id, plan, table, progress, number, (low, high, low_lsn), read)
             self.source.finish_reads()
             path = write_chunk(self.zone, table, meta, read.rows)
             self.source.write_watermark(high, table)
-            if (high_lsn := self.source.log_position()) is not None:  # read-only: HIGH lands here
-                high_lsn = self.source.place_high(high_lsn, committed_frontier(self.zone))
-                write_chunk_high(path, meta, high_lsn)
-                if self._passed(high_lsn):
-                    log.warning(
-                        "dump.chunk_late",
-                        dump_id=dump_id,
-                        table=table.qualified_name,
-                        chunk=number,
-                        action="capture landed past HIGH before its file was written: chunk read again",
-                    )
-                    continue
+            if self._late_high(dump_id, path, meta):
+                continue
             # After HIGH: a schema change the log places before HIGH is visible now, and the rows
             # read with the old columns must not stand at HIGH. The chunk is read again under the
             # same number; its file is replaced and the first HIGH names no chunk any more. So is a
@@ -540,6 +534,58 @@ class DumpEngine:
                 progress = self._restart(dump_id, table, number, progress, "its columns were rewritten")
         self._log_missing_keys(dump_id, table, number, read.missing_keys)
         return _advanced(progress, number, table, read, self._generations.get(name)), table, len(read.rows)
+
+    def _chunk_meta(
+        self,
+        dump_id: str,
+        plan: _Plan,
+        table: TableSchema,
+        progress: TableProgress,
+        number: int,
+        window: tuple[Watermark, Watermark, int | None],
+        read: _Read,
+    ) -> ChunkMeta:
+        """What the chunk file says about itself: its watermarks, key bounds, what the read saw."""
+        low, high, low_lsn = window
+        return ChunkMeta(
+            dump_id=dump_id,
+            table=table.qualified_name,
+            chunk=number,
+            low_id=low.id,
+            high_id=high.id,
+            key=table.key,
+            after=progress.after,
+            start=read.start,
+            stop=plan.stop,
+            last=read.last,
+            keys=None if read.keys is None else tuple(read.keys),
+            rows=len(read.rows),
+            read_view=read.view,
+            exact_order=_exact_order(table, (progress.after, read.start, plan.stop), read.rows),
+            low_lsn=low_lsn,
+            clamped_keys=read.clamped_keys,
+            key_folds=None if read.keys is None else self._key_folds(table),
+        )
+
+    def _late_high(self, dump_id: str, path: Path, meta: ChunkMeta) -> bool:
+        """Read-only watermarks: HIGH is the log position after the chunk file, landed as a HIGH
+        file. True when capture landed past it before that file was written (the chunk is read
+        again); False at once for table watermarks (HIGH is a row in the log)."""
+        high_lsn = self.source.log_position()
+        if high_lsn is None:
+            return False
+        high_lsn = self.source.place_high(high_lsn, committed_frontier(self.zone))
+        write_chunk_high(path, meta, high_lsn)
+        if not self._passed(high_lsn):
+            return False
+        log.warning(
+            "dump.chunk_late",
+            dump_id=dump_id,
+            table=meta.table,
+            chunk=meta.chunk,
+            action="capture landed past HIGH before its file was written: chunk read again",
+        )
+        return True
 
     def _read(self, plan: _Plan, table: TableSchema, progress: TableProgress, size: int) -> _Read:
         """The chunk's SELECT after its LOW: the next `size` keys of a key list, or the next `size`

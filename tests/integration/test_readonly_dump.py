@@ -429,12 +429,15 @@ def test_changes_committed_between_the_snapshot_and_the_chunk_file_win_over_the_
 
 
 class OvertakenAt:
-    """The real chunk source, except that right after HIGH of one chunk is read (before the engine
-    writes its HIGH file) a commit is made and landed past it, as if the dump had stalled there."""
+    """The real chunk source, except that right after HIGH of one chunk is placed (before the engine
+    writes its HIGH file) a commit is made and landed past it, as if the dump had stalled there.
+    Hooked where HIGH is placed, not where it is read: a commit landed before the read would only
+    move the binlog end the HIGH is read from (under load the test then saw no overtaking)."""
 
     def __init__(self, source, chunk: int, overtake) -> None:
         self._source, self._chunk, self._overtake = source, chunk, overtake
         self.lows: list[tuple[int, str]] = []
+        self._armed = False
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._source, name)
@@ -444,7 +447,14 @@ class OvertakenAt:
         if mark.kind == "LOW":
             self.lows.append((mark.chunk, mark.id))
         elif mark.chunk == self._chunk and [c for c, _ in self.lows].count(mark.chunk) == 1:
-            self._overtake(self._source.log_position())
+            self._armed = True
+
+    def place_high(self, high: int, frontier: int | None) -> int:
+        placed = self._source.place_high(high, frontier)
+        if self._armed:
+            self._armed = False
+            self._overtake(placed)
+        return placed
 
 
 def test_a_chunk_whose_high_the_frontier_passed_before_its_file_was_written_is_read_again(
