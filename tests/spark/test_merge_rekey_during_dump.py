@@ -10,7 +10,7 @@ import pytest
 
 from capture.landing.reader import dump_chunk_files, read_chunk_schema
 from capture.merge.app import run_merge
-from tests.integration.dumping import wait_until_landed
+from tests.integration.dumping import run_dump, wait_until_landed
 from tests.spark.ddl_dumps import FILL, TABLE, dump_through, merged_differences
 
 pytestmark = [pytest.mark.spark, pytest.mark.usefixtures("drop_database_afterwards")]
@@ -43,3 +43,35 @@ def test_rekeyed_dump_merged_once(mariadb, database, make_capture, merge_config,
     assert keys[0] == old and keys[-1] == new, keys  # one merge run below holds chunks of both keys
     diff = merged_differences(spark, config, mariadb, database)
     assert not diff, f"{alter}: the target differs from the source:\n{diff}"
+
+
+@pytest.mark.parametrize(("table", "old", "alter", "new"), CASES, ids=["wider", "narrower"])
+def test_old_key_dump_repairs_after_rekey(mariadb, database, make_capture, merge_config, spark, table, old, alter, new):
+    """A dump that ended before the key changed, merged after it: every chunk was read under the old
+    key, the run merges under the new one. The source lost rows without a log event (deleted with
+    the binlog off) in the first, a middle and the last chunk's range; each chunk repairs its range
+    under the key it was read under, and the deletes (under the run's key) remove them. On main
+    these chunks were left out of the repairs and the lost rows stayed in the target."""
+    mariadb.execute(table, FILL, database=database)
+    capture = make_capture([f"{database}.*"], column_rewrites="accept").start()
+    capture.wait_running()
+    lost = (1, 130, 300)  # in the first chunk's range (no start), a middle one, the last (no stop)
+    mariadb.execute(f"UPDATE ledger SET v = v + 1 WHERE id <= 20 OR id IN {lost}", database=database)
+    wait_until_landed(mariadb, capture)
+    config = merge_config(capture.config)
+    run_merge(spark, config, "src")  # the target holds the updated rows (the lost ones too): the next run repairs
+    mariadb.execute(
+        "SET SESSION sql_log_bin = 0",
+        f"DELETE FROM ledger WHERE id IN {lost}",
+        "SET SESSION sql_log_bin = 1",
+        database=database,
+    )
+    summary = run_dump(capture, f"{database}.ledger", chunk_size=100)
+    mariadb.execute(alter, "UPDATE ledger SET v = v + 1 WHERE id IN (5, 150)", database=database)
+    wait_until_landed(mariadb, capture)
+    files = dump_chunk_files(capture.zone, summary["dump_id"], database, "ledger")
+    assert {read_chunk_schema(f)[0].key for f in files} == {old}  # every chunk under the old key
+    diff = merged_differences(spark, config, mariadb, database)
+    assert not diff, f"{alter}: the target differs from the source:\n{diff}"
+    target = f"`{config.merge.catalog_name}`.`{database}`.`{database}__ledger`"
+    assert spark.sql(f"SELECT count(*) FROM {target} WHERE id IN {lost}").first()[0] == 0
