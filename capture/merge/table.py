@@ -22,8 +22,11 @@ For every table of the source with landed log events or chunks, one run:
   4. Repair: keys the target holds among the keys a key-list chunk asked for (compared under the
      folds the database proved for the key columns: `ChunkMeta.key_folds`), or inside the key
      range of a chunk whose key orders in the database as in Spark (`ChunkMeta.exact_order`),
-     that no chunk of the run returned, that no log event in the window touched (nor one hidden
-     from the chunk's snapshot) and whose stored LSN is below HIGH become deletes at HIGH. Under
+     each chunk under the key it was read under (`ChunkMeta.key`, also one replaced since: the
+     target holds its columns; the delete is written under the run's key), that no chunk of the
+     run returned, that no log event in the window touched (nor one hidden from the chunk's
+     snapshot; under a replaced key: no event of the run before HIGH, under either key) and whose
+     stored LSN is below HIGH become deletes at HIGH. Under
      any key order: when the run merges the last chunk of a full dump, the keys none of the
      dump's chunks returned and no event touched during the dump (`_completed_dump_repairs`).
      PostgreSQL: a key change's create that leaves TOASTed columns out gets them from the old
@@ -463,11 +466,13 @@ class TableMerge:
         if is_empty(self.ctx.spark, self.target):
             return
         with self._step("repair"):
-            chunk_keys = frames.chunk_rows.select(*self.keys, "_cid", "_row")
+            # the run's key and each chunk's own (a chunk read under a key since replaced repairs under it)
+            own = [k for c in plan.chunks for k in c.meta.key]
+            chunk_keys = frames.chunk_rows.select(*dict.fromkeys([*self.keys, *own]), "_cid", "_row")
             chunk_keys = chunk_keys.persist(StorageLevel.MEMORY_AND_DISK)
             cached.append(chunk_keys)
             found = [
-                self._repairs(plan.chunks, chunk_keys, frames.window, frames.hidden, plan.completed, plan.a_target),
+                self._repairs(plan.chunks, chunk_keys, frames.events, frames.hidden, plan.completed, plan.a_target),
                 *(
                     self._completed_dump_repairs(d, frames.events, plan.row_struct, plan.a_target)
                     for d in plan.completed
@@ -999,7 +1004,7 @@ class TableMerge:
         self,
         chunks: list[Chunk],
         chunk_rows: Any,
-        window: Any,
+        events: Any,
         hidden: Any | None,
         completed: list[CompletedDump],
         a_target: int,
@@ -1011,29 +1016,13 @@ class TableMerge:
         source lost goes), and the keys inside a range chunk's bounds, but only where the dump recorded
         that the database orders the key as Spark does (`ChunkMeta.exact_order`); under any other
         collation Spark's order cannot tell which keys lie in the range, and none are deleted.
-        Keys a log event in the window touched, or one the chunk's snapshot could not see
-        (`hidden`), are left alone. `chunk_rows`: the key columns, _cid and _row of every chunk
-        row of the run. Returns the keys to delete with the chunk's _high, _high_ts, _dump_id and
-        _chunk (`_repair_deletes`)."""
-        from pyspark.sql import functions as sf
-        from pyspark.sql import types as T
-
-        spark, keys = self.ctx.spark, self.keys
-        key_struct = T.StructType([T.StructField(k, self.types[k]) for k in keys])
+        Each chunk repairs under the key it was read under (`ChunkMeta.key`: its bounds, asked keys
+        and order are that key's), which the target holds as columns; a chunk read under an older
+        key than the run's (the key replaced after it) finds target rows by those columns and deletes
+        them under the run's key (`_own_key_repairs`). `chunk_rows`: the run's key columns, every
+        chunk's key columns, _cid and _row of every chunk row of the run. Returns the keys to delete
+        (the run's key) with the chunk's _high, _high_ts, _dump_id and _chunk (`_repair_deletes`)."""
         relevant = [c for c in chunks if c.high >= a_target]
-        rekeyed = [c for c in relevant if list(c.meta.key) != keys]
-        if rekeyed:
-            log.info(
-                "merge.repair_skipped",
-                table=self.name,
-                chunks=len(rekeyed),
-                dumps=",".join(sorted({c.meta.dump_id for c in rekeyed})),
-                reason=f"these chunks were read under another key than ({', '.join(keys)}): their bounds and "
-                "keys name rows by it, and say nothing of which target keys lie in their ranges",
-                action="their rows are merged, no key is deleted for them; a full dump read again under the new "
-                "key (the dump does so when the key changes under it) repairs with its own chunks",
-            )
-            relevant = [c for c in relevant if c not in rekeyed]
         covered = {d.dump_id for d in completed}
         inexact = [c for c in relevant if c.meta.keys is None and not c.meta.exact_order]
         if any(c.meta.dump_id not in covered for c in inexact):
@@ -1049,11 +1038,46 @@ class TableMerge:
                 "chunk is merged; key-range dumps never do",
             )
         relevant = [c for c in relevant if c.meta.keys is not None or c.meta.exact_order]
-        if not relevant:
+        by_key: dict[tuple[str, ...], list[Chunk]] = {}
+        for c in relevant:
+            by_key.setdefault(tuple(c.meta.key) or tuple(self.keys), []).append(c)
+        found = [self._own_key_repairs(list(own), group, chunk_rows, events, hidden) for own, group in by_key.items()]
+        if not found:
             return None
+        if len(by_key) > 1 or list(next(iter(by_key))) != self.keys:
+            log.info(
+                "merge.repair_keys",
+                table=self.name,
+                key=",".join(self.keys),
+                chunk_keys=";".join(",".join(k) for k in by_key),
+                chunks=len(relevant),
+            )
+        union = found[0]
+        for more in found[1:]:
+            union = union.unionByName(more)
+        return union
+
+    def _own_key_repairs(
+        self, own: list[str], chunks: list[Chunk], chunk_rows: Any, events: Any, hidden: Any | None
+    ) -> Any:
+        """`_repairs` for chunks read under the key `own`: target rows whose `own` columns lie in a
+        chunk's range (or equal a key it asked for) that no chunk of the run returned under `own`.
+        Under the run's key, keys a log event in the chunk's window touched (or one its snapshot
+        could not see) are left alone. Under an older key the target's `own` columns are its state at
+        the run's start, which an event after that may have changed without changing the run's key
+        (or the other way round): a row any event of the run before HIGH touched, by either key, is
+        left alone, so a delete is only written for a row no event explains, which the chunk's
+        snapshot did not hold and no event gave back before HIGH. Later events and chunks order after
+        the delete (LSN, then order: a chunk row at the same HIGH wins over it)."""
+        from pyspark.sql import functions as sf
+        from pyspark.sql import types as T
+
+        spark, keys = self.ctx.spark, self.keys
+        rekeyed = own != keys
+        key_struct = T.StructType([T.StructField(k, self.types[k]) for k in own])
 
         def bound(row: tuple[Any, ...] | None) -> tuple[Any, ...] | None:
-            return None if row is None else tuple(spark_value(v, self.types[k]) for k, v in zip(keys, row, strict=True))
+            return None if row is None else tuple(spark_value(v, self.types[k]) for k, v in zip(own, row, strict=True))
 
         info = spark.createDataFrame(
             [
@@ -1062,7 +1086,7 @@ class TableMerge:
                     *(c.meta.keys is not None, c.meta.last, bound(c.meta.after or c.meta.start)),
                     *(c.meta.after is None and c.meta.start is not None, bound(c.meta.stop)),
                 )
-                for c in relevant
+                for c in chunks
             ],
             T.StructType(
                 [
@@ -1080,7 +1104,7 @@ class TableMerge:
                 ]
             ),
         )
-        key = sf.struct(*(sf.col(k) for k in keys))
+        key = sf.struct(*(sf.col(k) for k in own))
         # a range chunk covers up to its last row's key (in the database's order, which is Spark's
         # here), or to its `stop` (none: no end) when it was the range's last
         ends = chunk_rows.groupBy("_cid").agg(sf.max_by(key, "_row").alias("_end"))
@@ -1088,24 +1112,26 @@ class TableMerge:
         hi = sf.when(sf.col("_last"), sf.col("_stop")).otherwise(sf.col("_end"))
         ranges = sf.broadcast(ranges.withColumn("_hi", hi))
 
-        target = spark.table(self.target).select(*keys, sf.col("_lsn").alias("_tlsn"))
-        orphans = target.join(chunk_rows.select(*keys), keys, "left_anti")
-        o_key = sf.struct(*(orphans[k] for k in keys))
+        both = list(dict.fromkeys([*keys, *own]))
+        out = [*both, "_tlsn", "_cid", "_low", "_high", "_high_ts", "_dump_id", "_chunk"]
+        target = spark.table(self.target).select(*both, sf.col("_lsn").alias("_tlsn"))
+        orphans = target.join(chunk_rows.select(*own), own, "left_anti")
+        if rekeyed:
+            orphans = orphans.join(chunk_rows.select(*keys), keys, "left_anti")
+        o_key = sf.struct(*(orphans[k] for k in own))
         lower_ok = (
             ranges["_lo"].isNull()
             | (ranges["_lo_incl"] & (o_key >= ranges["_lo"]))
             | (~ranges["_lo_incl"] & (o_key > ranges["_lo"]))
         )
         upper_ok = ranges["_hi"].isNull() | (o_key <= ranges["_hi"])
-        candidates = orphans.join(ranges, lower_ok & upper_ok).select(
-            *keys, "_tlsn", "_cid", "_low", "_high", "_high_ts", "_dump_id", "_chunk"
-        )
+        candidates = orphans.join(ranges, lower_ok & upper_ok).select(*out)
         # asked keys, grouped by how the database compares the key columns (`ChunkMeta.key_folds`):
         # a target key equal to an asked one under those folds is that key in the database
         by_folds: dict[tuple[str, ...], list[tuple[Any, ...]]] = {}
-        for c in relevant:
+        for c in chunks:
             if c.meta.keys is not None:
-                folds = c.meta.key_folds or ("",) * len(keys)
+                folds = c.meta.key_folds or ("",) * len(own)
                 by_folds.setdefault(folds, []).extend(
                     (c.id, *(fold(v, f) for v, f in zip(bound(k), folds, strict=True)))  # type: ignore[arg-type]
                     for k in c.meta.keys
@@ -1114,29 +1140,44 @@ class TableMerge:
             asked_df = spark.createDataFrame(
                 asked, T.StructType([T.StructField("_cid", T.IntegerType()), *key_struct.fields])
             )
-            folded = [f"_f{i}" for i in range(len(keys))]
-            asked_df = asked_df.select("_cid", *(sf.col(k).alias(f) for k, f in zip(keys, folded, strict=True)))
+            folded = [f"_f{i}" for i in range(len(own))]
+            asked_df = asked_df.select("_cid", *(sf.col(k).alias(f) for k, f in zip(own, folded, strict=True)))
             left = orphans.select(
-                *keys,
+                *both,
                 "_tlsn",
-                *(spark_fold(sf.col(k), f).alias(n) for k, f, n in zip(keys, folds, folded, strict=True)),
+                *(spark_fold(sf.col(k), f).alias(n) for k, f, n in zip(own, folds, folded, strict=True)),
             )
             listed = (
                 left.join(sf.broadcast(asked_df), folded)
                 .join(sf.broadcast(info.where(sf.col("_keyed"))), "_cid")
-                .select(*keys, "_tlsn", "_cid", "_low", "_high", "_high_ts", "_dump_id", "_chunk")
+                .select(*out)
             )
             candidates = candidates.unionByName(listed)
-        if hidden is not None:
-            candidates = candidates.join(hidden.select("_cid", *keys).distinct(), ["_cid", *keys], "left_anti")
         candidates = candidates.where(sf.col("_tlsn").isNull() | (sf.col("_tlsn") < sf.col("_high")))
-        untouched = candidates.join(
-            window,
-            [candidates[k] == window[k] for k in keys]
-            + [window["_lsn"] > candidates["_low"], window["_lsn"] < candidates["_high"]],
-            "left_anti",
+        if not rekeyed:
+            if hidden is not None:
+                candidates = candidates.join(hidden.select("_cid", *keys).distinct(), ["_cid", *keys], "left_anti")
+            window = events.select(*keys, "_lsn")
+            untouched = candidates.join(
+                window,
+                [candidates[k] == window[k] for k in keys]
+                + [window["_lsn"] > candidates["_low"], window["_lsn"] < candidates["_high"]],
+                "left_anti",
+            )
+            return untouched.select(*keys, "_high", "_high_ts", "_dump_id", "_chunk")
+        # every event the run read (from its start, which is at or before the target's frontier and
+        # every LOW and snapshot lookback) before HIGH: the window's, the hidden ones, and those
+        # between the target's state and LOW that may have moved the row under one key only
+        for by in (own, keys):
+            touched = events.select(*by, "_lsn")
+            candidates = candidates.join(
+                touched,
+                [candidates[k] == touched[k] for k in by] + [touched["_lsn"] < candidates["_high"]],
+                "left_anti",
+            )
+        return candidates.where(all_of([sf.col(k).isNotNull() for k in keys])).select(
+            *keys, "_high", "_high_ts", "_dump_id", "_chunk"
         )
-        return untouched.select(*keys, "_high", "_high_ts", "_dump_id", "_chunk")
 
     def _completed_dump_repairs(self, dump: CompletedDump, events: Any, row_struct: Any, a_target: int) -> Any | None:
         """Deletes at a completed full dump's last HIGH, under any collation: target keys that none
