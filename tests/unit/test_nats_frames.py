@@ -13,7 +13,7 @@ from nats.errors import MaxPayloadError
 from capture.config import OutputConfig
 from capture.output.formats import Encoder
 from capture.output.interleave import Event
-from capture.output.sinks import NatsOutput
+from capture.output.sinks import _PIECES, NatsOutput
 
 
 def nats_py_frame(subject: str, reply: str, payload: bytes, msg_id: str) -> bytes:
@@ -43,17 +43,34 @@ def events() -> list[Event]:
     ]
 
 
-@pytest.mark.parametrize("source", ["shop", "a b", " odd\r\nname "])
+def frames(pieces: list[bytes]) -> list[bytes]:
+    """`_frames`' pieces joined a message (`_PIECES` each)."""
+    return [b"".join(pieces[i : i + _PIECES]) for i in range(0, len(pieces), _PIECES)]
+
+
+# "shop": the f-string path; the others (white space, a line break, not ASCII) `_checked_frames`
+@pytest.mark.parametrize("source", ["shop", "a b", " odd\r\nname ", "tab\tend", "shöp"])
 def test_frames_are_what_nats_py_publishes(source: str) -> None:
     out = output(source)
     encode = Encoder("logtide", source, "mysql")
     messages = [encode(e) for e in events()]
     prefix = "_INBOX.abc.0123456789abcdef.500.fail."
-    frames = out._frames(messages, prefix)
     ops = ["0", "1", "2"]  # start, append, commit
-    for seq, (frame, message, op) in enumerate(zip(frames, messages, ops, strict=True), 1):
+    for seq, (frame, message, op) in enumerate(
+        zip(frames(out._frames(messages, prefix)), messages, ops, strict=True), 1
+    ):
         reply = f"{prefix}{seq}.{op}.$FI"
         assert frame == nats_py_frame(out.subject(message), reply, message.payload, message.msg_id)
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 500])
+def test_the_fast_frames_are_the_checked_ones_for_batches_of_any_size(size: int) -> None:
+    out = output("shop")
+    encode = Encoder("logtide", "shop", "mysql")
+    messages = [encode(events()[n % 3]) for n in range(size)]
+    prefix = "_INBOX.abc.0123456789abcdef.500.fail."
+    assert out._frames(messages, prefix) == out._checked_frames(messages, prefix)
+    assert len(out._frames(messages, prefix)) == _PIECES * size
 
 
 def test_a_message_over_the_servers_limit_is_refused_as_nats_py_does() -> None:
