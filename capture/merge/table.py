@@ -219,6 +219,10 @@ class Context:
         return target_of(self.config.merge, self.source, schema, table, changelog)
 
 
+# what a repair candidate carries besides the key columns: the target row's LSN and its chunk's
+REPAIR_FROM_CHUNK = ("_tlsn", "_cid", "_low", "_high", "_high_ts", "_dump_id", "_chunk")
+
+
 @dataclass
 class RunPlan:
     """What one table's run reads, decided on the driver before Spark reads a row (`_plan`): the
@@ -1070,91 +1074,19 @@ class TableMerge:
         snapshot did not hold and no event gave back before HIGH. Later events and chunks order after
         the delete (LSN, then order: a chunk row at the same HIGH wins over it)."""
         from pyspark.sql import functions as sf
-        from pyspark.sql import types as T
 
-        spark, keys = self.ctx.spark, self.keys
-        rekeyed = own != keys
-        key_struct = T.StructType([T.StructField(k, self.types[k]) for k in own])
-
-        def bound(row: tuple[Any, ...] | None) -> tuple[Any, ...] | None:
-            return None if row is None else tuple(spark_value(v, self.types[k]) for k, v in zip(own, row, strict=True))
-
-        info = spark.createDataFrame(
-            [
-                (
-                    *(c.id, Decimal(c.low), Decimal(c.high), c.high_ts, c.meta.dump_id, c.meta.chunk),
-                    *(c.meta.keys is not None, c.meta.last, bound(c.meta.after or c.meta.start)),
-                    *(c.meta.after is None and c.meta.start is not None, bound(c.meta.stop)),
-                )
-                for c in chunks
-            ],
-            T.StructType(
-                [
-                    T.StructField("_cid", T.IntegerType()),
-                    T.StructField("_low", T.DecimalType(38, 0)),
-                    T.StructField("_high", T.DecimalType(38, 0)),
-                    T.StructField("_high_ts", T.TimestampType()),
-                    T.StructField("_dump_id", T.StringType()),
-                    T.StructField("_chunk", T.IntegerType()),
-                    T.StructField("_keyed", T.BooleanType()),
-                    T.StructField("_last", T.BooleanType()),
-                    T.StructField("_lo", key_struct),
-                    T.StructField("_lo_incl", T.BooleanType()),
-                    T.StructField("_stop", key_struct),
-                ]
-            ),
-        )
-        key = sf.struct(*(sf.col(k) for k in own))
-        # a range chunk covers up to its last row's key (in the database's order, which is Spark's
-        # here), or to its `stop` (none: no end) when it was the range's last
-        ends = chunk_rows.groupBy("_cid").agg(sf.max_by(key, "_row").alias("_end"))
-        ranges = info.where(~sf.col("_keyed")).join(ends, "_cid", "left")
-        hi = sf.when(sf.col("_last"), sf.col("_stop")).otherwise(sf.col("_end"))
-        ranges = sf.broadcast(ranges.withColumn("_hi", hi))
-
+        keys = self.keys
         both = list(dict.fromkeys([*keys, *own]))
-        out = [*both, "_tlsn", "_cid", "_low", "_high", "_high_ts", "_dump_id", "_chunk"]
-        target = spark.table(self.target).select(*both, sf.col("_lsn").alias("_tlsn"))
+        target = self.ctx.spark.table(self.target).select(*both, sf.col("_lsn").alias("_tlsn"))
         orphans = target.join(chunk_rows.select(*own), own, "left_anti")
-        if rekeyed:
+        if own != keys:
             orphans = orphans.join(chunk_rows.select(*keys), keys, "left_anti")
-        o_key = sf.struct(*(orphans[k] for k in own))
-        lower_ok = (
-            ranges["_lo"].isNull()
-            | (ranges["_lo_incl"] & (o_key >= ranges["_lo"]))
-            | (~ranges["_lo_incl"] & (o_key > ranges["_lo"]))
-        )
-        upper_ok = ranges["_hi"].isNull() | (o_key <= ranges["_hi"])
-        candidates = orphans.join(ranges, lower_ok & upper_ok).select(*out)
-        # asked keys, grouped by how the database compares the key columns (`ChunkMeta.key_folds`):
-        # a target key equal to an asked one under those folds is that key in the database
-        by_folds: dict[tuple[str, ...], list[tuple[Any, ...]]] = {}
-        for c in chunks:
-            if c.meta.keys is not None:
-                folds = c.meta.key_folds or ("",) * len(own)
-                by_folds.setdefault(folds, []).extend(
-                    (c.id, *(fold(v, f) for v, f in zip(bound(k), folds, strict=True)))  # type: ignore[arg-type]
-                    for k in c.meta.keys
-                )
-        for folds, asked in by_folds.items():
-            asked_df = spark.createDataFrame(
-                asked, T.StructType([T.StructField("_cid", T.IntegerType()), *key_struct.fields])
-            )
-            folded = [f"_f{i}" for i in range(len(own))]
-            asked_df = asked_df.select("_cid", *(sf.col(k).alias(f) for k, f in zip(own, folded, strict=True)))
-            left = orphans.select(
-                *both,
-                "_tlsn",
-                *(spark_fold(sf.col(k), f).alias(n) for k, f, n in zip(own, folds, folded, strict=True)),
-            )
-            listed = (
-                left.join(sf.broadcast(asked_df), folded)
-                .join(sf.broadcast(info.where(sf.col("_keyed"))), "_cid")
-                .select(*out)
-            )
+        info = self._chunk_info(own, chunks)
+        candidates = self._in_ranges(own, both, info, orphans, chunk_rows)
+        for listed in self._asked(own, both, info, orphans, chunks):
             candidates = candidates.unionByName(listed)
         candidates = candidates.where(sf.col("_tlsn").isNull() | (sf.col("_tlsn") < sf.col("_high")))
-        if not rekeyed:
+        if own == keys:
             if hidden is not None:
                 candidates = candidates.join(hidden.select("_cid", *keys).distinct(), ["_cid", *keys], "left_anti")
             window = events.select(*keys, "_lsn")
@@ -1178,6 +1110,97 @@ class TableMerge:
         return candidates.where(all_of([sf.col(k).isNotNull() for k in keys])).select(
             *keys, "_high", "_high_ts", "_dump_id", "_chunk"
         )
+
+    def _bound(self, own: list[str], row: tuple[Any, ...] | None) -> tuple[Any, ...] | None:
+        """A chunk's key bound (or asked key) under the key `own`, as Spark's values."""
+        return None if row is None else tuple(spark_value(v, self.types[k]) for k, v in zip(own, row, strict=True))
+
+    def _key_struct(self, own: list[str]) -> Any:
+        from pyspark.sql import types as T
+
+        return T.StructType([T.StructField(k, self.types[k]) for k in own])
+
+    def _chunk_info(self, own: list[str], chunks: list[Chunk]) -> Any:
+        """One row per chunk: its id, LOW, HIGH, dump and chunk number, whether it asked for keys,
+        and its bounds under `own` (`_lo` inclusive when it is the range's given start)."""
+        from pyspark.sql import types as T
+
+        key_struct = self._key_struct(own)
+        return self.ctx.spark.createDataFrame(
+            [
+                (
+                    *(c.id, Decimal(c.low), Decimal(c.high), c.high_ts, c.meta.dump_id, c.meta.chunk),
+                    *(c.meta.keys is not None, c.meta.last, self._bound(own, c.meta.after or c.meta.start)),
+                    *(c.meta.after is None and c.meta.start is not None, self._bound(own, c.meta.stop)),
+                )
+                for c in chunks
+            ],
+            T.StructType(
+                [
+                    T.StructField("_cid", T.IntegerType()),
+                    T.StructField("_low", T.DecimalType(38, 0)),
+                    T.StructField("_high", T.DecimalType(38, 0)),
+                    T.StructField("_high_ts", T.TimestampType()),
+                    T.StructField("_dump_id", T.StringType()),
+                    T.StructField("_chunk", T.IntegerType()),
+                    T.StructField("_keyed", T.BooleanType()),
+                    T.StructField("_last", T.BooleanType()),
+                    T.StructField("_lo", key_struct),
+                    T.StructField("_lo_incl", T.BooleanType()),
+                    T.StructField("_stop", key_struct),
+                ]
+            ),
+        )
+
+    def _in_ranges(self, own: list[str], both: list[str], info: Any, orphans: Any, chunk_rows: Any) -> Any:
+        """Orphans (target rows no chunk returned) whose `own` key lies in a range chunk's range: from
+        its bound to its last row's key (in the database's order, which is Spark's here), or to its
+        `stop` (none: no end) when it was the range's last."""
+        from pyspark.sql import functions as sf
+
+        key = sf.struct(*(sf.col(k) for k in own))
+        ends = chunk_rows.groupBy("_cid").agg(sf.max_by(key, "_row").alias("_end"))
+        ranges = info.where(~sf.col("_keyed")).join(ends, "_cid", "left")
+        hi = sf.when(sf.col("_last"), sf.col("_stop")).otherwise(sf.col("_end"))
+        ranges = sf.broadcast(ranges.withColumn("_hi", hi))
+        o_key = sf.struct(*(orphans[k] for k in own))
+        lower_ok = (
+            ranges["_lo"].isNull()
+            | (ranges["_lo_incl"] & (o_key >= ranges["_lo"]))
+            | (~ranges["_lo_incl"] & (o_key > ranges["_lo"]))
+        )
+        upper_ok = ranges["_hi"].isNull() | (o_key <= ranges["_hi"])
+        return orphans.join(ranges, lower_ok & upper_ok).select(*both, *REPAIR_FROM_CHUNK)
+
+    def _asked(self, own: list[str], both: list[str], info: Any, orphans: Any, chunks: list[Chunk]) -> list[Any]:
+        """Orphans equal to a key a key-list chunk asked for, compared under the folds the database
+        proved for the key columns (`ChunkMeta.key_folds`): a target key equal to an asked one under
+        those folds is that key in the database. One frame per set of folds."""
+        from pyspark.sql import functions as sf
+        from pyspark.sql import types as T
+
+        by_folds: dict[tuple[str, ...], list[tuple[Any, ...]]] = {}
+        for c in chunks:
+            if c.meta.keys is not None:
+                folds = c.meta.key_folds or ("",) * len(own)
+                by_folds.setdefault(folds, []).extend(
+                    (c.id, *(fold(v, f) for v, f in zip(self._bound(own, k), folds, strict=True)))  # type: ignore[arg-type]
+                    for k in c.meta.keys
+                )
+        found = []
+        for folds, asked in by_folds.items():
+            fields = [T.StructField("_cid", T.IntegerType()), *self._key_struct(own).fields]
+            asked_df = self.ctx.spark.createDataFrame(asked, T.StructType(fields))
+            folded = [f"_f{i}" for i in range(len(own))]
+            asked_df = asked_df.select("_cid", *(sf.col(k).alias(f) for k, f in zip(own, folded, strict=True)))
+            left = orphans.select(
+                *both,
+                "_tlsn",
+                *(spark_fold(sf.col(k), f).alias(n) for k, f, n in zip(own, folds, folded, strict=True)),
+            )
+            listed = left.join(sf.broadcast(asked_df), folded).join(sf.broadcast(info.where(sf.col("_keyed"))), "_cid")
+            found.append(listed.select(*both, *REPAIR_FROM_CHUNK))
+        return found
 
     def _completed_dump_repairs(self, dump: CompletedDump, events: Any, row_struct: Any, a_target: int) -> Any | None:
         """Deletes at a completed full dump's last HIGH, under any collation: target keys that none
