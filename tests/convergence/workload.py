@@ -205,10 +205,15 @@ class Workload(threading.Thread):
         ALTERs with no change between (a DROP and an ADD) would look like one rename to it."""
         rng = self.ddl_rng
         candidates = [i for i, t in enumerate(self.tables) if t.captured and t.key != "none" and t.name != "types"]
-        at = rng.choice(candidates)
+        ahead = [i for i in candidates if self.rewritable is not None and self.rewritable(self.tables[i].name)]
+        if ahead and rng.random() < 0.5:  # while the dump has tables ahead, half the ALTERs rewrite one of them
+            at = rng.choice(ahead)
+            op = rng.choice([o for o in self.REWRITES if o != "retype" or self.kit.rewrites])
+        else:
+            at = rng.choice(candidates)
+            op = rng.choices([o for o, _ in self.DDL_OPS], [w for _, w in self.DDL_OPS])[0]
         table = self.tables[at]
         quoted = self.kit.quote(table.name)
-        op = rng.choices([o for o, _ in self.DDL_OPS], [w for _, w in self.DDL_OPS])[0]
         droppable = [c for c in table.values if c.kind not in BIG_KINDS]
         widenings = self.kit.widenings
         if op in self.REWRITES and (self.rewritable is None or not self.rewritable(table.name)):
