@@ -34,8 +34,10 @@ PACKAGES_KEY = "spark.jars.packages"
 # A merge's driver JVM lives for seconds to minutes, most of them warming up: C1 compiles alone,
 # with no C2 threads competing for the cores (`logtide merge` of a 10,000-row table: 16.5 and
 # 19.7 s instead of 39.6 and 40.7 s, back to back at load 15 on 2 cores). merge.spark_conf's
-# spark.driver.extraJavaOptions come after these, so they win.
-LOCAL_DRIVER_OPTIONS = ("-XX:TieredStopAtLevel=1",)
+# spark.driver.extraJavaOptions come after these, so they win. C1 alone makes JDK 17 reserve 48 MB of
+# code cache (240 MB otherwise): a long merge of many tables filled it and its driver died
+# (`Out of space in CodeCache for method handle intrinsic`), so the usual size is asked for.
+LOCAL_DRIVER_OPTIONS = ("-XX:TieredStopAtLevel=1", "-XX:ReservedCodeCacheSize=240m")
 STALE_ARCHIVE_S = 6 * 3600  # an archive still being written after this long belongs to a killed merge
 
 

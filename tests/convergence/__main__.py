@@ -2,6 +2,7 @@
 
     .venv/bin/python -m tests.convergence --source mariadb --seeds 10 --rows 10000
     .venv/bin/python -m tests.convergence --source postgres --seeds 3 --first-seed 20 --dumps 1
+    .venv/bin/python -m tests.convergence --source both --seeds 2 --ddl   # the workload alters tables too
 
 Private servers (tests/servers.py) and a local Spark session are started here and stopped at the end.
 Exit code 1 when any seed found a divergence; its findings and its folder are printed.
@@ -31,7 +32,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--first-seed", type=int, default=1)
     for name, value in dataclasses.asdict(SOAK).items():
-        if isinstance(value, tuple):
+        if isinstance(value, bool):
+            parser.add_argument(f"--{name.replace('_', '-')}", action="store_true", default=value)
+        elif isinstance(value, tuple):
             parser.add_argument(f"--{name.replace('_', '-')}", type=float, nargs=2, default=value)
         else:
             parser.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=value)

@@ -63,6 +63,8 @@ class Scale:
     kill_every_s: tuple[float, float] = (3.0, 8.0)  # capture is SIGKILLed after a random pause in this range
     watermarks: str = "table"  # the source's `watermarks`: table, or readonly (README, Read-only watermarks)
     dump_kills: int = 0  # each dump SIGKILLed this many times at random chunks and rerun with its id (resumed)
+    ddl: bool = False  # the workload also alters tables (workload.Workload._ddl): ADD/DROP COLUMN, widenings
+    ddl_every_s: tuple[float, float] = (2.0, 5.0)  # with `ddl`: the pause between two ALTERs
 
 
 CHECK_THREADS = 4  # tables checked at once (check.check_table)
@@ -141,6 +143,7 @@ class Harness:
         self.commands = 0
         self.capture: CaptureProcess | None = None
         self.children: list[subprocess.Popen[bytes]] = []
+        self.dumping: str | None = None  # the id of the dump running now (the DDL workload's `rewritable`)
 
     # -- commands ----------------------------------------------------------------------------------
 
@@ -210,7 +213,9 @@ class Harness:
         self.capture = CaptureProcess(self.config_path, self.source, self.workdir)
         self.capture.start()
         self.capture.wait_running(timeout=120)
-        workload = Workload(self.kit, self.tables, live, next_n, self.seed * 7919, self.scale.ops_per_s)
+        ddl_every_s = self.scale.ddl_every_s if self.scale.ddl else None
+        workload = Workload(self.kit, self.tables, live, next_n, self.seed * 7919, self.scale.ops_per_s,
+                            ddl_every_s, self._rewritable if self.scale.ddl else None)  # fmt: skip
         stop_kills, kills = threading.Event(), []
         args = (self.capture, math.inf, self.seed * 31, self.scale.kill_every_s, stop_kills)
         killer = threading.Thread(target=lambda: kills.append(kill_repeatedly(*args)), name="kills", daemon=True)
@@ -253,6 +258,8 @@ class Harness:
         source = {**self.kit.source_config(self.tables), "metrics": {"port": free_port()}}
         if self.scale.watermarks != "table":
             source["watermarks"] = self.scale.watermarks
+        if self.scale.ddl:  # the DDL workload's rewrites, each before the running dump reaches its table
+            source["column_rewrites"] = "accept"
         if self.config_keys:
             source["keys"] = {f"{self.kit.schema}.{t.name}": list(t.ident) for t in self.tables if t.key == "config"}
         config = {
@@ -278,6 +285,14 @@ class Harness:
         tables = [a for name in names for a in ("--table", name)]
         return ["dump", "--source", self.source, *tables, "--dump-id", dump_id,
                 "--chunk-size", str(self.scale.chunk_size), "--delay", str(delay)]  # fmt: skip
+
+    def _rewritable(self, name: str) -> bool:
+        """Whether an ALTER that gives rows new values without row events may go to table `name` now: a
+        dump is running and has no chunk of it yet, and the table spans several chunks, so that a chunk
+        of it is read after the ALTER is committed (the dump reads the table again from its start when
+        its chunks so far are stale). The dump then repairs every row, as `column_rewrites: accept` asks."""
+        dump_id, table = self.dumping, next(t for t in self.tables if t.name == name)
+        return dump_id is not None and self._expected_chunks(table) >= 3 and self._chunks_done(dump_id, table) == 0
 
     def _chunks_done(self, dump_id: str, table: Table | None = None) -> int:
         folder = "*" if table is None else table_folder(self.kit.schema, table.name)
@@ -309,6 +324,7 @@ class Harness:
             return self._chunks_done(dump_id, split) >= pause_at
 
         names_run: list[str] = []
+        self.dumping = dump_id
         dump, log = self._start(f"dump-{dump_id}", *self._dump_args(dump_id, names_run))
         wait_for(lambda: dump.poll() is not None or reached(dump_id), 900, 0.05, "chunks")
         if dump.poll() not in (None, 0):
@@ -316,6 +332,7 @@ class Harness:
                                  f"{error_line(log.read_text(errors='replace'))}")  # fmt: skip
             names_run = sorted(f"{self.kit.schema}.{t.name}" for t in self._keyed())
             dump_id += "-by-table"
+            self.dumping = dump_id
             dump, log = self._start(f"dump-{dump_id}", *self._dump_args(dump_id, names_run))
             wait_for(lambda: dump.poll() is not None or reached(dump_id), 900, 0.05, "chunks")
         # through the dump's control file, as `logtide dump-control` writes it, but at once: a CLI start
@@ -363,6 +380,7 @@ class Harness:
             self._note(f"dump {dump_id} killed after {self._chunks_done(dump_id)} chunks, resumed")
             dump, log = self._start(f"dump-{dump_id}-resumed-{kill + 1}", *self._dump_args(dump_id, names_run))
         dump.wait()
+        self.dumping = None
         ended.set()
         if dump.returncode != 0:
             self.findings.append(f"logtide dump {dump_id} failed ({dump.returncode}): "
@@ -470,6 +488,9 @@ class Harness:
     def _workload_facts(self, workload: Workload) -> None:
         self.facts["statements"] = workload.counts.get("statements", 0)  # on the PASS line too
         self.facts["workload"] = dict(workload.counts)
+        if workload.ddl_done:
+            self.facts["ddl"] = len(workload.ddl_done)
+            self.facts["ddl_statements"] = workload.ddl_done
         if workload.failure is not None:
             self.findings.append(f"workload stopped: {type(workload.failure).__name__}: {workload.failure}")
         for error, count in workload.errors.items():

@@ -3,7 +3,7 @@ postgres.py) holds its DDL, type declarations, connections and how to tell that 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from tests.convergence.schema import SqlType, Table
 
@@ -13,6 +13,12 @@ class Kit:
 
     kind: str  # the harness's name for it: mariadb | postgres
     types: dict[str, SqlType]  # every kind this database declares (schema.COMMON_KINDS and its own)
+    # the type changes the DDL workload makes, kind to kind: those capture passes without
+    # `column_rewrites: accept` on this database (README, DDL during a dump)
+    widenings: ClassVar[dict[str, str]] = {}
+    # type changes capture stops at unless `column_rewrites: accept` (then made only before the dump
+    # reaches the table: workload.Workload._ddl)
+    rewrites: ClassVar[dict[str, str]] = {}
 
     def __init__(self, server: Any, database: str) -> None:
         self.server = server
@@ -22,13 +28,17 @@ class Kit:
     def type_kinds(self) -> tuple[str, ...]:
         """The kinds of the `types` table's columns: every declared kind but the big (TOASTed) ones and
         those of its key."""
-        return tuple(k for k in self.types if not k.startswith(("big_", "key_")))
+        return tuple(k for k in self.types if not k.startswith(("big_", "key_", "ddl_")))
 
     def column_ddl(self, table: Table) -> list[str]:
         """`name TYPE [NOT NULL]` of each of the table's columns."""
         return [
             f"{self.quote(c.name)} {self.types[c.kind].ddl}{'' if c.nullable else ' NOT NULL'}" for c in table.columns
         ]
+
+    def retype_sql(self, table: Table, column: str, kind: str) -> str:
+        """ALTER TABLE giving `column` the type of `kind` (its nullability kept)."""
+        raise NotImplementedError
 
     @property
     def schema(self) -> str:

@@ -5,12 +5,13 @@ from __future__ import annotations
 import random
 from datetime import date, datetime, timedelta
 from decimal import Decimal
-from typing import Any
+from typing import Any, ClassVar
 
 import pymysql
 
 from tests.convergence.kit import Kit
 from tests.convergence.schema import (
+    DDL_TEXT,
     KEY_BYTES,
     TEXT_SAMPLES,
     SqlType,
@@ -149,12 +150,20 @@ TYPES: dict[str, SqlType] = {
     ),
     "key_num": SqlType("BIGINT UNSIGNED", "int", (), lambda rng: rng.randint(0, 2**64 - 1),
                        counter=lambda n: spread(n, 0, 2**64 - 1)),
+    # added and widened by the DDL workload (`--ddl`)
+    "ddl_vc": SqlType("VARCHAR(40) COLLATE utf8mb4_bin", "text", DDL_TEXT, lambda rng: random_text(rng, 40)),
+    "ddl_vc_wide": SqlType("VARCHAR(200) COLLATE utf8mb4_bin", "text", DDL_TEXT, lambda rng: random_text(rng, 200)),
 }  # fmt: skip
 
 
 class MariaDBKit(Kit):
     kind = "mariadb"
     types = TYPES
+    # lossless MODIFYs capture passes (README, ALTER TABLE that rewrites rows)
+    widenings: ClassVar[dict[str, str]] = {"int": "int64", "ddl_vc": "ddl_vc_wide"}
+
+    def retype_sql(self, table: Table, column: str, kind: str) -> str:
+        return f"ALTER TABLE {self.quote(table.name)} MODIFY {self.quote(column)} {self.types[kind].ddl}"
 
     @property
     def schema(self) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
-from typing import Any
+from typing import Any, ClassVar
 
 import psycopg2.errors
 import psycopg2.extras
@@ -18,6 +18,7 @@ import psycopg2.extras
 from capture.sources.postgres.connection import parse_lsn
 from tests.convergence.kit import Kit
 from tests.convergence.schema import (
+    DDL_TEXT,
     KEY_BYTES,
     TEXT_SAMPLES,
     SqlType,
@@ -166,12 +167,22 @@ TYPES: dict[str, SqlType] = {
     ),
     "key_num": SqlType("bigint", "int", (), lambda rng: rng.randint(-(2**63), 2**63 - 1),
                        counter=lambda n: spread(n, -(2**63), 2**63 - 1)),
+    # added and widened by the DDL workload (`--ddl`)
+    "ddl_vc": SqlType("varchar(40)", "text", DDL_TEXT, lambda rng: random_text(rng, 40)),
+    "ddl_vc_wide": SqlType("varchar(200)", "text", DDL_TEXT, lambda rng: random_text(rng, 200)),
 }  # fmt: skip
 
 
 class PostgresKit(Kit):
     kind = "postgres"
     types = TYPES
+    # a longer varchar only: capture stops at integer -> bigint, a rewrite, unless `column_rewrites:
+    # accept` (README, PostgreSQL, Schema)
+    widenings: ClassVar[dict[str, str]] = {"ddl_vc": "ddl_vc_wide"}
+    rewrites: ClassVar[dict[str, str]] = {"int": "int64"}
+
+    def retype_sql(self, table: Table, column: str, kind: str) -> str:
+        return f"ALTER TABLE {self.quote(table.name)} ALTER COLUMN {self.quote(column)} TYPE {self.types[kind].ddl}"
 
     @property
     def schema(self) -> str:

@@ -160,6 +160,10 @@ def big_json(rng: random.Random) -> str:
     return '{"n": 1.10, "e": 1e2, "body": "%s"}' % big_text(rng)  # noqa: UP031 - a JSON document
 
 
+# the columns the DDL workload adds (workload.Ddl): a short VARCHAR, widened later to the long one
+DDL_TEXT = ("", " ", "😀" * 40, "tab\tnew\nline\r", "\\N", "trailing  ")
+
+
 def spread(n: int, low: int, high: int) -> int:
     """The workload's counter `n` as a key in [low, high], unique for each n: the bounds for n 1 and 2,
     else scattered over the range by an odd multiplier (a bijection modulo the range's size)."""

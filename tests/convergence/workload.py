@@ -9,18 +9,30 @@ key spelt otherwise (the database refuses most: the transaction rolls back), tra
 twelve operations across tables (one in fifty of eighty, spanning several chunks of a dump), one in
 ten rolled back on purpose. The workload remembers which
 keys exist, so it never needs a SELECT; what the database refused is undone in that memory too.
+
+With `ddl_every_s`, between two transactions now and then one ALTER TABLE of a keyed table that
+Logtide claims to follow with no operator action (README, DDL during a dump): ADD COLUMN without a
+DEFAULT, DROP COLUMN, and a type widened as `Kit.widenings` allows (MariaDB INT -> BIGINT and a longer
+VARCHAR; PostgreSQL a longer varchar). The workload's tables follow it, so later writes use the new
+columns and the check compares the source as it ends. With `rewritable` too (the harness then sets
+`column_rewrites: accept`), ALTERs that give existing rows new values without row events: ADD COLUMN
+... DEFAULT, RENAME COLUMN, and on PostgreSQL integer -> bigint (`Kit.rewrites`), but only on a table
+the running dump has not reached yet, so that its chunks, read after the ALTER or read again from the
+table's start, repair the rows: the dump the accepted warning asks for (README, DDL during a dump).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from tests.convergence.kit import Kit
-from tests.convergence.schema import BIG_KINDS, Table, fresh_ident, value, variant
+from tests.convergence.schema import BIG_KINDS, Column, Table, fresh_ident, value, variant
 
 Ident = tuple[Any, ...]
 
@@ -110,11 +122,26 @@ class Workload(threading.Thread):
         ("bulk", 6), ("upsert", 6), ("swap", 6),
     )  # fmt: skip
 
+    DDL_OPS = (("add", 4), ("drop", 2), ("widen", 3), ("add_default", 2), ("rename", 2), ("retype", 1))
+    REWRITES = ("add_default", "rename", "retype")
+
     def __init__(
-        self, kit: Kit, tables: list[Table], live: dict[str, KeySet], next_n: int, seed: int, ops_per_s: float
+        self,
+        kit: Kit,
+        tables: list[Table],
+        live: dict[str, KeySet],
+        next_n: int,
+        seed: int,
+        ops_per_s: float,
+        ddl_every_s: tuple[float, float] | None = None,
+        rewritable: Callable[[str], bool] | None = None,
     ) -> None:
         super().__init__(daemon=True, name=f"workload-{kit.kind}")
+        # `tables` is the harness's list: DDL replaces its items, so the check reads the schema as it ends
         self.kit, self.tables, self.live, self.n = kit, tables, live, next_n
+        self.ddl_every_s, self.rewritable = ddl_every_s, rewritable
+        self.ddl_rng = random.Random(seed * 13)  # its own stream: the writes' choices stay as they were
+        self.ddl_done: list[str] = []  # every ALTER that committed, in order (the seed's facts)
         self.rng = random.Random(seed)
         self.interval = 1.0 / ops_per_s
         self.stop_event = threading.Event()
@@ -139,7 +166,11 @@ class Workload(threading.Thread):
 
     def _loop(self, conn: Any) -> None:
         due = time.monotonic()
+        next_ddl = due + self.ddl_rng.uniform(*self.ddl_every_s) if self.ddl_every_s else None
         while not self.stop_event.is_set():
+            if next_ddl is not None and time.monotonic() >= next_ddl:
+                self._ddl(conn)
+                next_ddl = time.monotonic() + self.ddl_rng.uniform(*self.ddl_every_s)
             undo: list[tuple[str, str, Ident]] = []
             table = None
             try:
@@ -166,6 +197,77 @@ class Workload(threading.Thread):
                 else:
                     first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
                     self.errors[f"{table.name if table else '?'}: {first_line}"] += 1
+
+    def _ddl(self, conn: Any) -> None:
+        """One ALTER TABLE of a keyed table (never `types`, nor `nokey`, whose `note` PostgreSQL's landed
+        marker writes), then a committed insert into it: PostgreSQL sends the table's new Relation
+        message with its next change, and capture compares each message with the one before, so two
+        ALTERs with no change between (a DROP and an ADD) would look like one rename to it."""
+        rng = self.ddl_rng
+        candidates = [i for i, t in enumerate(self.tables) if t.captured and t.key != "none" and t.name != "types"]
+        ahead = [i for i in candidates if self.rewritable is not None and self.rewritable(self.tables[i].name)]
+        if ahead and rng.random() < 0.5:  # while the dump has tables ahead, half the ALTERs rewrite one of them
+            at = rng.choice(ahead)
+            op = rng.choice([o for o in self.REWRITES if o != "retype" or self.kit.rewrites])
+        else:
+            at = rng.choice(candidates)
+            op = rng.choices([o for o, _ in self.DDL_OPS], [w for _, w in self.DDL_OPS])[0]
+        table = self.tables[at]
+        quoted = self.kit.quote(table.name)
+        droppable = [c for c in table.values if c.kind not in BIG_KINDS]
+        widenings = self.kit.widenings
+        if op in self.REWRITES and (self.rewritable is None or not self.rewritable(table.name)):
+            op = "widen" if op == "retype" else "add"  # the rows would keep old values: no dump to repair them
+        elif op == "retype":
+            widenings = self.kit.rewrites
+        widenable = [c for c in table.values if c.kind in widenings]
+        if op == "rename" and droppable:
+            column = rng.choice(droppable)
+            self.n += 1
+            renamed = f"r{self.n}"
+            sql = (f"ALTER TABLE {quoted} RENAME COLUMN {self.kit.quote(column.name)} TO "
+                   f"{self.kit.quote(renamed)}")  # fmt: skip
+            columns = tuple(dataclasses.replace(c, name=renamed) if c is column else c for c in table.columns)
+        elif op == "drop" and len(table.values) > 1 and droppable:
+            column = rng.choice(droppable)
+            sql = f"ALTER TABLE {quoted} DROP COLUMN {self.kit.quote(column.name)}"
+            columns = tuple(c for c in table.columns if c.name != column.name)
+        elif op in ("widen", "retype") and widenable:
+            column = rng.choice(widenable)
+            wider = widenings[column.kind]
+            sql = self.kit.retype_sql(table, column.name, wider)
+            columns = tuple(dataclasses.replace(c, kind=wider) if c is column else c for c in table.columns)
+        else:
+            op = "add_default" if op == "add_default" else "add"
+            self.n += 1
+            column = Column(f"d{self.n}", rng.choice(("int", "ddl_vc")))
+            sql = f"ALTER TABLE {quoted} ADD COLUMN {self.kit.quote(column.name)} {self.kit.types[column.kind].ddl}"
+            if op == "add_default":  # every row holds it at once, no row event says so
+                sql += " DEFAULT 7" if column.kind == "int" else " DEFAULT 'dflt é 😀'"
+            columns = (*table.columns, column)
+        try:
+            with conn.cursor() as cur:
+                cur.execute(sql)
+            conn.commit()
+        except Exception as exc:
+            conn.rollback()
+            first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            self.errors[f"{table.name}: DDL {sql}: {first_line}"] += 1
+            return
+        self.tables[at] = table = dataclasses.replace(table, columns=columns)
+        self.ddl_done.append(sql)
+        self.counts[f"ddl_{op}"] += 1
+        undo: list[tuple[str, str, Ident]] = []
+        try:
+            with conn.cursor() as cur:
+                key = self._fresh(table)
+                self._insert(cur, table, key)
+                self._add(table, key, undo)
+            conn.commit()
+        except Exception as exc:  # a fresh key is never a duplicate: any error is the workload's finding
+            conn.rollback()
+            self._undo(undo)
+            self.errors[f"{table.name}: insert after DDL: {str(exc).strip().splitlines()[0]}"] += 1
 
     def _undo(self, undo: list[tuple[str, str, Ident]]) -> None:
         for action, table, key in reversed(undo):

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import re
+import shutil
+import subprocess
+
 import pytest
 
 from capture.config import parse_config
@@ -38,7 +42,7 @@ def test_the_command_carries_jars_settings_and_the_tables(tmp_path):
         "--conf",
         "spark.driver.memory=2g",
         "--conf",
-        "spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1",
+        "spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m",
         str(APPLICATION),
         "--source",
         "shop",
@@ -62,8 +66,8 @@ def test_the_first_local_merge_writes_the_jvm_class_archive_and_later_ones_map_i
     first = build_merge_submit(config, "shop", write_archive=True)
     writing = first.archive.writing
     assert (
-        first.conf["spark.driver.extraJavaOptions"]
-        == f"-XX:TieredStopAtLevel=1 -XX:ArchiveClassesAtExit={writing} -Xlog:cds=off,cds+dynamic=off -Xss4m"
+        first.conf["spark.driver.extraJavaOptions"] == "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m "
+        f"-XX:ArchiveClassesAtExit={writing} -Xlog:cds=off,cds+dynamic=off -Xss4m"
     )
     assert first.conf["spark.driver.extraClassPath"] == str(tmp_path / "jars" / "a.jar")
     writing.write_text("a failed run's archive")
@@ -85,7 +89,9 @@ def test_the_first_local_merge_writes_the_jvm_class_archive_and_later_ones_map_i
 def test_packages_replace_the_jars(tmp_path):
     config = _config(tmp_path, spark_conf={"spark.jars.packages": "org.apache.iceberg:x:1"})
     submit = build_merge_submit(config, "shop")
-    assert submit.jars == [] and submit.conf == {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1"}
+    assert submit.jars == [] and submit.conf == {
+        "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
+    }
     assert submit.command("s")[:5] == ["s", "--master", "local[2]", "--packages", "org.apache.iceberg:x:1"]
 
 
@@ -111,3 +117,20 @@ def test_one_merge_of_a_source_at_a_time(tmp_path):
             fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
     with open(lock) as other:
         fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released
+
+
+@pytest.mark.skipif(shutil.which("java") is None, reason="no java on PATH")
+def test_the_local_driver_keeps_a_code_cache_for_a_long_merge(tmp_path):
+    """C1 alone (`-XX:TieredStopAtLevel=1`) makes JDK 17 reserve 48 MB of code cache instead of 240 MB:
+    a convergence seed's final merge (7 tables whose columns a DDL workload added, dropped, widened and
+    renamed) filled it after 110 s and its driver died (`VirtualMachineError: Out of space in CodeCache
+    for method handle intrinsic`), failing the merge. The JVM the merge starts keeps the usual size."""
+    (tmp_path / "jars").mkdir()
+    (tmp_path / "jars" / "a.jar").write_text("")
+    config = _config(tmp_path, class_archive_dir=None)
+    options = build_merge_submit(config, "shop").conf["spark.driver.extraJavaOptions"].split()
+    flags = subprocess.run(
+        ["java", *options, "-XX:+PrintFlagsFinal", "-version"], capture_output=True, text=True, check=True
+    ).stdout
+    reserved = int(re.search(r"\bReservedCodeCacheSize\s*=\s*(\d+)", flags).group(1))
+    assert reserved >= 240 * 1024 * 1024, f"{reserved // 2**20} MB of code cache"
