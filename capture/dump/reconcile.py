@@ -186,8 +186,10 @@ def reconcile_table(
 def _base_missing(row: dict[str, Any], events: list[StreamEvent], key: tuple[str, ...]) -> tuple[str, ...] | None:
     """A dropped chunk row still knows the columns that none of the newer events carried (PostgreSQL TOAST):
     its `missing` for a placement at HIGH (every column some event carried), or None when it adds
-    nothing (the key ends deleted, or every column was carried)."""
-    if events[-1].row is None:
+    nothing (every column was carried) or is not the key's row any more: a newer event deleted the key
+    (it ends deleted, or a key change moved another row's values in, whose left-out columns are the
+    other row's: `key_changes.resolve` fills them, and the chunk's copy is stale for them)."""
+    if any(e.row is None for e in events):
         return None
     carried = {c for e in events if e.row is not None for c in e.row if c not in e.missing}
     if all(c in carried or c in key for c in row):

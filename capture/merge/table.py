@@ -964,8 +964,9 @@ class TableMerge:
         """PostgreSQL leaves unchanged TOASTed values out of update events (`_missing`). A chunk row
         dropped for events (in its window, or hidden from its snapshot) that all leave a column out
         is the only full copy of that column, which none of them changed: place it at HIGH with
-        every column some such event carried marked missing (unless the key ends deleted), as
-        reconcile.py's `_base_missing`."""
+        every column some such event carried marked missing, as reconcile.py's `_base_missing`;
+        not when one of them deleted the key (it ends deleted, or a key change moved another row in,
+        whose left-out columns `KeyChanges` fills from that row: the chunk's copy is stale)."""
         from pyspark.sql import functions as sf
 
         keys = self.keys
@@ -983,7 +984,7 @@ class TableMerge:
             newer = newer.unionByName(hidden)
         carried = sf.coalesce(sf.col("_missing"), sf.array().cast("array<string>"))
         per_key = newer.groupBy("_cid", *keys).agg(
-            sf.max_by("_op", sf.struct("_lsn", "_order")).alias("_last_op"),
+            sf.max(sf.when(sf.col("_op") == "d", sf.lit(True))).alias("_deleted"),
             sf.array_compact(
                 sf.array(
                     *(
@@ -993,7 +994,7 @@ class TableMerge:
                 )
             ).alias("_carried"),
         )
-        per_key = per_key.where((sf.col("_last_op") != "d") & (sf.size("_carried") < len(others)))
+        per_key = per_key.where(sf.col("_deleted").isNull() & (sf.size("_carried") < len(others)))
         per_key = per_key.select(
             sf.col("_cid").alias("_pcid"), *(sf.col(k).alias(f"_p{i}") for i, k in enumerate(keys)), "_carried"
         )

@@ -107,6 +107,48 @@ def test_a_key_change_takes_the_toasted_value_from_a_chunk_row_of_the_old_key(sp
     assert (report["key_changes_completed"], report["unknown_values"]) == (3, 0)
 
 
+ROWS = [(3, "t3", "big3"), (7, "t7", "big7"), (9, "other", "x")]
+
+
+def test_a_key_swap_inside_the_window_moves_the_toasted_values_with_the_rows(spark, catalogs, tmp_path):
+    """Keys 3 and 7 trade rows through 8 in one transaction inside the chunk's window, after the
+    chunk read both: each key ends with the other's body, which the swap's creates leave out (the
+    key changes carry it over from the rows the target holds). The chunk's own rows of 3 and 7 are
+    stale for that body and must not be placed again at HIGH as its only copy. Found by the
+    convergence harness (PostgreSQL seed 105, `--ddl`): the target kept 3967's own TOASTed values
+    where the source held 3713's."""
+    landing = Landing(tmp_path, catalogs, "toast_swap")
+    commit, mark = landing.commit, landing.mark
+    d, c = Op.DELETE, Op.CREATE
+    key_only, no_body = ("title", "body"), ("body",)
+    commit(100, DOCS, *(Change(Lsn(100, i), c, None, r) for i, r in enumerate(ROWS)))  # the target holds them
+    run_merge(spark, landing.config, "src")
+    mark(110, "LOW", "low-1")
+    landing.chunk(
+        ROWS,
+        read_view=PgSnapshot.parse("100:100:", Lsn(105).encode()),
+    )
+    swap = []
+    for i, (old, new) in enumerate(((7, 8), (3, 7), (8, 3))):
+        title = {7: "t7", 3: "t3", 8: "t7"}[old]
+        swap.append(Change(Lsn(120, 2 * i), d, (old, None, None), None, key_only))
+        swap.append(Change(Lsn(120, 2 * i + 1), c, None, (new, title, None), no_body))
+    commit(120, DOCS, *swap)
+    mark(130, "HIGH", "high-1")
+    (report,) = run_merge(spark, landing.config, "src")["tables"]
+
+    expected = {
+        (3,): {"id": 3, "title": "t7", "body": "big7"},
+        (7,): {"id": 7, "title": "t3", "body": "big3"},
+        (9,): {"id": 9, "title": "other", "body": "x"},
+    }
+    stream, stats = reconcile_table(landing.zone, "db", "docs")
+    assert {k: dict(v) for k, v in apply(stream).items()} == expected and stats.unknown_values == []
+    assert iceberg_state(spark, "logtide.toast_swap.db__docs") == expected
+    assert changelog_replay(spark, "logtide.toast_swap.db__docs__changelog") == expected
+    assert report["unknown_values"] == 0
+
+
 # -- a primary-key change of a row whose TOASTed value it leaves alone (real PostgreSQL) ----------
 
 BODY = "(SELECT string_agg(md5(random()::text), '') FROM generate_series(1, 1000))"  # 32,000 characters
