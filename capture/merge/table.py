@@ -245,12 +245,11 @@ class RunPlan:
 @dataclass
 class Frames:
     """The run's Spark frames after the read: its events, the stream so far, and with chunks their
-    rows, the events' keys by LSN (the windows) and the events hidden from their snapshots."""
+    rows and the events hidden from their snapshots."""
 
     events: Any
     stream: Any
     chunk_rows: Any | None = None
-    window: Any | None = None
     hidden: Any | None = None
 
 
@@ -438,7 +437,7 @@ class TableMerge:
         if not plan.chunks:
             return frames
         chunk_rows = frames.chunk_rows = self._chunk_rows(plan.chunks, plan.row_struct)
-        window = frames.window = events.select(*keys, "_lsn")
+        window = events.select(*keys, "_lsn")
         survivors = chunk_rows.join(
             window,
             [chunk_rows[k].eqNullSafe(window[k]) for k in keys]  # NULL: a key part landed as NULL
