@@ -69,6 +69,9 @@ from capture.log import get_logger
 from capture.sources.base import ChunkSource, ReadView, Watermark
 
 log = get_logger(__name__)
+# a table whose columns changed this many times under one run of a dump stops it at the next change
+# (`DumpEngine._changed_under`): each change reads chunks again, so it would never finish
+MAX_CHANGES = 10
 MISSING_KEYS_LOGGED = 10  # `dump.keys_missing` shows the first keys of a chunk, not all of them
 
 
@@ -299,6 +302,7 @@ class DumpEngine:
         self.coordination = coordination
         self._folds: dict[str, tuple[str, ...]] = {}  # by table fingerprint: `ChunkSource.key_folds`
         self._generations: dict[str, str | None] = {}  # by table: the storage its chunks so far were read from
+        self._changes: dict[str, int] = {}  # by table: column changes seen in this run (`_changed_under`)
 
     def plan(self, request: DumpRequest) -> DumpPlan:
         """Resolve and check every table and key before anything is written; with no tables named,
@@ -532,6 +536,8 @@ class DumpEngine:
                 break
             if _read_some(progress):  # the same columns, rewritten: the chunks read before are stale
                 progress = self._restart(dump_id, table, number, progress, "its columns were rewritten")
+            else:
+                self._changed_under(dump_id, table, number, "its columns were rewritten: the chunk is read again")
         self._log_missing_keys(dump_id, table, number, read.missing_keys)
         return _advanced(progress, number, table, read, self._generations.get(name)), table, len(read.rows)
 
@@ -700,8 +706,24 @@ class DumpEngine:
             stale = stale_changes(table, current, None if judge is None else judge(table, current))
             stale += ["columns rewritten"] if rewritten and not stale else []
             if stale:
-                progress = self._restart(dump_id, current, number, progress, "; ".join(stale))
+                return current, self._restart(dump_id, current, number, progress, "; ".join(stale))
+        self._changed_under(dump_id, current, number, "its columns changed: the chunk is read again")
         return current, progress
+
+    def _changed_under(self, dump_id: str, table: TableSchema, number: int, what: str) -> None:
+        """Counts the changes of a table's columns that made this run read chunks again (one chunk, or the
+        table from its start); the MAX_CHANGES + 1st stops the dump: a table whose columns change faster
+        than the dump reads it would never finish (the chunks so far stand)."""
+        name = table.qualified_name
+        seen = self._changes[name] = self._changes.get(name, 0) + 1
+        if seen > MAX_CHANGES:
+            raise DumpInputError(
+                f"{name} changed under dump {dump_id} {seen} times in this run, the last at chunk {number} ({what}); "
+                "each time chunks were read again, from the table's start when the change gave rows values no row "
+                "event carries: its columns change faster than the dump reads it, so it would never finish. The "
+                f"chunks written so far stand; run the dump again with --dump-id {dump_id} once the DDL has stopped "
+                "(it goes on from where it is)"
+            )
 
     def _changed_while_stopped(self, progress: TableProgress, table: TableSchema) -> str | None:
         """Why the chunks an earlier run of this dump read may be stale now, None if they are not: the table's
@@ -735,12 +757,12 @@ class DumpEngine:
         generation = getattr(self.source, "generation", None)
         return None if generation is None else generation(table)
 
-    @staticmethod
     def _restart(
-        dump_id: str, table: TableSchema, number: int, progress: TableProgress, why: str, resumed: bool = False
+        self, dump_id: str, table: TableSchema, number: int, progress: TableProgress, why: str, resumed: bool = False
     ) -> TableProgress:
         """`resumed`: `why` is the whole reason (`_changed_while_stopped`), not a change seen during this run."""
         what = why if resumed else f"the table changed during the dump ({why})"
+        self._changed_under(dump_id, table, number, what)
         log.warning(
             "dump.table_restarted",
             dump_id=dump_id,

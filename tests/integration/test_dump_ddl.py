@@ -131,3 +131,47 @@ def test_a_dump_resumed_from_a_progress_file_without_its_shape_reads_the_table_a
     assert landed_rows(capture, database, "ledger") == table_rows(mariadb, database, "ledger")
     assert "records no shape" in caplog.text
     assert summary["tables"][0]["chunks"] == 3 + 200 // 20 + 1  # chunks 4.. read the table from its first key
+
+
+class AltersEveryChunk:
+    """The real chunk source, except that another connection adds a column right before each HIGH
+    from chunk 2 on (`limit` times): the table changes faster than a dump can read it."""
+
+    def __init__(self, source, execute, limit: int) -> None:
+        self._source, self._execute, self.left, self.added = source, execute, limit, 0
+
+    def __getattr__(self, name: str):
+        return getattr(self._source, name)
+
+    def write_watermark(self, mark, table=None) -> None:
+        if mark.kind == "HIGH" and mark.chunk >= 2 and self.left:
+            self.left -= 1
+            self.added += 1
+            self._execute(f"ALTER TABLE ledger ADD COLUMN c{self.added} INT DEFAULT {self.added}")
+        self._source.write_watermark(mark, table)
+
+
+def test_a_table_altered_every_chunk_stops_the_dump_saying_so_and_a_rerun_finishes_it(mariadb, database, make_capture):
+    """Each ADD COLUMN ... DEFAULT gives every row a value no row event carries: the dump reads the chunk
+    again, and the table from its start once chunks were read before it. A table altered at every chunk
+    would never finish (on main the dump read chunks again for as long as the ALTERs came). Now the
+    eleventh change in one run stops it with a message that says so; run again by its id once the ALTERs
+    stop, it finishes and the landing zone rebuilds the table."""
+    populate_ledger(mariadb, database, 200)
+    capture = make_capture([f"{database}.*"], column_rewrites="accept").start()
+    capture.wait_running()
+    request = DumpRequest(dump_id="busy", tables=[f"{database}.ledger"], settings=DumpSettings(chunk_size=20))
+    source = open_chunk_source("src", capture.config.source("src"))
+    try:
+        altering = AltersEveryChunk(source, lambda text: mariadb.execute(text, database=database), limit=40)
+        with pytest.raises(DumpInputError) as info:
+            DumpEngine(altering, capture.zone).run(request)
+        message = str(info.value)
+        assert "changed under dump busy 11 times in this run" in message, message
+        assert "--dump-id busy" in message
+        assert altering.added == 11  # it stopped at the eleventh change, not at the fortieth
+        DumpEngine(source, capture.zone).run(request)
+    finally:
+        source.close()
+    wait_until_landed(mariadb, capture)
+    assert landed_rows(capture, database, "ledger") == table_rows(mariadb, database, "ledger")
