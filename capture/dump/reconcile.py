@@ -19,7 +19,10 @@ For one table, given the landed log (up to the committed frontier) and the chunk
      all leave a column out, that column is placed at HIGH too (the other columns marked
      missing), since none of those events changed it and the chunk row may be the only full
      copy (see `_base_missing`).
-  5. Interleave with the log events in LSN order.
+  5. Interleave with the log events in LSN order. Rows are named by the newest landed file's key
+     (`logtide.key`); events logged under a key since replaced (PostgreSQL, a primary key swapped)
+     that do not carry it are named by it from the row's state under their own key
+     (capture/dump/old_keys.py, `stored` and the chunk rows among the states).
   5a. TRUNCATE (a `truncate` record of the schema history at LSN T, landed/reader.py
      `landed_truncates`): an event (op `t`, order 0) that empties the table (`apply`). A chunk
      with a truncate inside its window (LOW <= T <= HIGH), or, on PostgreSQL, one before LOW its
@@ -43,9 +46,11 @@ import bisect
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from capture.dump.key_changes import Unknown, chunk_knows, is_completed, key_changes, resolve
+from capture.dump.old_keys import Logged, file_key, old_key_rows
 from capture.events import Lsn, Row
 from capture.landing import LandingZone
 from capture.landing.chunks import read_chunk_meta
@@ -58,6 +63,7 @@ from capture.landing.reader import (
     landed_truncates,
     truncated_by,
 )
+from capture.landing.zone import table_folder
 from capture.sources.base import ReadView
 
 
@@ -81,6 +87,7 @@ class ReconcileStats:
     dropped_by_truncate: int = 0  # rows of chunks a TRUNCATE emptied (`truncated_by`), not counted above
     truncates: int = 0
     unknown_values: list[Unknown] = field(default_factory=list)  # key changes' columns nothing held: NULL
+    old_key_events: int = 0  # events logged under a key since replaced, named by the newest (old_keys.py)
 
 
 def hidden_events(view: ReadView, low: int, lsns: list[int], xids: list[int | None]) -> list[int]:
@@ -99,10 +106,11 @@ def reconcile_table(
     # listed: a chunk whose HIGH is below it had its file written before (the engine reads again
     # a read-only chunk whose HIGH file the frontier overtook: `DumpEngine._passed`).
     frontier = committed_frontier(zone) or 0
-    log_table = zone.read_table(schema, table, Lsn.decode(frontier))
-    log_events = [] if log_table is None else log_table.to_pylist()
-    metadata = {} if log_table is None else (log_table.schema.metadata or {})
-    key_columns = tuple(k for k in metadata.get(b"logtide.key", b"").decode().split(",") if k)
+    # each file records the key its events were logged under; rows are named by the newest (as the merge)
+    tables = [pq.read_table(f) for f in zone.committed_files(table_folder(schema, table), Lsn.decode(frontier))]
+    logged_under = [k for t in tables for k in [file_key(t.schema)] * t.num_rows]
+    log_events = pa.concat_tables(tables, promote_options="permissive").to_pylist() if tables else []
+    key_columns = next((k for k in reversed([file_key(t.schema) for t in tables]) if k), ())
     chunks = []
     for path in chunk_files(zone, schema, table):
         meta = read_chunk_meta(path)
@@ -112,6 +120,26 @@ def reconcile_table(
     def key_of(image: dict[str, Any]) -> Row:
         return hashable(tuple(image[k] for k in key_columns))  # array keys: lists as tuples
 
+    marks = Watermarks(zone, frontier)
+    placed = []
+    for meta, path in chunks:
+        window = chunk_window(marks, path, meta)
+        if window is None:
+            stats.chunks_pending += 1
+            continue
+        placed.append((meta, window.low, window.high, pq.read_table(path).column("after").to_pylist()))
+    # events logged under a key since replaced, named by the run's (capture/dump/old_keys.py)
+    logged = [
+        Logged(int(e["_lsn"]), e["_op"], e["before"], e["after"], _after_missing(e), k)
+        for e, k in zip(log_events, logged_under, strict=True)
+    ]
+    by_key = {(k, v): row for row in (stored or {}).values() for k in {*logged_under} if (v := _key_values(row, k))}
+    old = old_key_rows(
+        logged, key_columns, lambda k, v: by_key.get((k, v)), [(low, r) for _, low, _, rows in placed for r in rows]
+    )
+    stats.old_key_events = len(old.deletes) + len(old.leaves)
+    stats.unknown_values += old.unknown
+
     stream = []
     lsns = []
     xids: list[int | None] = []  # PostgreSQL's _txid is the transaction's xid
@@ -120,14 +148,21 @@ def reconcile_table(
         txid = event["_txid"]
         xid = int(txid) if txid and txid.isdigit() else None
         before, after = event["before"], event["after"]
-        if before is not None and after is not None and key_of(before) != key_of(after):
+        if lsn in old.leaves:  # logged under an older key: the rule says which run key the row left
+            left = old.leaves[lsn]
+        elif before is not None and after is not None and key_of(before) != key_of(after):
             # a key change the log could not split: the log's key is not the dump key (no primary key)
-            stream.append(StreamEvent(lsn, 0, "d", key_of(before), None))
+            left = key_of(before)
+        else:
+            left = None
+        if left is not None:
+            stream.append(StreamEvent(lsn, 0, "d", left, None))
             lsns.append(lsn)
             xids.append(xid)
         image = after if after is not None else before
         missing = tuple(event.get("_missing") or ()) if after is not None else ()
-        stream.append(StreamEvent(lsn, 0, event["_op"], key_of(image), after, missing))
+        key = old.deletes[lsn] if lsn in old.deletes else key_of(image)
+        stream.append(StreamEvent(lsn, 0, event["_op"], key, after, missing))
         lsns.append(lsn)
         xids.append(xid)
     truncates = landed_truncates(zone, frontier, tables={(schema, table)})
@@ -139,13 +174,7 @@ def reconcile_table(
             moved_from.setdefault(old_key, []).append(lsn)
     fallback: dict[int, dict[str, Any]] = {}
 
-    marks = Watermarks(zone, frontier)
-    for meta, path in chunks:
-        window = chunk_window(marks, path, meta)
-        if window is None:
-            stats.chunks_pending += 1
-            continue
-        low, high = window.low, window.high
+    for meta, low, high, rows in placed:
         in_window: dict[Row, list[StreamEvent]] = {}
         for i in range(bisect.bisect_right(lsns, low), bisect.bisect_left(lsns, high)):
             in_window.setdefault(stream[i].key, []).append(stream[i])
@@ -153,7 +182,6 @@ def reconcile_table(
         if meta.read_view is not None:
             for i in hidden_events(meta.read_view, low, lsns, xids):
                 hidden.setdefault(stream[i].key, []).append(stream[i])
-        rows = pq.read_table(path).column("after").to_pylist()
         stats.chunks += 1
         stats.chunk_rows += len(rows)
         if truncated_by(truncates, low, high, meta.read_view) is not None:
@@ -175,12 +203,23 @@ def reconcile_table(
     stream += [StreamEvent(t.lsn, 0, "t", (), None) for t in truncates]
     stream.sort(key=lambda e: (e.lsn, e.order))
     if moves:
-        fills, stats.unknown_values = resolve(stream, moves, stored or {}, fallback)
+        fills, unknown = resolve(stream, moves, stored or {}, fallback)
         stream = [
             replace(e, row={**e.row, **fills[e.lsn]}, missing=()) if e.row and is_completed(e, moves) else e
             for e in stream
         ]
+        stats.unknown_values += unknown
     return stream, stats
+
+
+def _after_missing(event: dict[str, Any]) -> tuple[str, ...]:
+    return tuple(event.get("_missing") or ()) if event["after"] is not None else ()
+
+
+def _key_values(row: dict[str, Any], key: tuple[str, ...]) -> Row | None:
+    if not key or any(row.get(c) is None for c in key):
+        return None
+    return hashable(tuple(row[c] for c in key))
 
 
 def _base_missing(row: dict[str, Any], events: list[StreamEvent], key: tuple[str, ...]) -> tuple[str, ...] | None:

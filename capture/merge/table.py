@@ -112,6 +112,7 @@ from capture.merge.iceberg import (
     table_exists,
 )
 from capture.merge.key_changes import KeyChanges, created_lsns, misses_columns
+from capture.merge.old_keys import old_key_events
 from capture.merge.plan import Chunk, CompletedDump, chunks_since, completed_dumps, truncated_dump, unify_columns
 from capture.merge.pruning import key_filter
 from capture.merge.spark_types import (
@@ -433,10 +434,21 @@ class TableMerge:
 
         keys = self.keys
         events = self._log_events([p for _, _, p in plan.log_files], plan.row_struct, plan.start)
+        chunk_rows = self._chunk_rows(plan.chunks, plan.row_struct) if plan.chunks else None
+        if self.reads_log:  # events logged under a key since replaced, named by the run's
+            events, named, unknown = old_key_events(
+                self.ctx.spark, self.target, keys, self.types, plan.schemas, plan.start, self.ctx.frontier,
+                events, chunk_rows,
+            )  # fmt: skip
+            if named:
+                self.report["old_key_events"] = named
+            unknown = [u for u in unknown if u.lsn >= plan.a_target]
+            if unknown:
+                self._report_old_keys(unknown)
         frames = Frames(events, events.where(events["_lsn"] >= lsn_column(plan.a)).drop("_xid"))
-        if not plan.chunks:
+        if chunk_rows is None:
             return frames
-        chunk_rows = frames.chunk_rows = self._chunk_rows(plan.chunks, plan.row_struct)
+        frames.chunk_rows = chunk_rows
         window = events.select(*keys, "_lsn")
         survivors = chunk_rows.join(
             window,
@@ -691,18 +703,54 @@ class TableMerge:
             if applied < frontier:
                 spark.sql(f"ALTER TABLE {name} SET TBLPROPERTIES ('{FRONTIER}' = '{frontier}')")
 
-    def _report_unknown(self, completed: int, unknown: list[Unknown]) -> None:
-        """Key changes completed; each value nothing held warned (the first few), counted in the
-        report and added to the target's record (`unknown_record`, read by `logtide status`)."""
-        self.report.update(key_changes_completed=completed, unknown_values=len(unknown))
+    def _report_old_keys(self, unknown: list[Unknown]) -> None:
+        """Deletes logged under a key since replaced whose row nothing held (capture/dump/old_keys.py):
+        the first few warned, all counted as unknown values (`_record_unknown`)."""
+        for u in unknown[:SAMPLE_SIZE]:
+            log.warning(
+                "merge.old_key_row_unknown",
+                table=self.name,
+                key=json.dumps(encode_key(u.key)),
+                key_now=u.column,
+                lsn=u.lsn,
+                problem="a delete logged before the table's key was replaced carries the old key only, and "
+                "neither the target, this run's events nor its chunks held that row: the delete is applied to "
+                "nothing (the target does not hold the row either, unless it was never merged from this "
+                "landing zone)",
+                fix="dump the table (logtide dump) if the target may hold rows the source deleted",
+            )
+        self._record_unknown(unknown)
+
+    def _record_unknown(self, unknown: list[Unknown]) -> None:
+        """`unknown` counted in the report and added to the target's record (`unknown_record`, read
+        by `logtide status`), after what this run recorded already."""
+        self.report["unknown_values"] = self.report.get("unknown_values", 0) + len(unknown)
         if not unknown:
             return
         sample = [{"key": encode_key(u.key), "column": u.column, "lsn": u.lsn} for u in unknown[:SAMPLE_SIZE]]
-        for u, entry in zip(unknown, sample, strict=False):
+        if self.unknown_record:
+            before = int(self.unknown_record[UNKNOWN_VALUES])
+            earlier = json.loads(self.unknown_record[UNKNOWN_SAMPLE])
+        else:
+            before = int(recorded(self.ctx.spark, self.target, UNKNOWN_VALUES) or 0)
+            earlier = json.loads(recorded(self.ctx.spark, self.target, UNKNOWN_SAMPLE) or "[]")
+        self.unknown_record = {
+            UNKNOWN_VALUES: str(before + len(unknown)),
+            UNKNOWN_SAMPLE: json.dumps([*sample, *earlier][:SAMPLE_SIZE]),
+        }
+
+    def _report_unknown(self, completed: int, unknown: list[Unknown]) -> None:
+        """Key changes completed; each value nothing held warned (the first few), counted in the
+        report and added to the target's record (`_record_unknown`)."""
+        self.report["key_changes_completed"] = completed
+        if not unknown:
+            self._record_unknown(unknown)
+            return
+        for u in unknown[:SAMPLE_SIZE]:
             log.warning(
                 "merge.value_unknown",
                 table=self.name,
-                key=json.dumps(entry["key"]),
+                key=json.dumps(encode_key(u.key)),
                 column=u.column,
                 lsn=u.lsn,
                 moved_from=json.dumps(encode_key(u.old_key)),
@@ -713,12 +761,7 @@ class TableMerge:
             )
         if len(unknown) > SAMPLE_SIZE:
             log.warning("merge.values_unknown", table=self.name, count=len(unknown), logged=SAMPLE_SIZE)
-        before = int(recorded(self.ctx.spark, self.target, UNKNOWN_VALUES) or 0)
-        earlier = json.loads(recorded(self.ctx.spark, self.target, UNKNOWN_SAMPLE) or "[]")
-        self.unknown_record = {
-            UNKNOWN_VALUES: str(before + len(unknown)),
-            UNKNOWN_SAMPLE: json.dumps([*sample, *earlier][:SAMPLE_SIZE]),
-        }
+        self._record_unknown(unknown)
 
     def _key(self, schemas: list[tuple[pa.Schema, Path]], chunks: list[Chunk], columns: dict[str, Any]) -> list[str]:
         """The key the newest landed file records (`logtide.key`), else the last chunk's, else the
