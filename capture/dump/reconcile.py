@@ -18,7 +18,8 @@ For one table, given the landed log (up to the committed frontier) and the chunk
      dropped in step 3 for events (in the window, or hidden from the chunk's snapshot) that
      all leave a column out, that column is placed at HIGH too (the other columns marked
      missing), since none of those events changed it and the chunk row may be the only full
-     copy (see `_base_missing`).
+     copy (see `_base_missing`). PostgreSQL: of the window's events only those whose transaction
+     the chunk's snapshot did not see count; the row holds the others already (`read_after`).
   5. Interleave with the log events in LSN order.
   5a. TRUNCATE (a `truncate` record of the schema history at LSN T, landed/reader.py
      `landed_truncates`): an event (op `t`, order 0) that empties the table (`apply`). A chunk
