@@ -149,6 +149,43 @@ def test_a_key_swap_inside_the_window_moves_the_toasted_values_with_the_rows(spa
     assert report["unknown_values"] == 0
 
 
+@pytest.mark.parametrize(
+    ("snapshot", "read"),
+    [("115:125:120", [(3, "t3", "big3"), (7, "t7", "big7")]), ("115:125:122", [(3, "t7", "big7"), (7, "t3", "big3")])],
+    ids=["swap_in_progress", "other_in_progress"],
+)
+def test_a_first_dumps_snapshot_tells_whether_its_rows_saw_the_swap(spark, catalogs, tmp_path, snapshot, read):
+    """The swap above (xid 120) in a first dump's window: no target row, nothing in the log before.
+    The chunk's snapshot lists xid 120 in progress (its rows are the old keys': each gives the
+    body its key change moved), or another one (120 had committed: the rows are the swapped ones).
+    tests/unit/test_reconcile_visibility.py has reconcile.py's side, test_first_dump_key_swap_in_window
+    a real server's."""
+    landing = Landing(tmp_path, catalogs, f"toast_first_{snapshot.rsplit(':', 1)[1]}")
+    commit, mark = landing.commit, landing.mark
+    d, c = Op.DELETE, Op.CREATE
+    key_only, no_body = ("title", "body"), ("body",)
+    mark(110, "LOW", "low-1", xid=110)
+    swap = []
+    for i, (old, new) in enumerate(((7, 8), (3, 7), (8, 3))):
+        title = {7: "t7", 3: "t3", 8: "t7"}[old]
+        swap.append(Change(Lsn(120, 2 * i), d, (old, None, None), None, key_only))
+        swap.append(Change(Lsn(120, 2 * i + 1), c, None, (new, title, None), no_body))
+    commit(120, DOCS, *swap, xid=120)
+    landing.chunk([*read, (9, "other", "x")], read_view=PgSnapshot.parse(snapshot, Lsn(105).encode()))
+    mark(130, "HIGH", "high-1", xid=130)
+    (report,) = run_merge(spark, landing.config, "src")["tables"]
+
+    expected = {
+        (3,): {"id": 3, "title": "t7", "body": "big7"},
+        (7,): {"id": 7, "title": "t3", "body": "big3"},
+        (9,): {"id": 9, "title": "other", "body": "x"},
+    }
+    target = f"logtide.{landing.config.merge.namespace}.db__docs"
+    assert iceberg_state(spark, target) == expected
+    assert changelog_replay(spark, target + "__changelog") == expected
+    assert report["unknown_values"] == 0
+
+
 # -- a primary-key change of a row whose TOASTed value it leaves alone (real PostgreSQL) ----------
 
 BODY = "(SELECT string_agg(md5(random()::text), '') FROM generate_series(1, 1000))"  # 32,000 characters
