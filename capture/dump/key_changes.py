@@ -107,15 +107,30 @@ def resolve(
 
 
 def chunk_knows(
-    row: dict[str, Any], newer: list[StreamEvent], delete_lsn: int, key_columns: tuple[str, ...]
+    row: dict[str, Any],
+    newer: list[StreamEvent],
+    delete_lsn: int,
+    key_columns: tuple[str, ...],
+    after: list[StreamEvent] | None = None,
 ) -> dict[str, Any]:
     """What a chunk row of an old key gives a key change whose delete (at `delete_lsn`) is among
     the row's newer events (`newer`: in its window, or hidden from its snapshot), so it was dropped:
     the row was read before the delete (the key did not exist after it), and where every other
-    newer event is an update leaving a column out, that column is the one the key change moved."""
-    if not any(e.lsn == delete_lsn for e in newer):
-        return {}
-    others = [e for e in newer if e.lsn != delete_lsn]
+    newer event is an update leaving a column out, that column is the one the key change moved.
+
+    `after` (reconcile.py `read_after`; None: unknown): those of `newer` that happened after the
+    read (PostgreSQL: its snapshot did not see them). Then the row was read before the delete only
+    if the delete is among them, and only those between the read and the delete count: a key
+    created again after the delete (a key swap, 3 -> 8, 7 -> 3, 8 -> 7) does not make the row
+    another's, and an update the snapshot saw is in the row already."""
+    if after is not None:
+        if not any(e.lsn == delete_lsn and e.row is None for e in after):
+            return {}
+        others = [e for e in after if e.lsn < delete_lsn]
+    else:
+        if not any(e.lsn == delete_lsn for e in newer):
+            return {}
+        others = [e for e in newer if e.lsn != delete_lsn]
     if any(e.op != "u" or e.row is None for e in others):
         return {}
     return {c: v for c, v in row.items() if c not in key_columns and all(c in e.missing for e in others)}

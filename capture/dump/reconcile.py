@@ -18,7 +18,8 @@ For one table, given the landed log (up to the committed frontier) and the chunk
      dropped in step 3 for events (in the window, or hidden from the chunk's snapshot) that
      all leave a column out, that column is placed at HIGH too (the other columns marked
      missing), since none of those events changed it and the chunk row may be the only full
-     copy (see `_base_missing`).
+     copy (see `_base_missing`). PostgreSQL: of the window's events only those whose transaction
+     the chunk's snapshot did not see count; the row holds the others already (`read_after`).
   5. Interleave with the log events in LSN order. Rows are named by the newest landed file's key
      (`logtide.key`); events logged under a key since replaced (PostgreSQL, a primary key swapped)
      that do not carry it are named by it from the row's state under their own key
@@ -75,6 +76,7 @@ class StreamEvent:
     key: Row
     row: dict[str, Any] | None  # the state after the event (None for a delete)
     missing: tuple[str, ...] = ()  # columns the event does not carry: keep the stored value
+    xid: int | None = field(default=None, compare=False)  # a log event's transaction (PostgreSQL), for `read_after`
 
 
 @dataclass
@@ -156,13 +158,13 @@ def reconcile_table(
         else:
             left = None
         if left is not None:
-            stream.append(StreamEvent(lsn, 0, "d", left, None))
+            stream.append(StreamEvent(lsn, 0, "d", left, None, xid=xid))
             lsns.append(lsn)
             xids.append(xid)
         image = after if after is not None else before
         missing = tuple(event.get("_missing") or ()) if after is not None else ()
         key = old.deletes[lsn] if lsn in old.deletes else key_of(image)
-        stream.append(StreamEvent(lsn, 0, event["_op"], key, after, missing))
+        stream.append(StreamEvent(lsn, 0, event["_op"], key, after, missing, xid))
         lsns.append(lsn)
         xids.append(xid)
     truncates = landed_truncates(zone, frontier, tables={(schema, table)})
@@ -193,9 +195,11 @@ def reconcile_table(
                 stats.dropped_by_window += 1
                 stats.dropped_by_visibility += key not in in_window
                 newer = [*hidden.get(key, ()), *in_window.get(key, ())]  # hidden ones are before LOW
+                after = read_after(meta.read_view, hidden.get(key, []), in_window.get(key, []))
                 for lsn in moved_from.get(key, ()):
-                    fallback[lsn] = {**chunk_knows(row, newer, lsn - 1, key_columns), **fallback.get(lsn, {})}
-                base = _base_missing(row, newer, key_columns)
+                    knows = chunk_knows(row, newer, lsn - 1, key_columns, after)
+                    fallback[lsn] = {**knows, **fallback.get(lsn, {})}
+                base = _base_missing(row, newer, key_columns, after)
                 if base is not None:
                     stream.append(StreamEvent(high, 1 + position, "r", key, row, base))
             else:
@@ -222,12 +226,38 @@ def _key_values(row: dict[str, Any], key: tuple[str, ...]) -> Row | None:
     return hashable(tuple(row[c] for c in key))
 
 
-def _base_missing(row: dict[str, Any], events: list[StreamEvent], key: tuple[str, ...]) -> tuple[str, ...] | None:
+def read_after(view: ReadView | None, hidden: list[StreamEvent], window: list[StreamEvent]) -> list[StreamEvent] | None:
+    """Of a dropped chunk row's newer events, those that happened after its read: every one hidden
+    from its snapshot (`hidden`, before LOW), and of those in its window the ones whose transaction
+    the snapshot did not see (`ReadView.sees`; PostgreSQL: committed after the snapshot was taken).
+    The others are in the row already. None when the view cannot tell (MySQL/MariaDB have none;
+    an event without a transaction id): then the read may have been anywhere in the window."""
+    if view is None:
+        return None
+    seen = [view.sees(e.xid) for e in window]
+    if any(s is None for s in seen):
+        return None
+    return [*hidden, *(e for e, s in zip(window, seen, strict=True) if not s)]
+
+
+def _base_missing(
+    row: dict[str, Any], events: list[StreamEvent], key: tuple[str, ...], after: list[StreamEvent] | None = None
+) -> tuple[str, ...] | None:
     """A dropped chunk row still knows the columns that none of the newer events carried (PostgreSQL TOAST):
     its `missing` for a placement at HIGH (every column some event carried), or None when it adds
     nothing (every column was carried) or is not the key's row any more: a newer event deleted the key
     (it ends deleted, or a key change moved another row's values in, whose left-out columns are the
-    other row's: `key_changes.resolve` fills them, and the chunk's copy is stale for them)."""
+    other row's: `key_changes.resolve` fills them, and the chunk's copy is stale for them).
+
+    `after`: those of `events` that happened after the read (`read_after`; None: unknown, all of
+    them may have). The row already holds the others' changes: a key swap the chunk's snapshot saw
+    made its rows the swapped ones, the right copy of the columns the swap's creates left out. A row
+    that saw all of them is placed whole where one of them left a column out (else the log's events
+    hold every column already)."""
+    if after is not None:
+        if not after and not any(e.missing for e in events if e.row is not None):
+            return None
+        events = after
     if any(e.row is None for e in events):
         return None
     carried = {c for e in events if e.row is not None for c in e.row if c not in e.missing}

@@ -22,9 +22,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from capture.dump.key_changes import Unknown, chunk_knows, key_changes, resolve
-from capture.dump.reconcile import StreamEvent
+from capture.dump.reconcile import StreamEvent, read_after
 from capture.events import Row
 from capture.landing.keys import NAN
+from capture.sources.base import ReadView
 
 
 def misses_columns(schemas: list[tuple[pa.Schema, Path]], start: int, frontier: int) -> bool:
@@ -87,11 +88,18 @@ class KeyChanges:
     types: dict[str, Any]
 
     def complete(
-        self, stream: Any, events: Any, lsns: list[int], chunk_rows: Any | None, hidden: Any | None
+        self,
+        stream: Any,
+        events: Any,
+        lsns: list[int],
+        chunk_rows: Any | None,
+        hidden: Any | None,
+        views: dict[int, ReadView] | None = None,
     ) -> tuple[Any, int, list[Unknown]]:
         """`stream` with the key changes at `lsns` completed and their `_missing` cleared; how many
         were completed; the values nothing held (NULL in the stream). `events`: the run's log events
-        from its earliest LOW; `chunk_rows`/`hidden`: as TableMerge builds them (None: no chunks)."""
+        from its earliest LOW; `chunk_rows`/`hidden`: as TableMerge builds them (None: no chunks);
+        `views`: the chunks' read views by `_cid` (PostgreSQL snapshots)."""
         from pyspark.sql import functions as sf
 
         wanted = self.spark.createDataFrame([(Decimal(x),) for n in lsns for x in (n - 1, n)], "_lsn decimal(38,0)")
@@ -112,7 +120,7 @@ class KeyChanges:
         fills, unknown = resolve(run, moves, stored)
         # a value left NULL (a TOASTed value is never NULL: unknown then) may be in a dropped chunk row
         if chunk_rows is not None and old_keys and any(v is None for f in fills.values() for v in f.values()):
-            fallback = self._dropped(moves, old_keys, columns, chunk_rows, events, hidden)
+            fallback = self._dropped(moves, old_keys, columns, chunk_rows, events, hidden, views or {})
             if fallback:
                 fills, unknown = resolve(run, moves, stored, fallback)
         return self._filled(stream, fills, columns), len(fills), unknown
@@ -125,8 +133,10 @@ class KeyChanges:
         chunk_rows: Any,
         events: Any,
         hidden: Any | None,
+        views: dict[int, ReadView],
     ) -> dict[int, dict[str, Any]]:
-        """Key change LSN -> what a chunk row of its old key, dropped for the key change, holds."""
+        """Key change LSN -> what a chunk row of its old key, dropped for the key change, holds (the
+        chunk's snapshot tells which of the row's newer events it saw: reconcile.py `read_after`)."""
         from pyspark.sql import functions as sf
 
         keys, wanted = self.keys, sf.broadcast(self._keys(old_keys))
@@ -134,7 +144,7 @@ class KeyChanges:
         if not rows:
             return {}
         by_key: dict[Row, list[StreamEvent]] = {}
-        for e in self._events(events.join(wanted, keys), ()):
+        for e in self._events(events.join(wanted, keys), (), xids=True):
             by_key.setdefault(e.key, []).append(e)
         invisible: dict[tuple[int, Row], list[StreamEvent]] = {}
         if hidden is not None:
@@ -143,10 +153,13 @@ class KeyChanges:
         fallback: dict[int, dict[str, Any]] = {}
         for r in rows:
             key, low, high = self._key(r), int(r["_low"]), int(r["_high"])
-            newer = [*invisible.get((r["_cid"], key), ()), *(e for e in by_key.get(key, ()) if low < e.lsn < high)]
+            hidden_of = invisible.get((r["_cid"], key), [])
+            window = [e for e in by_key.get(key, ()) if low < e.lsn < high]
+            after = read_after(views.get(r["_cid"]), hidden_of, window)
             values = {c: r[c] for c in (*keys, *columns)}
             for lsn in (n for n, old in moves.items() if old == key):
-                fallback[lsn] = {**chunk_knows(values, newer, lsn - 1, tuple(keys)), **fallback.get(lsn, {})}
+                knows = chunk_knows(values, [*hidden_of, *window], lsn - 1, tuple(keys), after)
+                fallback[lsn] = {**knows, **fallback.get(lsn, {})}
         return fallback
 
     def _filled(self, stream: Any, fills: dict[int, dict[str, Any]], columns: list[str]) -> Any:
@@ -195,10 +208,9 @@ class KeyChanges:
     def _key(self, row: Any) -> Row:
         return tuple(_plain(row[k]) for k in self.keys)
 
-    def _events(self, frame: Any, columns: list[str] | tuple[()]) -> list[StreamEvent]:
-        return self._events_of(
-            frame.select(*self.keys, *columns, "_lsn", "_order", "_op", "_missing").collect(), columns
-        )
+    def _events(self, frame: Any, columns: list[str] | tuple[()], xids: bool = False) -> list[StreamEvent]:
+        picked = [*self.keys, *columns, "_lsn", "_order", "_op", "_missing", *(["_xid"] if xids else [])]
+        return self._events_of(frame.select(*picked).collect(), columns)
 
     def _events_of(self, rows: list[Any], columns: list[str] | tuple[()]) -> list[StreamEvent]:
         return [
@@ -209,6 +221,7 @@ class KeyChanges:
                 self._key(r),
                 None if r["_op"] == "d" else {c: r[c] for c in (*self.keys, *columns)},
                 tuple(r["_missing"] or ()),
+                None if "_xid" not in r.__fields__ or r["_xid"] is None else int(r["_xid"]),
             )
             for r in rows
         ]

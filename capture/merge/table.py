@@ -468,7 +468,7 @@ class TableMerge:
             )
         frames.stream = frames.stream.unionByName(self._chunk_stream(survivors))
         if self.has_missing:
-            frames.stream = frames.stream.unionByName(self._bases(chunk_rows, events, hidden))
+            frames.stream = frames.stream.unionByName(self._bases(plan.chunks, chunk_rows, events, hidden))
         return frames
 
     def _add_repairs(self, plan: RunPlan, frames: Frames, cached: list[Any]) -> None:
@@ -509,7 +509,7 @@ class TableMerge:
             cached.append(frames.stream)
             completion = KeyChanges(self.ctx.spark, self.target, self.keys, self.types)
             frames.stream, filled, unknown = completion.complete(
-                frames.stream, frames.events, moved, frames.chunk_rows, frames.hidden
+                frames.stream, frames.events, moved, frames.chunk_rows, frames.hidden, self._read_views(plan.chunks)
             )
             self._report_unknown(filled, [u for u in unknown if u.lsn >= plan.a_target])
 
@@ -1002,41 +1002,88 @@ class TableMerge:
             (sf.lit(None) if missing is None else missing).cast("array<string>").alias("_missing"),
         )
 
-    def _bases(self, chunk_rows: Any, events: Any, hidden: Any | None) -> Any:
+    def _read_views(self, chunks: list[Chunk]) -> dict[int, PgSnapshot]:
+        """The run's chunks' snapshots by `_cid` (PostgreSQL; other chunks have none)."""
+        return {c.id: c.meta.read_view for c in chunks if isinstance(c.meta.read_view, PgSnapshot)}
+
+    def _bases(self, chunks: list[Chunk], chunk_rows: Any, events: Any, hidden: Any | None) -> Any:
         """PostgreSQL leaves unchanged TOASTed values out of update events (`_missing`). A chunk row
         dropped for events (in its window, or hidden from its snapshot) that all leave a column out
         is the only full copy of that column, which none of them changed: place it at HIGH with
         every column some such event carried marked missing, as reconcile.py's `_base_missing`;
         not when one of them deleted the key (it ends deleted, or a key change moved another row in,
-        whose left-out columns `KeyChanges` fills from that row: the chunk's copy is stale)."""
+        whose left-out columns `KeyChanges` fills from that row: the chunk's copy is stale).
+        Only the events after the read count (reconcile.py `read_after`): a window event whose
+        transaction the chunk's snapshot saw is in the row already (a key swap it saw made the row
+        the swapped one); a row that saw every one is placed whole where one of them left a column
+        out. A chunk without a snapshot, or an event without an xid, leaves every event counted."""
         from pyspark.sql import functions as sf
 
         keys = self.keys
         others = [c for c in self.columns if c not in keys]
         window = events.select(
-            *(sf.col(k).alias(f"_w{i}") for i, k in enumerate(keys)), "_lsn", "_order", "_op", "_missing"
+            *(sf.col(k).alias(f"_w{i}") for i, k in enumerate(keys)), "_lsn", "_order", "_op", "_missing", "_xid"
         )
         rows = chunk_rows.select(*keys, "_cid", "_low", "_high")
         newer = rows.join(
             window,
             [rows[k].eqNullSafe(window[f"_w{i}"]) for i, k in enumerate(keys)]
             + [window["_lsn"] > rows["_low"], window["_lsn"] < rows["_high"]],
-        ).select("_cid", *keys, "_lsn", "_order", "_op", "_missing")
-        if hidden is not None:
-            newer = newer.unionByName(hidden)
+        ).select("_cid", *keys, "_lsn", "_order", "_op", "_missing", "_xid")
+        views = self._read_views(chunks)
+        if views:  # `PgSnapshot.sees`: null where it cannot tell
+            frame = values_frame(
+                self.ctx.spark,
+                [("_vcid", "int"), ("_xmax", "bigint"), ("_xip", "array<bigint>")],
+                [(cid, v.xmax, list(v.xip)) for cid, v in views.items()],
+            )
+            newer = newer.join(sf.broadcast(frame), newer["_cid"] == frame["_vcid"], "left")
+            widened = widen_xid(sf.col("_xid"), sf.col("_xmax"))
+            seen = (widened < sf.col("_xmax")) & ~sf.array_contains(sf.col("_xip"), widened)
+            newer = newer.select(
+                "_cid",
+                *keys,
+                "_lsn",
+                "_order",
+                "_op",
+                "_missing",
+                sf.when(sf.col("_xmax").isNotNull(), seen).alias("_seen"),
+            )
+        else:
+            newer = newer.select(
+                "_cid", *keys, "_lsn", "_order", "_op", "_missing", sf.lit(None).cast("boolean").alias("_seen")
+            )
+        if hidden is not None:  # hidden from the snapshot: after the read
+            newer = newer.unionByName(hidden.withColumn("_seen", sf.lit(False)))
         carried = sf.coalesce(sf.col("_missing"), sf.array().cast("array<string>"))
+        after = ~sf.coalesce(sf.col("_seen"), sf.lit(False))
+        kept = sf.col("_op") != "d"
+
+        def carries(where: Any) -> Any:
+            return sf.array_compact(
+                sf.array(*(sf.max(sf.when(where & kept & ~sf.array_contains(carried, c), sf.lit(c))) for c in others))
+            )
+
         per_key = newer.groupBy("_cid", *keys).agg(
-            sf.max(sf.when(sf.col("_op") == "d", sf.lit(True))).alias("_deleted"),
-            sf.array_compact(
-                sf.array(
-                    *(
-                        sf.max(sf.when((sf.col("_op") != "d") & ~sf.array_contains(carried, c), sf.lit(c)))
-                        for c in others
-                    )
-                )
-            ).alias("_carried"),
+            # exact: the snapshot told for every event (read_after is not None)
+            sf.min(sf.col("_seen").isNotNull().cast("int")).alias("_exact"),
+            sf.max(sf.when(~kept, sf.lit(True))).alias("_deleted"),
+            sf.max(sf.when(~kept & after, sf.lit(True))).alias("_deleted_after"),
+            carries(sf.lit(True)).alias("_carried_all"),
+            carries(after).alias("_carried_after"),
+            sf.max(sf.when(after | (kept & (sf.size(carried) > 0)), sf.lit(True))).alias("_needed"),
         )
-        per_key = per_key.where(sf.col("_deleted").isNull() & (sf.size("_carried") < len(others)))
+        exact = sf.col("_exact") == 1
+        per_key = per_key.select(
+            "_cid",
+            *keys,
+            sf.when(exact, sf.col("_deleted_after")).otherwise(sf.col("_deleted")).alias("_deleted"),
+            sf.when(exact, sf.col("_carried_after")).otherwise(sf.col("_carried_all")).alias("_carried"),
+            sf.when(exact, sf.col("_needed")).otherwise(sf.lit(True)).alias("_needed"),
+        )
+        per_key = per_key.where(
+            sf.col("_deleted").isNull() & (sf.size("_carried") < len(others)) & sf.col("_needed").isNotNull()
+        )
         per_key = per_key.select(
             sf.col("_cid").alias("_pcid"), *(sf.col(k).alias(f"_p{i}") for i, k in enumerate(keys)), "_carried"
         )

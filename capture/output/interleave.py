@@ -14,7 +14,7 @@ changes inside open windows:
     (PostgreSQL) opened after it with a snapshot that could not see it, emits none of its chunk's rows at
     its HIGH (all are older than the truncate; every row after it has its own insert event), as the merge.
 
-The rules are reconcile.py's own (its `hidden_events` and `_base_missing`), so the online stream and the
+The rules are reconcile.py's own (its `hidden_events`, `read_after` and `_base_missing`), so the online stream and the
 merge judge a chunk row the same way. Several windows (dumps of several tables) may be open at once. A LOW
 whose HIGH never comes (a killed dump) is dropped, with a log line, when its dump writes the next LOW for
 the same table (the chunk is redone) or when the log's commit time passes `window_timeout_s` after it. A
@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from capture.dump.reconcile import StreamEvent, _base_missing, hidden_events
+from capture.dump.reconcile import StreamEvent, _base_missing, hidden_events, read_after
 from capture.errors import WatermarkError
 from capture.events import Row
 from capture.landing.chunks import ChunkMeta
@@ -301,12 +301,12 @@ class Interleaver:
             if e.op == "t":
                 continue
             if e.before is not None and e.after is not None and key_of(e.before) != key_of(e.after):
-                stream.append(StreamEvent(e.lsn, 0, "d", key_of(e.before), None))
+                stream.append(StreamEvent(e.lsn, 0, "d", key_of(e.before), None, xid=xid))
                 lsns.append(e.lsn)
                 xids.append(xid)
             image = e.after if e.after is not None else e.before
             assert image is not None
-            stream.append(StreamEvent(e.lsn, 0, e.op, key_of(image), e.after, e.missing if e.after else ()))
+            stream.append(StreamEvent(e.lsn, 0, e.op, key_of(image), e.after, e.missing if e.after else (), xid))
             lsns.append(e.lsn)
             xids.append(xid)
         in_window: dict[Row, list[StreamEvent]] = {}
@@ -330,7 +330,8 @@ class Interleaver:
             missing: tuple[str, ...] = ()
             if key in in_window or key in hidden:
                 self.rows_dropped += 1
-                base = _base_missing(row, [*hidden.get(key, ()), *in_window.get(key, ())], key_columns)
+                after = read_after(meta.read_view, hidden.get(key, []), in_window.get(key, []))
+                base = _base_missing(row, [*hidden.get(key, ()), *in_window.get(key, ())], key_columns, after)
                 if base is None:
                     continue
                 missing = base

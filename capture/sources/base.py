@@ -81,7 +81,8 @@ class Watermark:
 class ReadView(Protocol):
     """What a chunk's read could see, where the log's order alone does not say it (PostgreSQL: its
     snapshot; capture/sources/postgres/read_view.py). Stored with the chunk (`to_json`, read back by
-    `capture.sources.read_view_from_json`); reconciliation only asks it about log events before LOW."""
+    `capture.sources.read_view_from_json`); reconciliation asks it about log events before LOW (`hides`)
+    and, for the columns of dropped rows (TOAST), about those in the window (`sees`)."""
 
     @property
     def lookback(self) -> int:
@@ -90,6 +91,10 @@ class ReadView(Protocol):
     def hides(self, lsn: int, xid: int | None) -> bool:
         """Whether the read missed the log event at `lsn` (before LOW) of transaction `xid` (the
         log's transaction id as an integer; None: the log gives none)."""
+
+    def sees(self, xid: int | None) -> bool | None:
+        """Whether the read saw the committed transaction `xid` (of a log event in the chunk's window:
+        committed before the read, its changes are in the chunk's rows); None: it cannot tell."""
 
     def to_json(self) -> dict[str, Any]: ...
 

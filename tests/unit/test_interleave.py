@@ -270,6 +270,34 @@ def test_postgresql_toast_a_dropped_rows_value_no_window_event_carried_is_kept()
     assert out[1].after["body"] == "B"
 
 
+@pytest.mark.parametrize("read", ["after", "before"])
+def test_postgresql_toast_a_key_swap_the_chunks_snapshot_saw_places_the_swapped_rows(read):
+    """3 and 7 trade keys through 100 in one transaction (xid 120) inside the window, each create
+    without the body. Read after the swap (snapshot xmax 121) the chunk's rows are the swapped
+    ones, the bodies' only copy at their new keys: emitted whole at HIGH. Read before it (xmax 120)
+    they are the old keys' rows: stale, not emitted (the online stream does not complete key
+    changes from the old key; the merge does)."""
+    log = Log()
+    body = {3: "big3", 7: "big7", 9: "x"}
+    rows_read = {"after": [(3, 7), (7, 3), (9, 9)], "before": [(3, 3), (7, 7), (9, 9)]}[read]
+    log.chunk(
+        "L",
+        "H",
+        [{"id": k, "title": f"t{v}", "body": body[v]} for k, v in rows_read],
+        read_view=PgSnapshot.parse({"after": "121:121:", "before": "111:120:"}[read], log.lsn),
+    )
+    events = [log.mark("LOW", "L")]
+    for old, new, was in ((3, 100, 3), (7, 3, 7), (100, 7, 3)):
+        events.append(log.change("d", {"id": old, "title": None, "body": None}, txid="120"))
+        events.append(log.change("c", {"id": new, "title": f"t{was}", "body": None}, txid="120", missing=("body",)))
+    out = run(log, [*events, log.mark("HIGH", "H")])
+    placed = [(e.key_values()["id"], e.after["body"], e.missing) for e in out if e.op == "r"]
+    if read == "after":
+        assert placed == [(3, "big7", ()), (7, "big3", ()), (9, "x", ())]
+    else:
+        assert placed == [(9, "x", ())]
+
+
 def test_replay_from_covers_the_open_windows_look_back():
     log = Log()
     log.chunk("L", "H", rows(range(1, 3)))

@@ -84,3 +84,13 @@ class PgSnapshot:
             return False
         full = widen(xid, self.xmax)
         return full in self._in_progress or (full >= self.xmax and (self.readonly or lsn >= self.before_low))
+
+    def sees(self, xid: int | None) -> bool | None:
+        """Whether the snapshot saw transaction `xid` (32-bit; None: unknown), which committed: an
+        xid below xmax and not in progress had ended when the snapshot was taken. Asked about the
+        events in a chunk's window, whose commit is after LOW: those the snapshot saw are in the
+        chunk's rows, the others happened after the read."""
+        if xid is None:
+            return None
+        full = widen(xid, self.xmax)
+        return full < self.xmax and full not in self._in_progress
