@@ -78,7 +78,6 @@ INVALID_ROWS = (
 )
 
 
-@pytest.mark.xfail(strict=True, reason="rows._date: date(2020, 2, 30) raises, capture stops; a dump's cast fails")
 def test_days_a_month_does_not_have_land_as_null_from_the_log_and_the_dump(mariadb, database, make_capture):
     from capture.sources import open_chunk_source
 
@@ -101,7 +100,6 @@ def test_days_a_month_does_not_have_land_as_null_from_the_log_and_the_dump(maria
     ]
 
 
-@pytest.mark.xfail(strict=True, reason="the dump's Arrow cast of '2020-02-30' raises ArrowInvalid, no DumpInputError")
 def test_a_day_its_month_does_not_have_in_a_key_is_refused(mariadb, database, make_capture):
     mariadb.execute(
         "SET SESSION sql_mode = 'ALLOW_INVALID_DATES'",
