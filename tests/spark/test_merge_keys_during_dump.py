@@ -2,7 +2,8 @@
 extreme dates and timestamps (year 1, before 1000, the Julian gap, 1899, the epoch, 9999-12-31
 23:59:59.999999) in a composite (timestamp, date, int) key, rows moved between those extremes by key
 changes, deleted and inserted again between the dump's chunks; PostgreSQL's `infinity` and
-`-infinity` in the value columns (they land as the range's ends); and text keys under an accent- and
+`-infinity` in a value column (they land as the range's ends), MariaDB's zero dates and days a month
+does not have (`2020-02-30`: they land as NULL); and text keys under an accent- and
 case-insensitive collation (MariaDB `utf8mb4_uca1400_ai_ci`, PostgreSQL ICU `und-u-ks-level1`,
 nondeterministic) respelt across accents and case, deleted and inserted again under another spelling
 in one transaction, and inserted under a spelling the database finds equal to an existing key
@@ -38,8 +39,9 @@ MOMENTS = {
     ],
 }  # fmt: skip
 DAYS = ["0001-01-01", "0999-12-31", "1000-01-01", "1582-10-04", "1582-10-15", "1970-01-01", "9999-12-31"]
-VALUES = {  # the value column `ts`: PostgreSQL infinities land as the range's ends (README, PostgreSQL types)
-    "mariadb": [*MOMENTS["mariadb"], None],
+VALUES = {  # the value column `ts`: PostgreSQL infinities land as the range's ends (README, PostgreSQL types),
+    # MariaDB's zero dates and days a month does not have (sql_mode ALLOW_INVALID_DATES) as NULL
+    "mariadb": [*MOMENTS["mariadb"], None, "0000-00-00 00:00:00", "2020-02-30 10:00:00", "2021-04-31 00:00:00.5"],
     "postgres": ["infinity", "-infinity", "0001-01-01 00:00:00", "9999-12-31 23:59:59.999999", None],
 }
 # key stems, each spelt several ways that an accent- and case-insensitive collation finds equal
@@ -81,7 +83,10 @@ class _Source:
     def connect(self) -> Any:
         conn = self.server.connect(self.database)
         with conn.cursor() as cur:
-            cur.execute("SET time_zone = '+00:00'" if self.kind == "mariadb" else "SET TimeZone = 'UTC'")
+            if self.kind == "mariadb":
+                cur.execute("SET time_zone = '+00:00', sql_mode = 'ALLOW_INVALID_DATES'")  # zero and invalid days
+            else:
+                cur.execute("SET TimeZone = 'UTC'")
         return conn
 
     def is_duplicate(self, exc: BaseException) -> bool:
@@ -99,9 +104,11 @@ class _Source:
             with conn.cursor() as cur:
                 cur.execute(f"SELECT * FROM {table}")
                 names = [d[0] for d in cur.description]
-                rows = [{n: plain(v) for n, v in zip(names, r, strict=True)} for r in cur.fetchall()]
+                rows = [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
         finally:
             conn.close()
+        # PyMySQL reads a date no type holds as its text: the target holds NULL
+        rows = [{n: None if n == "ts" and isinstance(v, str) else plain(v) for n, v in r.items()} for r in rows]
         return {tuple(r[k] for k in key): r for r in rows}
 
 
@@ -179,12 +186,10 @@ def _populate(source: _Source) -> None:
         for i in range(ROWS)
     )
     ak = ", ".join(f"('{rng.choice(SPELLINGS[j % len(SPELLINGS)])}-{j}', {j})" for j in range(ROWS))
-    statements = ["SET SESSION sql_mode = 'STRICT_ALL_TABLES'"] if source.kind == "mariadb" else []
     conn = source.connect()
     try:
         with conn.cursor() as cur:
-            for statement in [*statements, *TABLES[source.kind], f"INSERT INTO tk VALUES {tk}",
-                              f"INSERT INTO ak VALUES {ak}"]:  # fmt: skip
+            for statement in [*TABLES[source.kind], f"INSERT INTO tk VALUES {tk}", f"INSERT INTO ak VALUES {ak}"]:
                 cur.execute(statement)
     finally:
         conn.close()
