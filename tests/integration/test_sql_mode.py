@@ -15,7 +15,6 @@ from tests.integration.dumping import reconciled_state, run_dump, wait_until_lan
 pytestmark = pytest.mark.integration
 
 
-@pytest.mark.xfail(strict=True, reason="a dump session takes the server's sql_mode: CHAR read padded, '' as NULL")
 @pytest.mark.parametrize("mode", ["PAD_CHAR_TO_FULL_LENGTH", "EMPTY_STRING_IS_NULL"])
 def test_the_servers_sql_mode_does_not_change_what_lands(mariadb, database, make_capture, mode):
     mariadb.execute(
