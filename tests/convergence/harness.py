@@ -65,6 +65,9 @@ class Scale:
     dump_kills: int = 0  # each dump SIGKILLed this many times at random chunks and rerun with its id (resumed)
     ddl: bool = False  # the workload also alters tables (workload.Workload._ddl): ADD/DROP COLUMN, widenings
     ddl_every_s: tuple[float, float] = (2.0, 5.0)  # with `ddl`: the pause between two ALTERs
+    # the text keys' collation: ci (MariaDB utf8mb4_general_ci, ICU und-u-ks-level2), or ai: accent- and
+    # case-insensitive (MariaDB utf8mb4_uca1400_ai_ci, ICU und-u-ks-level1), keys respelt across accents
+    collation: str = "ci"
 
 
 CHECK_THREADS = 4  # tables checked at once (check.check_table)
@@ -132,6 +135,7 @@ class Harness:
         self.kit, self.seed, self.scale, self.workdir = kit, seed, scale, workdir
         self.spark, self.warehouse, self.catalog = spark, warehouse, catalog
         self.rng = random.Random(seed)
+        kit.use_collation(scale.collation)
         self.source = f"conv_{kit.kind}_{seed}"  # also the targets' namespace (merge.namespace's default)
         self.tables = tables(kit.type_kinds)
         self.config_keys = "keys" in SourceConfig.model_fields  # sources.<name>.keys (issue 10)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from tests.convergence.schema import SqlType, Table
+from tests.convergence.schema import AI_KEY_TAILS, KEY_TAILS, SqlType, Table
 
 
 class Kit:
@@ -19,10 +19,24 @@ class Kit:
     # type changes capture stops at unless `column_rewrites: accept` (then made only before the dump
     # reaches the table: workload.Workload._ddl)
     rewrites: ClassVar[dict[str, str]] = {}
+    # `text_ci` under the `ai` collation (Scale.collation): accent- and case-insensitive
+    text_ai: ClassVar[SqlType | None] = None
 
     def __init__(self, server: Any, database: str) -> None:
         self.server = server
         self.database = database
+        self.collation = "ci"
+        self.key_tails = KEY_TAILS
+
+    def use_collation(self, collation: str) -> None:
+        """`ci` (the default) or `ai`: the text keys accent- and case-insensitive, respelt across accents."""
+        if collation not in ("ci", "ai"):
+            raise ValueError(f"collation {collation!r}: ci or ai")
+        self.collation = collation
+        if collation == "ai":
+            assert self.text_ai is not None
+            self.types = {**self.types, "text_ci": self.text_ai}
+            self.key_tails = AI_KEY_TAILS
 
     @property
     def type_kinds(self) -> tuple[str, ...]:

@@ -161,6 +161,9 @@ class MariaDBKit(Kit):
     types = TYPES
     # lossless MODIFYs capture passes (README, ALTER TABLE that rewrites rows)
     widenings: ClassVar[dict[str, str]] = {"int": "int64", "ddl_vc": "ddl_vc_wide"}
+    text_ai: ClassVar[SqlType | None] = SqlType(
+        "VARCHAR(100) COLLATE utf8mb4_uca1400_ai_ci", "text", TEXT, lambda rng: random_text(rng)
+    )
 
     def retype_sql(self, table: Table, column: str, kind: str) -> str:
         return f"ALTER TABLE {self.quote(table.name)} MODIFY {self.quote(column)} {self.types[kind].ddl}"

@@ -179,6 +179,7 @@ class PostgresKit(Kit):
     # a longer varchar only: capture stops at integer -> bigint, a rewrite, unless `column_rewrites:
     # accept` (README, PostgreSQL, Schema)
     widenings: ClassVar[dict[str, str]] = {"ddl_vc": "ddl_vc_wide"}
+    text_ai: ClassVar[SqlType | None] = TYPES["text_ci"]  # the same collation, created at ICU level 1 (create)
     rewrites: ClassVar[dict[str, str]] = {"int": "int64"}
 
     def retype_sql(self, table: Table, column: str, kind: str) -> str:
@@ -194,8 +195,9 @@ class PostgresKit(Kit):
     def create(self, tables: list[Table]) -> None:
         drop_database(self.server, self.database)
         self.server.execute(f"CREATE DATABASE {self.quote(self.database)}")
+        level = 1 if self.collation == "ai" else 2  # 1: accents ignored too
         statements = [
-            f"CREATE COLLATION {COLLATION} (provider = icu, locale = 'und-u-ks-level2', deterministic = false)"
+            f"CREATE COLLATION {COLLATION} (provider = icu, locale = 'und-u-ks-level{level}', deterministic = false)"
         ]
         for table in tables:
             name = self.quote(table.name)

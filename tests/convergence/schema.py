@@ -140,6 +140,16 @@ KEY_WORDS = (
     "straße", "Zeta", "zulu", "Ωmega", "ωave", "😀",
 )  # fmt: skip
 KEY_TAILS = {"x": ("X", "x "), "é": ("É", "e\u0301"), "ß": ("ẞ", "ß "), "ǆ": ("ǅ", "Ǆ")}
+# under an accent-insensitive collation (Scale.collation `ai`): also tails that differ only by accents
+# (and case), equal there, and `ss`/`ß`/`SS`
+AI_KEY_TAILS = {
+    **KEY_TAILS,
+    "e": ("é", "È", "ë", "E", "e\u0301"),
+    "a": ("á", "Å", "A\u030a", "à", "A"),
+    "o": ("ö", "Ø", "ô", "O"),
+    "ss": ("ß", "SS", "ẞ"),
+    "i": ("\u0131", "İ", "í", "I"),  # dotless i: a letter of its own, not equal to i
+}
 _CHARS = "aAbBzZ09 _-éÉßẞıİ\u0301\u0308😀🇫日Ω'\"\\,"
 
 
@@ -181,7 +191,9 @@ def value(kind: SqlType, rng: random.Random) -> Any:
     return kind.random(rng)
 
 
-def fresh_ident(table: Table, kinds: dict[str, SqlType], n: int, rng: random.Random) -> tuple[Any, ...]:
+def fresh_ident(
+    table: Table, kinds: dict[str, SqlType], n: int, rng: random.Random, tails: dict[str, tuple[str, ...]] = KEY_TAILS
+) -> tuple[Any, ...]:
     """A new key, unique under any collation by its counter `n`."""
     out = []
     for name in table.ident:
@@ -191,20 +203,22 @@ def fresh_ident(table: Table, kinds: dict[str, SqlType], n: int, rng: random.Ran
         elif kinds[kind].counter is not None:
             out.append(kinds[kind].counter(n))
         elif kind == "text_ci":
-            out.append(f"{rng.choice(KEY_WORDS)}-{n}-{rng.choice(list(KEY_TAILS))}")
+            out.append(f"{rng.choice(KEY_WORDS)}-{n}-{rng.choice(list(tails))}")
         else:
             out.append(kinds[kind].random(rng))
     return tuple(out)
 
 
-def variant(ident: tuple[Any, ...], table: Table, rng: random.Random) -> tuple[Any, ...]:
+def variant(
+    ident: tuple[Any, ...], table: Table, rng: random.Random, tails: dict[str, tuple[str, ...]] = KEY_TAILS
+) -> tuple[Any, ...]:
     """The same key spelt otherwise (its tail): mostly equal under the key's collation, so a key change
     to it is a case-only change and an insert of it a duplicate; int keys stay as they are."""
     out = []
     for name, part in zip(table.ident, ident, strict=True):
         if table.column(name).kind == "text_ci":
             stem, _, tail = part.rpartition("-")
-            spellings = [t for base, others in KEY_TAILS.items() for t in (base, *others) if tail in (base, *others)]
+            spellings = [t for base, others in tails.items() for t in (base, *others) if tail in (base, *others)]
             part = f"{stem}-{rng.choice([t for t in spellings if t != tail] or [tail])}"
         out.append(part)
     return tuple(out)

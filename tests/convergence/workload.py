@@ -99,7 +99,7 @@ def populate(kit: Kit, tables: list[Table], rows: int, seed: int) -> tuple[dict[
             extremes = max(len(kit.types[c.kind].extremes) for c in table.values)
             batch = []
             for i in range(table.initial_rows(rows)):
-                ident = fresh_ident(table, kit.types, n, rng)
+                ident = fresh_ident(table, kit.types, n, rng, kit.key_tails)
                 n += 1
                 if i == extremes:
                     values = [None if c.nullable else kit.types[c.kind].random(rng) for c in table.values]
@@ -286,7 +286,7 @@ class Workload(threading.Thread):
 
     def _fresh(self, table: Table) -> Ident:
         self.n += 1
-        return fresh_ident(table, self.kit.types, self.n, self.rng)
+        return fresh_ident(table, self.kit.types, self.n, self.rng, self.kit.key_tails)
 
     def _where(self, table: Table) -> str:
         return " AND ".join(f"{self.kit.quote(c)} = %s" for c in table.ident)
@@ -311,7 +311,7 @@ class Workload(threading.Thread):
             self._insert(cur, table, key)
             self._add(table, key, undo)
         elif op == "collide":
-            key = variant(keys.choice(rng), table, rng)
+            key = variant(keys.choice(rng), table, rng, self.kit.key_tails)
             self._insert(cur, table, key)  # mostly refused: equal under the key's collation
             self._add(table, key, undo)
         elif op == "update":
@@ -327,7 +327,7 @@ class Workload(threading.Thread):
         elif op == "key_change":
             old = keys.choice(rng)
             if any(table.column(c).kind == "text_ci" for c in table.ident) and rng.random() < 0.5:
-                new = variant(old, table, rng)  # mostly a case-only change
+                new = variant(old, table, rng, self.kit.key_tails)  # mostly a case-only change
                 self.counts["key_respelt"] += 1
             else:
                 new = self._fresh(table)
@@ -341,7 +341,7 @@ class Workload(threading.Thread):
             self._add(table, new, undo)
         elif op == "upsert":  # an existing key respelt (or the same), else a new one
             old = keys.choice(rng) if rng.random() < 0.7 else None
-            key = variant(old, table, rng) if old is not None else self._fresh(table)
+            key = variant(old, table, rng, self.kit.key_tails) if old is not None else self._fresh(table)
             names = [*table.ident, *(c.name for c in table.values)]
             inserted = self.kit.upsert(cur, table, names, [*key, *row_values(self.kit, table, rng)])
             self.counts["statements"] += 1
@@ -356,7 +356,7 @@ class Workload(threading.Thread):
             old = keys.choice(rng)
             self._execute(cur, f"DELETE FROM {name} WHERE {self._where(table)}", list(old))
             self._remove(table, old, undo)
-            new = variant(old, table, rng) if rng.random() < 0.3 else old
+            new = variant(old, table, rng, self.kit.key_tails) if rng.random() < 0.3 else old
             self._insert(cur, table, new)
             self._add(table, new, undo)
 

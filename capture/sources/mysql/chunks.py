@@ -337,8 +337,10 @@ def check_landable_key(table: TableSchema, rows: pa.StructArray) -> None:
         if column.null_count:
             raise DumpInputError(
                 f"{table.qualified_name}: key column {name!r} holds a zero date (a zero year, month or day, which "
-                f"sql_mode without NO_ZERO_DATE / NO_ZERO_IN_DATE allows), which lands as NULL: the dump cannot read "
-                "past it by key, and rows with different zero dates would land under one key. Give those rows real "
-                f"dates (UPDATE ... SET {name} = ... WHERE {name} < '0001-01-01' OR MONTH({name}) = 0 OR "
-                f"DAYOFMONTH({name}) = 0), or leave {table.qualified_name} out of capture (exclude)"
+                "sql_mode without NO_ZERO_DATE / NO_ZERO_IN_DATE allows) or a day its month does not have "
+                "('2020-02-30', which sql_mode ALLOW_INVALID_DATES allows), which lands as NULL: the dump cannot "
+                "read past it by key, and rows with different such dates would land under one key. Give those rows "
+                f"real dates (UPDATE ... SET {name} = ... WHERE {name} < '0001-01-01' OR MONTH({name}) = 0 OR "
+                f"DAYOFMONTH({name}) = 0 OR DAYOFMONTH({name}) > DAYOFMONTH(LAST_DAY(DATE_FORMAT({name}, "
+                f"'%Y-%m-01')))), or leave {table.qualified_name} out of capture (exclude)"
             )

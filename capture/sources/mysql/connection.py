@@ -16,6 +16,11 @@ ER_ACCESS_DENIED = 1045
 ER_SPECIFIC_ACCESS_DENIED = 1227
 # client-side codes: cannot connect, server gone, lost connection, server shutdown in progress
 LOST_CONNECTION = {2002, 2003, 2006, 2013, 2055, 1053, 1927}
+# every session's own sql_mode, whatever the server's global one: PAD_CHAR_TO_FULL_LENGTH would read
+# CHAR(n) padded (the binlog carries it trimmed), EMPTY_STRING_IS_NULL the literal '' (a bound key, the
+# catalog queries' COALESCE(..., '')) as NULL, ANSI_QUOTES / PIPES_AS_CONCAT ... would change what the
+# SQL says. These three modes exist in MariaDB and MySQL 5.7 and 8 alike.
+SESSION_SQL_MODE = "STRICT_TRANS_TABLES,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION"
 
 
 def connection_settings(config: SourceConfig, read_timeout: float | None = None) -> dict[str, Any]:
@@ -27,6 +32,7 @@ def connection_settings(config: SourceConfig, read_timeout: float | None = None)
         "password": config.password.get_secret_value(),
         "charset": "utf8mb4",
         "connect_timeout": CONNECT_TIMEOUT_S,
+        "init_command": f"SET SESSION sql_mode = '{SESSION_SQL_MODE}'",
     }
     if read_timeout is not None:
         settings["read_timeout"] = read_timeout

@@ -182,7 +182,8 @@ class Versioning:
 
 def refuse_zero_date_keys(table: TableSchema, dated_keys: tuple[int, ...], changes: list[Change], at: str) -> None:
     """Stop at a row whose DATE or DATETIME key column holds a zero date (a zero year, month or day:
-    sql_mode without NO_ZERO_DATE / NO_ZERO_IN_DATE), which decodes as NULL: rows whose keys differ
+    sql_mode without NO_ZERO_DATE / NO_ZERO_IN_DATE) or a day its month does not have (sql_mode
+    ALLOW_INVALID_DATES), which decodes as NULL: rows whose keys differ
     only in their zero dates would land under one key, and a dump refuses such a table anyway."""
     for change in changes:
         for row in (change.before, change.after):
@@ -190,8 +191,9 @@ def refuse_zero_date_keys(table: TableSchema, dated_keys: tuple[int, ...], chang
                 column = next(table.names[i] for i in dated_keys if row[i] is None)
                 raise BinlogDecodeError(
                     f"{table.qualified_name}: a row changed at {at} has a zero date in key column {column!r} (a "
-                    "zero year, month or day, which sql_mode without NO_ZERO_DATE / NO_ZERO_IN_DATE allows), which "
-                    "lands as NULL: rows whose keys differ only in their zero dates would land as one. Give those "
+                    "zero year, month or day, which sql_mode without NO_ZERO_DATE / NO_ZERO_IN_DATE allows) or a "
+                    "day its month does not have ('2020-02-30', which sql_mode ALLOW_INVALID_DATES allows), which "
+                    "lands as NULL: rows whose keys differ only in such dates would land as one. Give those "
                     f"rows real dates, or leave {table.qualified_name} out of capture (exclude)"
                 )
 

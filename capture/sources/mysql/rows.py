@@ -313,9 +313,14 @@ def _text_keys(value: Any) -> Any:
 
 
 def _date(data: bytes, pos: int) -> tuple[date | None, int]:
+    """NULL for a zero year, month or day, and for a day its month does not have ('2020-02-30':
+    sql_mode ALLOW_INVALID_DATES), which no date type holds."""
     value = int.from_bytes(data[pos : pos + 3], "little")
     day, month, year = value & 31, value >> 5 & 15, value >> 9
-    return (date(year, month, day) if year and month and day else None), pos + 3
+    try:
+        return date(year, month, day), pos + 3
+    except ValueError:
+        return None, pos + 3
 
 
 def _fraction(fsp: int) -> tuple[int, int]:
@@ -342,7 +347,7 @@ def _datetime2(fsp: int) -> Reader:
                 value & 63,
                 micro,
             )
-        except ValueError:  # a zero year, month or day
+        except ValueError:  # a zero year, month or day, or a day its month does not have (ALLOW_INVALID_DATES)
             return None, pos + size
         return result, pos + size
 
@@ -392,9 +397,10 @@ def _datetime(data: bytes, pos: int) -> tuple[datetime | None, int]:
     value = int.from_bytes(data[pos : pos + 8], "little")
     day_part, time_part = divmod(value, 1_000_000)
     year, month, day = day_part // 10000, day_part // 100 % 100, day_part % 100
-    if not (year and month and day):
+    try:  # NULL for a zero year, month or day, or a day its month does not have
+        return datetime(year, month, day, time_part // 10000, time_part // 100 % 100, time_part % 100), pos + 8
+    except ValueError:
         return None, pos + 8
-    return datetime(year, month, day, time_part // 10000, time_part // 100 % 100, time_part % 100), pos + 8
 
 
 def _timestamp(data: bytes, pos: int) -> tuple[datetime, int]:

@@ -16,14 +16,16 @@ log rows and dump rows compare equal:
   SET                    string, members in definition order joined by ',' (a '' member alone as
                          ',': `SET_EMPTY_MEMBER_ALONE`)
   GEOMETRY               binary (MySQL's internal SRID + WKB)
-Dates with a zero part (0000-00-00, 2020-00-00, 2020-05-00, 0000-05-10; also in DATETIME) arrive
-as NULL, as the binlog decoder gives them (PyMySQL's SELECT returns them as text); a zero
+Dates with a zero part (0000-00-00, 2020-00-00, 2020-05-00, 0000-05-10; also in DATETIME) and days
+their month does not have (2020-02-30: sql_mode ALLOW_INVALID_DATES) arrive as NULL, as the binlog
+decoder gives them (PyMySQL's SELECT returns them as text); a zero
 TIMESTAMP arrives as 1970-01-01 00:00:00 UTC (epoch 0 in the binlog, outside TIMESTAMP's range).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import date
 from typing import Any
 
 import pyarrow as pa
@@ -149,9 +151,30 @@ def _parsed(arrow_type: pa.DataType, zero: str | None = None) -> ColumnBuilder:
             zeros = pc.match_substring_regex(text, _ZERO_PART)
             replacement = pa.scalar(zero, pa.string())
             text = pc.if_else(zeros, replacement, text)
-        return text.cast(naive).cast(arrow_type)  # naive -> UTC: the session time_zone is '+00:00'
+        try:
+            return text.cast(naive).cast(arrow_type)  # naive -> UTC: the session time_zone is '+00:00'
+        except pa.ArrowInvalid:
+            if not pa.types.is_temporal(arrow_type):
+                raise
+            return _real_days(text).cast(naive).cast(arrow_type)
 
     return build
+
+
+def _real_days(text: pa.Array) -> pa.Array:
+    """`text` with NULL for each date whose day its month does not have ('2020-02-30', '2021-02-29
+    10:00:00': sql_mode ALLOW_INVALID_DATES stores any day 1-31), as the binlog decoder gives them."""
+
+    def real(value: str | None) -> str | None:
+        if value is None:
+            return None
+        try:
+            date(int(value[:4]), int(value[5:7]), int(value[8:10]))
+        except ValueError:
+            return None
+        return value
+
+    return pa.array([real(v) for v in text.to_pylist()], pa.string())
 
 
 def column_from_catalog(info: dict[str, Any]) -> tuple[pa.DataType, str, ColumnBuilder]:
