@@ -26,7 +26,8 @@ For every table of the source with landed log events or chunks, one run:
      target holds its columns; the delete is written under the run's key), that no chunk of the
      run returned, that no log event in the window touched (nor one hidden from the chunk's
      snapshot; under a replaced key: no event of the run before HIGH, under either key) and whose
-     stored LSN is below HIGH become deletes at HIGH. Under
+     stored LSN is below HIGH become deletes at HIGH; so do keys the run saw exist before the
+     chunk's LOW (its events; rows of an earlier chunk a later one may cover: `_run_keys`). Under
      any key order: when the run merges the last chunk of a full dump, the keys none of the
      dump's chunks returned and no event touched during the dump (`_completed_dump_repairs`).
      PostgreSQL: a key change's create that leaves TOASTed columns out gets them from the old
@@ -220,8 +221,26 @@ class Context:
         return target_of(self.config.merge, self.source, schema, table, changelog)
 
 
-# what a repair candidate carries besides the key columns: the target row's LSN and its chunk's
-REPAIR_FROM_CHUNK = ("_tlsn", "_cid", "_low", "_high", "_high_ts", "_dump_id", "_chunk")
+# what a repair candidate carries besides the key columns: the LSN of the state it was seen in (the
+# target row's, or the run's: an event's, a chunk row's HIGH), whether a chunk row of the run is that
+# state (`_pooled`), and its chunk's
+REPAIR_FROM_CHUNK = ("_tlsn", "_pooled", "_cid", "_low", "_high", "_high_ts", "_dump_id", "_chunk")
+
+
+@dataclass
+class RunKeys:
+    """What the repairs know of the keys the run saw besides the target's (`TableMerge._add_repairs`):
+    its chunks, every chunk row's key columns (`rows`: the run's key, every chunk's own, _cid, _row,
+    _high), the log events, the applied frontier A (the events from it on are the run's), the chunks whose rows a
+    later chunk of the run may cover (`pooled`, `TableMerge._overlapped`), and whether the target's
+    rows are candidates (`target`: it held rows when the run began)."""
+
+    chunks: list[Chunk]
+    rows: Any
+    events: Any
+    a: int
+    pooled: set[int]
+    target: bool
 
 
 @dataclass
@@ -472,25 +491,31 @@ class TableMerge:
         return frames
 
     def _add_repairs(self, plan: RunPlan, frames: Frames, cached: list[Any]) -> None:
-        """Step 4: the repair deletes of the run's chunks and completed dumps join the stream (only
-        into a target that held rows before the run)."""
+        """Step 4: the repair deletes of the run's chunks and completed dumps join the stream. Into a
+        target that held no rows before the run only when a chunk of the run may cover rows an earlier
+        chunk of the run returned (`_overlapped`: another dump, a dump read again from its start)."""
         from pyspark import StorageLevel
 
-        if not plan.chunks or plan.a_target >= self.ctx.frontier or self.target in self.created:
+        if not plan.chunks or plan.a_target >= self.ctx.frontier:
             return
-        if is_empty(self.ctx.spark, self.target):
+        fresh = self.target in self.created or is_empty(self.ctx.spark, self.target)
+        pooled = self._overlapped(plan.chunks, plan.a_target)
+        earlier = [d for d in plan.completed if any(c.high < d.first_low for c in plan.chunks)]
+        if fresh and not pooled and not earlier:
             return
         with self._step("repair"):
             # the run's key and each chunk's own (a chunk read under a key since replaced repairs under it)
             own = [k for c in plan.chunks for k in c.meta.key]
-            chunk_keys = frames.chunk_rows.select(*dict.fromkeys([*self.keys, *own]), "_cid", "_row")
+            chunk_keys = frames.chunk_rows.select(*dict.fromkeys([*self.keys, *own]), "_cid", "_row", "_high")
             chunk_keys = chunk_keys.persist(StorageLevel.MEMORY_AND_DISK)
             cached.append(chunk_keys)
+            run = RunKeys(plan.chunks, chunk_keys, frames.events, plan.a, pooled, not fresh)
             found = [
-                self._repairs(plan.chunks, chunk_keys, frames.events, frames.hidden, plan.completed, plan.a_target),
+                self._repairs(plan.chunks, run, frames.hidden, plan.completed, plan.a_target),
                 *(
-                    self._completed_dump_repairs(d, frames.events, plan.row_struct, plan.a_target)
+                    self._completed_dump_repairs(d, run, plan.row_struct, plan.a_target)
                     for d in plan.completed
+                    if not fresh or d in earlier
                 ),
             ]
             if any(f is not None for f in found):
@@ -1095,13 +1120,7 @@ class TableMerge:
         return self._chunk_stream(based, sf.col("_carried"))
 
     def _repairs(
-        self,
-        chunks: list[Chunk],
-        chunk_rows: Any,
-        events: Any,
-        hidden: Any | None,
-        completed: list[CompletedDump],
-        a_target: int,
+        self, chunks: list[Chunk], run: RunKeys, hidden: Any | None, completed: list[CompletedDump], a_target: int
     ) -> Any | None:
         """Deletes at HIGH for target keys a chunk covers that no chunk of the run returned: the
         keys a key-list chunk asked for (compared by equality under the folds the database proved
@@ -1113,9 +1132,9 @@ class TableMerge:
         Each chunk repairs under the key it was read under (`ChunkMeta.key`: its bounds, asked keys
         and order are that key's), which the target holds as columns; a chunk read under an older
         key than the run's (the key replaced after it) finds target rows by those columns and deletes
-        them under the run's key (`_own_key_repairs`). `chunk_rows`: the run's key columns, every
-        chunk's key columns, _cid and _row of every chunk row of the run. Returns the keys to delete
-        (the run's key) with the chunk's _high, _high_ts, _dump_id and _chunk (`_repair_deletes`)."""
+        them under the run's key (`_own_key_repairs`). Under the run's key the candidates are also the
+        keys the run saw before the chunk's LOW (`_run_keys`). Returns the keys to delete (the run's
+        key) with the chunk's _high, _high_ts, _dump_id and _chunk (`_repair_deletes`)."""
         relevant = [c for c in chunks if c.high >= a_target]
         covered = {d.dump_id for d in completed}
         inexact = [c for c in relevant if c.meta.keys is None and not c.meta.exact_order]
@@ -1135,7 +1154,8 @@ class TableMerge:
         by_key: dict[tuple[str, ...], list[Chunk]] = {}
         for c in relevant:
             by_key.setdefault(tuple(c.meta.key) or tuple(self.keys), []).append(c)
-        found = [self._own_key_repairs(list(own), group, chunk_rows, events, hidden) for own, group in by_key.items()]
+        found = [self._own_key_repairs(list(own), group, run, hidden) for own, group in by_key.items()]
+        found = [f for f in found if f is not None]
         if not found:
             return None
         if len(by_key) > 1 or list(next(iter(by_key))) != self.keys:
@@ -1151,31 +1171,43 @@ class TableMerge:
             union = union.unionByName(more)
         return union
 
-    def _own_key_repairs(
-        self, own: list[str], chunks: list[Chunk], chunk_rows: Any, events: Any, hidden: Any | None
-    ) -> Any:
+    def _own_key_repairs(self, own: list[str], chunks: list[Chunk], run: RunKeys, hidden: Any | None) -> Any | None:
         """`_repairs` for chunks read under the key `own`: target rows whose `own` columns lie in a
-        chunk's range (or equal a key it asked for) that no chunk of the run returned under `own`.
-        Under the run's key, keys a log event in the chunk's window touched (or one its snapshot
-        could not see) are left alone. Under an older key the target's `own` columns are its state at
-        the run's start, which an event after that may have changed without changing the run's key
-        (or the other way round): a row any event of the run before HIGH touched, by either key, is
-        left alone, so a delete is only written for a row no event explains, which the chunk's
-        snapshot did not hold and no event gave back before HIGH. Later events and chunks order after
-        the delete (LSN, then order: a chunk row at the same HIGH wins over it)."""
+        chunk's range (or equal a key it asked for) that no chunk of the run returned under `own`,
+        and under the run's key also the keys the run saw before the chunk's LOW that it did not
+        return (`_run_keys`). Under the run's key, keys a log event in the chunk's window touched
+        (or one its snapshot could not see) are left alone. Under an older key the target's `own`
+        columns are its state at the run's start, which an event after that may have changed without
+        changing the run's key (or the other way round): a row any event of the run before HIGH
+        touched, by either key, is left alone, so a delete is only written for a row no event
+        explains, which the chunk's snapshot did not hold and no event gave back before HIGH. Later
+        events and chunks order after the delete (LSN, then order: a chunk row at the same HIGH wins over it)."""
         from pyspark.sql import functions as sf
 
-        keys = self.keys
+        keys, chunk_rows, events = self.keys, run.rows, run.events
         both = list(dict.fromkeys([*keys, *own]))
-        target = self.ctx.spark.table(self.target).select(*both, sf.col("_lsn").alias("_tlsn"))
-        orphans = target.join(chunk_rows.select(*own), own, "left_anti")
-        if own != keys:
-            orphans = orphans.join(chunk_rows.select(*keys), keys, "left_anti")
+        entries = []
+        if run.target:
+            target = self.ctx.spark.table(self.target).select(*both, sf.col("_lsn").alias("_tlsn"))
+            orphans = target.join(chunk_rows.select(*own), own, "left_anti")
+            if own != keys:
+                orphans = orphans.join(chunk_rows.select(*keys), keys, "left_anti")
+            entries.append(orphans.withColumn("_pooled", sf.lit(False)))
+        if own == keys:
+            entries += self._run_keys(run, max(c.low for c in chunks), [c.id for c in chunks if c.id in run.pooled])
+        if not entries:
+            return None
+        orphans = entries[0]
+        for more in entries[1:]:
+            orphans = orphans.unionByName(more)
         info = self._chunk_info(own, chunks)
         candidates = self._in_ranges(own, both, info, orphans, chunk_rows)
         for listed in self._asked(own, both, info, orphans, chunks):
             candidates = candidates.unionByName(listed)
-        candidates = candidates.where(sf.col("_tlsn").isNull() | (sf.col("_tlsn") < sf.col("_high")))
+        # a chunk row of the run is a candidate for the chunks after it (a key returned by a chunk whose
+        # HIGH is at or past this one's LOW is no candidate: `_run_keys` keeps each key's last return)
+        before = sf.when(sf.col("_pooled"), sf.col("_low")).otherwise(sf.col("_high"))
+        candidates = candidates.where(sf.col("_tlsn").isNull() | (sf.col("_tlsn") < before))
         if own == keys:
             if hidden is not None:
                 candidates = candidates.join(hidden.select("_cid", *keys).distinct(), ["_cid", *keys], "left_anti")
@@ -1200,6 +1232,98 @@ class TableMerge:
         return candidates.where(all_of([sf.col(k).isNotNull() for k in keys])).select(
             *keys, "_high", "_high_ts", "_dump_id", "_chunk"
         )
+
+    def _run_keys(self, run: RunKeys, before: int, pooled: list[int]) -> list[Any]:
+        """Repair candidates under the run's key besides the target's rows: keys the run saw exist
+        before `before` (the latest LOW of the chunks they are compared with), each with the LSN of
+        that state (`_tlsn`). (1) A key whose latest event of the run before `before` is no delete and
+        that no chunk of the run returned (a key a chunk returned is that chunk's state). (2) Rows of
+        the `pooled` chunks, at their chunk's HIGH (`_pooled`: a candidate only for chunks whose LOW is
+        past it), each key from the last chunk of the run that returned it. A chunk that covers such a
+        key and did not return it, with no event in its window, read the source without it: the key
+        went with no event of its own (a row deleted where the log does not see it)."""
+        from pyspark.sql import functions as sf
+
+        keys, rows, events = self.keys, run.rows, run.events
+        present = all_of([sf.col(k).isNotNull() for k in keys])
+        found = []
+        if self.reads_log and before > run.a:
+            seen = events.where((events["_lsn"] >= lsn_column(run.a)) & (events["_lsn"] < lsn_column(before)))
+            seen = seen.where(present).select(*keys, "_lsn", "_order", "_op")
+            seen = seen.join(rows.select(*keys), keys, "left_anti")
+            latest = seen.groupBy(*keys).agg(
+                sf.max_by(sf.struct("_op", "_lsn"), sf.struct("_lsn", "_order")).alias("_last")
+            )
+            found.append(
+                latest.where(sf.col("_last._op") != "d").select(
+                    *keys, sf.col("_last._lsn").alias("_tlsn"), sf.lit(False).alias("_pooled")
+                )
+            )
+        if pooled:
+            mine = rows.where(sf.col("_cid").isin(pooled) & present).select(*keys, sf.col("_high").alias("_tlsn"))
+            later = rows.select(*(sf.col(k).alias(f"_l{i}") for i, k in enumerate(keys)), sf.col("_high").alias("_lh"))
+            last = mine.join(
+                later,
+                [mine[k] == later[f"_l{i}"] for i, k in enumerate(keys)] + [later["_lh"] > mine["_tlsn"]],
+                "left_anti",
+            )
+            found.append(last.withColumn("_pooled", sf.lit(True)))
+        return found
+
+    def _overlapped(self, chunks: list[Chunk], a_target: int) -> set[int]:
+        """The ids of the run's chunks whose rows a later chunk of the run (its LOW past their HIGH)
+        that repairs under the run's key may cover: a chunk of another dump, or of the same dump read
+        again from its start (`dump.table_restarted`: a range chunk with no `after` past chunk 1, a
+        key-list chunk asking a key an earlier one asked). Within one dump read once, chunks cover
+        ranges (key lists) of their own, and none of their rows enters the repairs' pool: such runs
+        cost what they cost before."""
+        repairing = [
+            c
+            for c in chunks
+            if c.high >= a_target
+            and (c.meta.keys is not None or c.meta.exact_order)
+            and list(c.meta.key or self.keys) == self.keys
+        ]
+        if not repairing:
+            return set()
+        last_low: dict[str, int] = {}
+        for c in repairing:
+            last_low[c.meta.dump_id] = max(last_low.get(c.meta.dump_id, 0), c.low)
+        restarts: dict[str, int] = {}  # dump -> its last chunk read again from the range's start
+        for c in chunks:
+            if c.meta.keys is None and c.meta.after is None and c.meta.chunk > 1:
+                restarts[c.meta.dump_id] = max(restarts.get(c.meta.dump_id, 0), c.meta.chunk)
+        asked_again = self._asked_again(chunks)
+        found = set()
+        for c in chunks:
+            others = [low for dump, low in last_low.items() if dump != c.meta.dump_id]
+            again = c.id in asked_again and last_low.get(c.meta.dump_id, 0) > c.high
+            if (others and max(others) > c.high) or restarts.get(c.meta.dump_id, 0) > c.meta.chunk or again:
+                found.add(c.id)
+        return found
+
+    @staticmethod
+    def _asked_again(chunks: list[Chunk]) -> set[int]:
+        """Key-list chunks asking a key (under the chunk's folds) that a later chunk of their dump asks."""
+        found = set()
+        later: dict[str, set[str]] = {}
+        for c in sorted(chunks, key=lambda c: c.meta.chunk, reverse=True):
+            if c.meta.keys is None:
+                continue
+            folds = c.meta.key_folds or ("",) * len(c.meta.key)
+            try:
+                asked = {
+                    json.dumps(encode_key(tuple(fold(v, f) for v, f in zip(k, folds, strict=False))), default=str)
+                    for k in c.meta.keys
+                }
+            except (TypeError, ValueError):  # a key Python cannot spell: taken as asked again
+                found.add(c.id)
+                continue
+            seen = later.setdefault(c.meta.dump_id, set())
+            if asked & seen:
+                found.add(c.id)
+            seen |= asked
+        return found
 
     def _bound(self, own: list[str], row: tuple[Any, ...] | None) -> tuple[Any, ...] | None:
         """A chunk's key bound (or asked key) under the key `own`, as Spark's values."""
@@ -1286,21 +1410,24 @@ class TableMerge:
             left = orphans.select(
                 *both,
                 "_tlsn",
+                "_pooled",
                 *(spark_fold(sf.col(k), f).alias(n) for k, f, n in zip(own, folds, folded, strict=True)),
             )
             listed = left.join(sf.broadcast(asked_df), folded).join(sf.broadcast(info.where(sf.col("_keyed"))), "_cid")
             found.append(listed.select(*both, *REPAIR_FROM_CHUNK))
         return found
 
-    def _completed_dump_repairs(self, dump: CompletedDump, events: Any, row_struct: Any, a_target: int) -> Any | None:
-        """Deletes at a completed full dump's last HIGH, under any collation: target keys that none
-        of its chunks returned, whose stored LSN is below its first LOW, and that no log event
-        touched from its first LOW to its last HIGH (nor one hidden from a chunk's PostgreSQL
-        snapshot). Why that is sound: each chunk read the keys after the previous chunk's last key,
-        in the database's order, so the chunks together covered every key; a row the database held
-        with key k from the first LOW to the last HIGH was in some chunk's range at its SELECT and
-        came back with its key as stored. A key no chunk returned was therefore not in the source
-        at some moment of the dump, and with no event on it from the first LOW on, not at the
+    def _completed_dump_repairs(self, dump: CompletedDump, run: RunKeys, row_struct: Any, a_target: int) -> Any | None:
+        """Deletes at a completed full dump's last HIGH, under any collation: keys that existed before
+        its first LOW (target keys whose stored LSN is below it; keys the run saw: the latest event of
+        the run before it no delete, or a row of a chunk of the run whose HIGH is below it) that none
+        of its chunks returned (nor a chunk of the run whose HIGH is at or past its first LOW), and that
+        no log event touched from its first LOW to its last HIGH (nor one hidden from a chunk's
+        PostgreSQL snapshot). Why that is sound: each chunk read the keys after the previous chunk's
+        last key, in the database's order, so the chunks together covered every key; a row the
+        database held with key k from the first LOW to the last HIGH was in some chunk's range at its
+        SELECT and came back with its key as stored. A key no chunk returned was therefore not in the
+        source at some moment of the dump, and with no event on it from the first LOW on, not at the
         last HIGH either. The dump's chunks may have been merged over several runs: all of its
         chunk files are read again here. Returns what `_repairs` returns."""
         from pyspark.sql import functions as sf
@@ -1309,17 +1436,34 @@ class TableMerge:
         last = dump.last
         if last.high < a_target:
             return None
-        spark, keys = self.ctx.spark, self.keys
+        spark, keys, events = self.ctx.spark, self.keys, run.events
         first_low = lsn_column(dump.first_low)
+        present = all_of([sf.col(k).isNotNull() for k in keys])
         key_struct = T.StructType([f for f in row_struct.fields if f.name in keys])
         paths = [str(c.path.resolve()) for c in dump.chunks]
         returned = self._parquet(paths, T.StructType([T.StructField("after", key_struct)])).select(
             *(self.ctx.cast(sf.col("after").getField(k), self.types[k]).alias(k) for k in keys)
         )
-        target = spark.table(self.target).select(*keys, sf.col("_lsn").alias("_tlsn"))
-        candidates = target.where(
-            all_of([sf.col(k).isNotNull() for k in keys]) & (sf.col("_tlsn").isNull() | (sf.col("_tlsn") < first_low))
-        ).join(returned, keys, "left_anti")
+        seen = []
+        if run.target:
+            target = spark.table(self.target).select(*keys, sf.col("_lsn").alias("_tlsn"))
+            stored_before = sf.col("_tlsn").isNull() | (sf.col("_tlsn") < first_low)
+            seen.append(target.where(present & stored_before).select(*keys))
+        if self.reads_log and dump.first_low > run.a:
+            before = events.where((events["_lsn"] >= lsn_column(run.a)) & (events["_lsn"] < first_low) & present)
+            latest = before.groupBy(*keys).agg(sf.max_by("_op", sf.struct("_lsn", "_order")).alias("_last"))
+            seen.append(latest.where(sf.col("_last") != "d").select(*keys))
+        rows = run.rows
+        if any(c.high < dump.first_low for c in run.chunks):
+            seen.append(rows.where((rows["_high"] < first_low) & present).select(*keys))
+        if not seen:
+            return None
+        candidates = seen[0]
+        for more in seen[1:]:
+            candidates = candidates.unionByName(more)
+        candidates = candidates.join(returned, keys, "left_anti")
+        if any(c.high >= dump.first_low and c.meta.dump_id != dump.dump_id for c in run.chunks):
+            candidates = candidates.join(rows.where(rows["_high"] >= first_low).select(*keys), keys, "left_anti")
         touched = events.where((events["_lsn"] >= first_low) & (events["_lsn"] <= lsn_column(last.high))).select(*keys)
         candidates = candidates.join(touched, keys, "left_anti")
         hidden = self._hidden(dump.chunks, events)
