@@ -712,15 +712,16 @@ class DumpEngine:
 
     def _changed_under(self, dump_id: str, table: TableSchema, number: int, what: str) -> None:
         """Counts the changes of a table's columns that made this run read chunks again (one chunk, or the
-        table from its start); the MAX_CHANGES + 1st stops the dump: a table whose columns change faster
-        than the dump reads it would never finish (the chunks so far stand)."""
+        table from its start); the MAX_CHANGES + 1st stops the dump (the chunks so far stand). A count, not a
+        rate: a table altered again and again may never finish, and a run that met more than MAX_CHANGES
+        such changes has reread much of it already; the rerun by id starts a new count."""
         name = table.qualified_name
         seen = self._changes[name] = self._changes.get(name, 0) + 1
         if seen > MAX_CHANGES:
             raise DumpInputError(
                 f"{name} changed under dump {dump_id} {seen} times in this run, the last at chunk {number} ({what}); "
                 "each time chunks were read again, from the table's start when the change gave rows values no row "
-                "event carries: its columns change faster than the dump reads it, so it would never finish. The "
+                "event carries: a table whose columns keep changing may never finish. The "
                 f"chunks written so far stand; run the dump again with --dump-id {dump_id} once the DDL has stopped "
                 "(it goes on from where it is)"
             )

@@ -1,5 +1,6 @@
-"""Review of 0e22033..main (audit3): event sequences where reconcile.py's stream (the rule the
-merge shares) does not end at the source's rows. No server: landing zones written by LogWriter."""
+"""Known gaps of the old-key rule (capture/dump/old_keys.py, found by an outside review; xfail until
+fixed), and a case that holds: event sequences where reconcile.py's stream, whose rule the merge shares,
+does not end at the source's rows. No server: landing zones written by LogWriter."""
 
 from __future__ import annotations
 
