@@ -25,14 +25,15 @@ SWAPPED = {
 }
 
 
-def swap(landing: Landing, xid: int = 120) -> None:
-    """3 -> 8, 7 -> 3, 8 -> 7 in one transaction (xid 120) at LSN 120, each create without the body."""
+def swap(landing: Landing, major: int = 120, titles: dict[int, str] | None = None) -> None:
+    """3 -> 8, 7 -> 3, 8 -> 7 in one transaction (xid and LSN `major`), each create without the body;
+    `titles`: the title each old key's row holds (by default the rows of BEFORE)."""
+    titles = titles or {3: "t3", 7: "t7", 8: "t3"}
     changes = []
     for i, (old, new) in enumerate(((3, 8), (7, 3), (8, 7))):
-        title = {3: "t3", 7: "t7", 8: "t3"}[old]
-        changes.append(Change(Lsn(120, 2 * i), Op.DELETE, (old, None, None), None, KEY_ONLY))
-        changes.append(Change(Lsn(120, 2 * i + 1), Op.CREATE, None, (new, title, None), NO_BODY))
-    landing.commit(120, DOCS, *changes, xid=xid)
+        changes.append(Change(Lsn(major, 2 * i), Op.DELETE, (old, None, None), None, KEY_ONLY))
+        changes.append(Change(Lsn(major, 2 * i + 1), Op.CREATE, None, (new, titles[old], None), NO_BODY))
+    landing.commit(major, DOCS, *changes, xid=major)
 
 
 # the LOW watermark is xid 110; the swap xid 120: not seen at xmax 120 or while in progress,
@@ -67,3 +68,26 @@ def test_without_a_read_view_the_swapped_values_stay_unknown(catalogs, tmp_path)
     stream, stats = reconcile_table(landing.zone, "db", "docs")
     assert {k: v["body"] for k, v in apply(stream).items()} == {(3,): None, (7,): None, (9,): "x"}
     assert sorted((u.key, u.column) for u in stats.unknown_values) == [((3,), "body"), ((7,), "body")]
+
+
+def test_two_key_swaps_in_a_window_the_snapshot_saw_the_first_of(catalogs, tmp_path):
+    """Passes on main: the second swap's creates take the bodies from the chunk rows read between."""
+    landing = Landing(tmp_path, catalogs, "unused")
+    landing.commit(100, DOCS, Change(Lsn(100), Op.UPDATE, None, (1, "t1", "big1")))
+    landing.mark(110, "LOW", "low-1", xid=110)
+    swap(landing, 120)  # 3 holds t7/big7, 7 holds t3/big3
+    landing.chunk(  # read after the first swap, before the second (xmax 121: 140 not seen)
+        [(3, "t7", "big7"), (7, "t3", "big3"), (9, "other", "x")],
+        read_view=PgSnapshot.parse("121:121:", Lsn(105).encode()),
+    )
+    swap(landing, 140, {3: "t7", 7: "t3", 8: "t7"})  # swapped back
+    landing.mark(150, "HIGH", "high-1", xid=150)
+    stream, stats = reconcile_table(landing.zone, "db", "docs")
+    state = {k: dict(v) for k, v in apply(stream).items()}
+    assert state == {
+        (1,): {"id": 1, "title": "t1", "body": "big1"},
+        (3,): {"id": 3, "title": "t3", "body": "big3"},
+        (7,): {"id": 7, "title": "t7", "body": "big7"},
+        (9,): {"id": 9, "title": "other", "body": "x"},
+    }
+    assert stats.unknown_values == []
