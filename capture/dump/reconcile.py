@@ -47,7 +47,6 @@ import bisect
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 
 from capture.dump.key_changes import Unknown, chunk_knows, is_completed, key_changes, resolve
@@ -64,7 +63,7 @@ from capture.landing.reader import (
     landed_truncates,
     truncated_by,
 )
-from capture.landing.zone import table_folder
+from capture.landing.zone import table_folder, unified
 from capture.sources.base import ReadView
 
 
@@ -109,9 +108,10 @@ def reconcile_table(
     # a read-only chunk whose HIGH file the frontier overtook: `DumpEngine._passed`).
     frontier = committed_frontier(zone) or 0
     # each file records the key its events were logged under; rows are named by the newest (as the merge)
-    tables = [pq.read_table(f) for f in zone.committed_files(table_folder(schema, table), Lsn.decode(frontier))]
+    tables = zone.read_files(table_folder(schema, table), Lsn.decode(frontier))
     logged_under = [k for t in tables for k in [file_key(t.schema)] * t.num_rows]
-    log_events = pa.concat_tables(tables, promote_options="permissive").to_pylist() if tables else []
+    log_table = unified(tables)
+    log_events = [] if log_table is None else log_table.to_pylist()
     key_columns = next((k for k in reversed([file_key(t.schema) for t in tables]) if k), ())
     chunks = []
     for path in chunk_files(zone, schema, table):
@@ -162,7 +162,7 @@ def reconcile_table(
             lsns.append(lsn)
             xids.append(xid)
         image = after if after is not None else before
-        missing = tuple(event.get("_missing") or ()) if after is not None else ()
+        missing = _after_missing(event)
         key = old.deletes[lsn] if lsn in old.deletes else key_of(image)
         stream.append(StreamEvent(lsn, 0, event["_op"], key, after, missing, xid))
         lsns.append(lsn)

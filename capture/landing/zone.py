@@ -172,14 +172,15 @@ class LandingZone:
         limit = frontier.encode()
         return [s.path for s in segments(self.folder(folder), limit) if s.last < limit]
 
+    def read_files(self, folder: str, frontier: Lsn | None = None) -> list[pa.Table]:
+        """The committed files of one folder, each as its own table, in LSN order (each keeps its own
+        schema and metadata: the key its events were logged under, `logtide.key`)."""
+        return [pq.read_table(f) for f in self.committed_files(folder, frontier)]
+
     def read(self, folder: str, frontier: Lsn | None = None) -> pa.Table | None:
         """All committed events of one folder as one table in LSN order (schemas unified:
         columns added later are null in older rows)."""
-        files = self.committed_files(folder, frontier)
-        if not files:
-            return None
-        tables = [pq.read_table(f) for f in files]
-        return pa.concat_tables(tables, promote_options="permissive")
+        return unified(self.read_files(folder, frontier))
 
     def read_table(self, schema: str, table: str, frontier: Lsn | None = None) -> pa.Table | None:
         return self.read(table_folder(schema, table), frontier)
@@ -220,3 +221,8 @@ class LandingZone:
         wanted = pa.compute.or_(pa.compute.equal(kinds, "table"), dropped)
         names = ["_lsn", "kind", "schema", "table", "columns", "key", "fingerprint", "relation"]
         return history.filter(wanted).select(names).to_pylist()
+
+
+def unified(tables: list[pa.Table]) -> pa.Table | None:
+    """Landed files' tables as one (columns added later are null in older rows); None for none."""
+    return pa.concat_tables(tables, promote_options="permissive") if tables else None
