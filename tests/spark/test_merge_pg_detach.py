@@ -17,31 +17,18 @@ from capture.status import source_status
 from tests.integration.dumping import AlterAt, run_dump
 from tests.integration.postgres.conftest import make_pg_capture, pg_database  # noqa: F401 - fixtures by name
 from tests.integration.postgres.dumping import change_and_land, dump_table, published_tables, table_state
+from tests.integration.postgres.test_pg_detach import DETACH_AND_WRITE, PARTITIONED
 from tests.servers import wait_for
 from tests.spark.merging import differences, iceberg_state, plain
 
 pytestmark = pytest.mark.spark
-
-PARTITIONED = (
-    "CREATE TABLE m (id int PRIMARY KEY, v int) PARTITION BY RANGE (id)",
-    "CREATE TABLE m1 PARTITION OF m FOR VALUES FROM (0) TO (100)",
-    "CREATE TABLE m2 PARTITION OF m FOR VALUES FROM (100) TO (200)",
-    "INSERT INTO m SELECT i, i FROM generate_series(1, 150) i",
-    "CREATE PUBLICATION logtide_src FOR TABLE m",
-)
-DETACH_AND_WRITE = (
-    "ALTER TABLE m DETACH PARTITION m1",
-    "UPDATE m1 SET v = -1 WHERE id = 5",
-    "DELETE FROM m1 WHERE id = 6",
-    "INSERT INTO m1 VALUES (0, 1000)",
-)
 
 
 def test_a_partition_detached_during_its_readonly_dump_is_named_then_converges_once_published_and_dumped(
     postgres, request, spark, catalogs
 ):
     db, make = request.getfixturevalue("pg_database"), request.getfixturevalue("make_pg_capture")
-    postgres.execute(*PARTITIONED, database=db)
+    postgres.execute(*PARTITIONED, "CREATE PUBLICATION logtide_src FOR TABLE m", database=db)
     capture = make(watermarks="readonly").start()
     capture.wait_running()
     config = capture.config.model_copy(update={"merge": catalogs["hadoop"].model_copy(update={"namespace": db})})
